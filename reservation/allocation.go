@@ -1,0 +1,82 @@
+package reservation
+
+import "github.com/dynmig/dynmig/capability"
+
+// AnnotationKey is the pod annotation holding the allocation array.
+const AnnotationKey = "hami.io/vgpu-mig-allocations"
+
+// OptionalID is a GPU or compute instance ID that may be absent. On the
+// wire, presence rather than value marks it, because 0 is a valid ID. The
+// zero value is absent. OptionalID is comparable.
+type OptionalID struct {
+	ID    uint32
+	Valid bool // the ID is present
+}
+
+// SomeID returns a present ID.
+func SomeID(id uint32) OptionalID { return OptionalID{ID: id, Valid: true} }
+
+// Allocation is one entry of the hami.io/vgpu-mig-allocations array: one
+// MIG device reserved for one container. The scheduler writes the first five
+// fields; the device plugin later fills the runtime identity (MIGUUID,
+// GPUInstanceID, ComputeInstanceID), all three together or none.
+//
+// The zero value is an entry that fails validation (empty gpuUUID).
+// Allocation is comparable.
+type Allocation struct {
+	ContainerIndex    int                  // index into init containers then regular containers
+	DeviceIndex       int                  // index of the device within the container's request
+	GPUUUID           string               // physical GPU UUID, "GPU-..."
+	Profile           string               // profile name as published in migProfiles
+	Placement         capability.Placement // reserved slot interval [start, start+size)
+	MIGUUID           string               // "MIG-...", empty until realized
+	GPUInstanceID     OptionalID           // absent until realized
+	ComputeInstanceID OptionalID           // absent until realized
+}
+
+// RuntimeIdentity is the identity of a realized MIG device.
+type RuntimeIdentity struct {
+	MIGUUID           string
+	GPUInstanceID     uint32
+	ComputeInstanceID uint32
+}
+
+// Runtime returns the entry's runtime identity and true when all three
+// runtime fields are present.
+func (a Allocation) Runtime() (RuntimeIdentity, bool) {
+	if a.MIGUUID == "" || !a.GPUInstanceID.Valid || !a.ComputeInstanceID.Valid {
+		return RuntimeIdentity{}, false
+	}
+	return RuntimeIdentity{a.MIGUUID, a.GPUInstanceID.ID, a.ComputeInstanceID.ID}, true
+}
+
+// PodPhase mirrors corev1.PodPhase without importing Kubernetes.
+type PodPhase string
+
+// Pod phases, as in corev1.
+const (
+	PodPending   PodPhase = "Pending"
+	PodRunning   PodPhase = "Running"
+	PodSucceeded PodPhase = "Succeeded"
+	PodFailed    PodPhase = "Failed"
+	PodUnknown   PodPhase = "Unknown"
+)
+
+// Pod is the small view of a Kubernetes pod that reservation needs. The
+// kube package converts corev1.Pod into it.
+type Pod struct {
+	UID         string
+	Namespace   string
+	Name        string
+	Phase       PodPhase
+	Deleting    bool              // metadata.deletionTimestamp is set
+	Annotations map[string]string // at least AnnotationKey when present
+}
+
+// Snapshot is a listing of the pods assigned to one node. Complete is false
+// when the listing failed, was partial, or the cache was not yet synced; an
+// incomplete snapshot never authorises destructive reconciliation.
+type Snapshot struct {
+	Pods     []Pod
+	Complete bool
+}
