@@ -1,0 +1,369 @@
+package reservation
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/dynmig/dynmig/capability"
+)
+
+// Sentinels for the reasons a [DesiredSet] withholds authorisation.
+var (
+	// ErrNotAuthorized is matched by [DesiredSet.Verdict] when destructive
+	// reconciliation must be skipped.
+	ErrNotAuthorized = errors.New("reservation: destructive reconciliation not authorised")
+	// ErrIncompleteSnapshot: the pod listing was not complete.
+	ErrIncompleteSnapshot = errors.New("reservation: incomplete pod listing")
+	// ErrConflict is matched by every [*ConflictError]: two pods claim the
+	// same hardware.
+	ErrConflict = errors.New("reservation: pods claim the same hardware")
+	// ErrPodIdentity: an active pod has an empty UID, or two listed pods
+	// share a UID.
+	ErrPodIdentity = errors.New("reservation: pod without a unique UID")
+)
+
+// PodRef names a pod. It is comparable; the zero value names no pod.
+type PodRef struct {
+	UID       string
+	Namespace string
+	Name      string
+}
+
+// String returns "namespace/name (uid)".
+func (p PodRef) String() string {
+	return p.Namespace + "/" + p.Name + " (" + p.UID + ")"
+}
+
+// Ref returns the pod's reference.
+func (p *Pod) Ref() PodRef { return PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name} }
+
+// Active reports whether the pod's reservations are part of the desired
+// set: it is not being deleted and has not reached Succeeded or Failed.
+func (p *Pod) Active() bool {
+	return !p.Deleting && p.Phase != PodSucceeded && p.Phase != PodFailed
+}
+
+// Entry is one reservation of one active pod. It is comparable.
+type Entry struct {
+	PodUID    string
+	Namespace string
+	Name      string
+	// Index is the entry's position in the pod's annotation array.
+	Index int
+	Allocation
+}
+
+// Pod returns the reference of the entry's pod.
+func (e Entry) Pod() PodRef { return PodRef{UID: e.PodUID, Namespace: e.Namespace, Name: e.Name} }
+
+// String returns "namespace/name (uid) entry i".
+func (e Entry) String() string { return e.Pod().String() + " entry " + strconv.Itoa(e.Index) }
+
+// PodError reports one problem with one active pod's reservation record:
+// Err is a [*DecodeError], a [*ValidationError], a [*LegacyError] or
+// [ErrPodIdentity]. It matches Err with errors.Is and errors.As.
+type PodError struct {
+	Pod PodRef
+	// Index is the annotation entry concerned, or -1 for the whole record.
+	Index int
+	Err   error
+}
+
+func (e *PodError) Error() string {
+	msg := "reservation: pod " + e.Pod.String()
+	if e.Index >= 0 {
+		msg += " entry " + strconv.Itoa(e.Index)
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *PodError) Unwrap() error { return e.Err }
+
+// ConflictError reports two active pods whose otherwise valid records claim
+// the same hardware. It matches [ErrConflict] and Problem ([ErrOverlap] or
+// [ErrRuntimeConflict]) with errors.Is.
+type ConflictError struct {
+	Problem       error
+	First, Second Entry
+	Detail        string
+}
+
+func (e *ConflictError) Error() string {
+	return "reservation: " + e.First.String() + " and " + e.Second.String() + ": " + e.Detail
+}
+
+// Unwrap returns [ErrConflict] and Problem.
+func (e *ConflictError) Unwrap() []error { return []error{ErrConflict, e.Problem} }
+
+// DesiredSet is the node's desired allocation set computed by [Desired]:
+// the reservations the realization manager must keep, and whether it may
+// destroy instances outside them.
+//
+// The zero value is an empty set that authorises nothing. Its lookup
+// methods scan linearly: a node holds tens of entries, not thousands.
+type DesiredSet struct {
+	// Active are the valid reservations of active, trusted pods, sorted by
+	// GPU UUID, placement start and size, pod UID, container and device
+	// index.
+	Active []Entry
+	// Authorized reports whether destructive reconciliation may run:
+	// the listing was complete and every active pod's record was valid and
+	// conflict-free. Reasons is empty exactly when Authorized is true.
+	Authorized bool
+	// Reasons explain a withheld authorisation: [ErrIncompleteSnapshot],
+	// [*PodError] and [*ConflictError] values, in pod listing order.
+	Reasons []error
+	// Unknown are active pods whose records cannot be trusted (malformed,
+	// invalid, legacy identifiers, conflicting), sorted by UID. What they
+	// might own is unknown: never destroy it, never hand it out.
+	Unknown []PodRef
+	// Withheld are the decodable entries of Unknown pods, in the same order
+	// as Active. They are claims to respect, not reservations to realize.
+	Withheld []Entry
+}
+
+// Desired computes the desired allocation set of one node from a pod
+// listing. Pods that are deleting, Succeeded or Failed are ignored. Each
+// remaining pod's hami.io/vgpu-mig-allocations value is decoded strictly and
+// validated; legacy v2.9 identifiers in hami.io/vgpu-devices-allocated are
+// refused as not adoptable. A pod whose record fails goes to Unknown and
+// its problems to Reasons; other pods' reservations stay in Active. Two
+// valid pods claiming overlapping placements on one GPU, the same MIG UUID
+// or the same GPU instance both go to Unknown. Any reason, or an incomplete
+// listing, withholds authorisation.
+func Desired(snap Snapshot) DesiredSet {
+	var set DesiredSet
+	if !snap.Complete {
+		set.Reasons = append(set.Reasons, ErrIncompleteSnapshot)
+	}
+	seen := make(map[string]bool, len(snap.Pods))
+	unknown := make(map[string]PodRef)
+	var trusted []Entry
+	for i := range snap.Pods {
+		pod := &snap.Pods[i]
+		dup := pod.UID != "" && seen[pod.UID]
+		seen[pod.UID] = true
+		if !pod.Active() {
+			continue
+		}
+		entries, reasons := podEntries(pod)
+		if dup || pod.UID == "" {
+			reasons = append(reasons, &PodError{Pod: pod.Ref(), Index: -1, Err: ErrPodIdentity})
+		}
+		if len(reasons) == 0 {
+			trusted = append(trusted, entries...)
+			continue
+		}
+		set.Reasons = append(set.Reasons, reasons...)
+		unknown[pod.UID] = pod.Ref()
+		set.Withheld = append(set.Withheld, entries...)
+	}
+	conflicts := crossPodConflicts(trusted)
+	for _, c := range conflicts {
+		set.Reasons = append(set.Reasons, c)
+		unknown[c.First.PodUID] = c.First.Pod()
+		unknown[c.Second.PodUID] = c.Second.Pod()
+	}
+	for _, e := range trusted {
+		if _, bad := unknown[e.PodUID]; bad {
+			set.Withheld = append(set.Withheld, e)
+		} else {
+			set.Active = append(set.Active, e)
+		}
+	}
+	for _, p := range unknown {
+		set.Unknown = append(set.Unknown, p)
+	}
+	slices.SortFunc(set.Unknown, func(a, b PodRef) int { return cmp.Compare(a.UID, b.UID) })
+	slices.SortFunc(set.Active, compareEntries)
+	slices.SortFunc(set.Withheld, compareEntries)
+	set.Authorized = len(set.Reasons) == 0
+	return set
+}
+
+// podEntries decodes and validates one active pod's record.
+func podEntries(pod *Pod) ([]Entry, []error) {
+	ref := pod.Ref()
+	var reasons []error
+	if legacy := pod.Annotations[LegacyDevicesAnnotationKey]; legacy != "" {
+		devs, _ := ParseLegacyDevices(legacy)
+		for _, d := range devs {
+			reasons = append(reasons, &PodError{Pod: ref, Index: -1, Err: &LegacyError{Device: d}})
+		}
+	}
+	allocs, err := DecodeString(pod.Annotations[AnnotationKey])
+	if err != nil {
+		var de *DecodeError
+		index := -1
+		if errors.As(err, &de) {
+			index = de.Index
+		}
+		return nil, append(reasons, &PodError{Pod: ref, Index: index, Err: err})
+	}
+	entries := make([]Entry, len(allocs))
+	for i, a := range allocs {
+		entries[i] = Entry{PodUID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Index: i, Allocation: a}
+	}
+	if err := Validate(allocs); err != nil {
+		for _, e := range flatten(err) {
+			index := -1
+			var ve *ValidationError
+			if errors.As(e, &ve) {
+				index = ve.Index
+			}
+			reasons = append(reasons, &PodError{Pod: ref, Index: index, Err: e})
+		}
+	}
+	return entries, reasons
+}
+
+// flatten undoes errors.Join.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		if _, isValidation := err.(*ValidationError); !isValidation {
+			return j.Unwrap()
+		}
+	}
+	return []error{err}
+}
+
+// crossPodConflicts finds hardware claimed by entries of two different
+// pods.
+func crossPodConflicts(entries []Entry) []*ConflictError {
+	var out []*ConflictError
+	for i := range entries {
+		for j := 0; j < i; j++ {
+			a, b := &entries[j], &entries[i]
+			if a.PodUID == b.PodUID {
+				continue
+			}
+			switch {
+			case a.GPUUUID == b.GPUUUID && a.Placement.Overlaps(b.Placement):
+				out = append(out, &ConflictError{Problem: ErrOverlap, First: *a, Second: *b,
+					Detail: a.Placement.String() + " overlaps " + b.Placement.String() + " on " + a.GPUUUID})
+			case a.MIGUUID != "" && a.MIGUUID == b.MIGUUID:
+				out = append(out, &ConflictError{Problem: ErrRuntimeConflict, First: *a, Second: *b,
+					Detail: "both claim " + a.MIGUUID})
+			case a.GPUUUID == b.GPUUUID && a.GPUInstanceID.Valid && b.GPUInstanceID.Valid &&
+				a.GPUInstanceID.ID == b.GPUInstanceID.ID:
+				out = append(out, &ConflictError{Problem: ErrRuntimeConflict, First: *a, Second: *b,
+					Detail: "both claim GPU instance " + strconv.FormatUint(uint64(a.GPUInstanceID.ID), 10) + " on " + a.GPUUUID})
+			}
+		}
+	}
+	return out
+}
+
+func compareEntries(a, b Entry) int {
+	return cmp.Or(
+		cmp.Compare(a.GPUUUID, b.GPUUUID),
+		cmp.Compare(a.Placement.Start, b.Placement.Start),
+		cmp.Compare(a.Placement.Size, b.Placement.Size),
+		cmp.Compare(a.PodUID, b.PodUID),
+		cmp.Compare(a.ContainerIndex, b.ContainerIndex),
+		cmp.Compare(a.DeviceIndex, b.DeviceIndex),
+	)
+}
+
+// Verdict returns nil when destructive reconciliation is authorised, else
+// an error matching [ErrNotAuthorized] and every reason.
+func (s *DesiredSet) Verdict() error {
+	if s.Authorized {
+		return nil
+	}
+	if len(s.Reasons) == 0 {
+		return ErrNotAuthorized
+	}
+	return errors.Join(append([]error{ErrNotAuthorized}, s.Reasons...)...)
+}
+
+// Lookup returns the active entry of a pod's container and device.
+func (s *DesiredSet) Lookup(podUID string, containerIndex, deviceIndex int) (Entry, bool) {
+	for _, e := range s.Active {
+		if e.PodUID == podUID && e.ContainerIndex == containerIndex && e.DeviceIndex == deviceIndex {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// Container returns the active entries of one container of a pod, ordered
+// by device index.
+func (s *DesiredSet) Container(podUID string, containerIndex int) []Entry {
+	var out []Entry
+	for _, e := range s.Active {
+		if e.PodUID == podUID && e.ContainerIndex == containerIndex {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.DeviceIndex, b.DeviceIndex) })
+	return out
+}
+
+// Pod returns the active entries of a pod, ordered by container and device
+// index.
+func (s *DesiredSet) Pod(podUID string) []Entry {
+	var out []Entry
+	for _, e := range s.Active {
+		if e.PodUID == podUID {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.ContainerIndex, b.ContainerIndex), cmp.Compare(a.DeviceIndex, b.DeviceIndex))
+	})
+	return out
+}
+
+// At returns the active entry reserving exactly placement p on the GPU.
+func (s *DesiredSet) At(gpuUUID string, p capability.Placement) (Entry, bool) {
+	for _, e := range s.Active {
+		if e.GPUUUID == gpuUUID && e.Placement == p {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// Claimed reports whether any active or withheld entry claims a slot of p
+// on the GPU. An instance whose placement is claimed must not be
+// destroyed.
+func (s *DesiredSet) Claimed(gpuUUID string, p capability.Placement) bool {
+	for _, list := range [][]Entry{s.Active, s.Withheld} {
+		for _, e := range list {
+			if e.GPUUUID == gpuUUID && e.Placement.Overlaps(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ClaimedMIG reports whether any active or withheld entry names the MIG
+// UUID.
+func (s *DesiredSet) ClaimedMIG(migUUID string) bool {
+	if migUUID == "" {
+		return false
+	}
+	for _, list := range [][]Entry{s.Active, s.Withheld} {
+		for _, e := range list {
+			if e.MIGUUID == migUUID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// IsUnknown reports whether the pod's record could not be trusted.
+func (s *DesiredSet) IsUnknown(podUID string) bool {
+	for _, p := range s.Unknown {
+		if p.UID == podUID {
+			return true
+		}
+	}
+	return false
+}
