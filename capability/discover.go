@@ -1,0 +1,211 @@
+package capability
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// FindingKind classifies a [Finding]. The zero value is not a kind.
+type FindingKind uint8
+
+const (
+	// FindingNoMatch: the GPU is in MIG mode but its NVML name matches no
+	// allowlist entry, so it publishes no profiles.
+	FindingNoMatch FindingKind = iota + 1
+	// FindingMIGDisabled: MIG mode is disabled or unknown (for example a
+	// board without MIG), so the GPU publishes no profiles.
+	FindingMIGDisabled
+	// FindingModePending: a MIG mode change waits for a GPU reset; the GPU
+	// is discovered in its current mode.
+	FindingModePending
+	// FindingUnresolved: an allowlisted profile name is not among the
+	// profiles NVML reports for the GPU, so it is omitted. Expected for
+	// alias names such as 7g.79gb next to 7g.80gb.
+	FindingUnresolved
+	// FindingBadProfile: NVML reported a profile that cannot be used (no
+	// valid name, no slices, no or invalid placements, or a name another
+	// profile of the GPU already has); it is left out.
+	FindingBadProfile
+	// FindingNoProfiles: the GPU is in MIG mode and matches an entry, but
+	// none of the entry's profiles resolved.
+	FindingNoProfiles
+)
+
+var findingNames = [...]string{
+	FindingNoMatch:     "no-match",
+	FindingMIGDisabled: "mig-disabled",
+	FindingModePending: "mode-pending",
+	FindingUnresolved:  "unresolved",
+	FindingBadProfile:  "bad-profile",
+	FindingNoProfiles:  "no-profiles",
+}
+
+// String returns a short kebab-case name such as "no-match".
+func (k FindingKind) String() string {
+	if int(k) < len(findingNames) && findingNames[k] != "" {
+		return findingNames[k]
+	}
+	return "FindingKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Finding is one thing [Discover] left out or noticed about a GPU, so that
+// nothing is dropped silently. Finding is comparable when Err is.
+type Finding struct {
+	Kind  FindingKind
+	GPU   int    // NVML device index
+	UUID  string // GPU UUID
+	Model string // NVML device name
+	// Entry is the allowlist entry that matched the GPU, or -1.
+	Entry int
+	// Profile is the profile name concerned (FindingUnresolved,
+	// FindingBadProfile when a name is known), else "".
+	Profile string
+	// Err is the cause for FindingBadProfile, else nil.
+	Err error
+}
+
+// String describes the finding in one line.
+func (f Finding) String() string {
+	s := fmt.Sprintf("GPU %d (%s, %q): %s", f.GPU, f.UUID, f.Model, f.Kind)
+	if f.Entry >= 0 {
+		s += " entry " + strconv.Itoa(f.Entry)
+	}
+	if f.Profile != "" {
+		s += " profile " + f.Profile
+	}
+	if f.Err != nil {
+		s += ": " + f.Err.Error()
+	}
+	return s
+}
+
+// DiscoveryReport lists the [Finding] values of one [Discover] call, ordered
+// by GPU index, then as discovered (profiles in allowlist order). The zero
+// value is an empty report.
+type DiscoveryReport struct {
+	Findings []Finding
+}
+
+// Of returns the findings of kind k.
+func (r DiscoveryReport) Of(k FindingKind) []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if f.Kind == k {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Discover reads every GPU from hw and returns its MIG capability under
+// policy, one [GPU] per device in NVML index order.
+//
+// A GPU in MIG mode whose NVML name matches an allowlist entry (see
+// [Allowlist.Match]) gets exactly the entry's profiles that NVML resolves,
+// built by [GPUFromDevice] (so core = ceil(profileSMs*100/maxSMs) with maxSMs
+// over all the GPU's GI profiles, allowlisted or not) and ordered by
+// [CompareProfiles]. Every other GPU is returned with no profiles. Whatever
+// is left out is in the report: allowlisted names the GPU does not
+// resolve, GPUs matching no entry, GPUs with MIG disabled or a mode change
+// pending, and unusable NVML profiles.
+//
+// Errors from hw are [*HardwareError] values naming the call and GPU index;
+// on error no GPUs are returned. Discover checks ctx between GPUs and
+// returns ctx.Err() when it is done. It only reads from hw.
+func Discover(ctx context.Context, hw HardwareView, policy Allowlist) ([]GPU, DiscoveryReport, error) {
+	var report DiscoveryReport
+	devs, err := hw.Devices(ctx)
+	if err != nil {
+		return nil, report, &HardwareError{Op: "Devices", GPU: -1, Err: err}
+	}
+	gpus := make([]GPU, 0, len(devs))
+	for _, dev := range devs {
+		if err := ctx.Err(); err != nil {
+			return nil, DiscoveryReport{}, err
+		}
+		gpu, err := discoverGPU(ctx, hw, policy, dev, &report)
+		if err != nil {
+			return nil, DiscoveryReport{}, err
+		}
+		gpus = append(gpus, gpu)
+	}
+	sortByIndex(gpus, report.Findings)
+	return gpus, report, nil
+}
+
+// sortByIndex orders gpus by Index and findings stably by GPU, in case the
+// view lists devices out of order.
+func sortByIndex(gpus []GPU, findings []Finding) {
+	sortStable(gpus, func(a, b *GPU) bool { return a.Index < b.Index })
+	sortStable(findings, func(a, b *Finding) bool { return a.GPU < b.GPU })
+}
+
+// sortStable is an insertion sort: lists are a handful of GPUs long and
+// usually already sorted.
+func sortStable[T any](s []T, less func(a, b *T) bool) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && less(&s[j], &s[j-1]); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func discoverGPU(ctx context.Context, hw HardwareView, policy Allowlist, dev DeviceInfo, report *DiscoveryReport) (GPU, error) {
+	entry, _, matched := policy.Match(dev.Name)
+	note := func(k FindingKind, profile string, err error) {
+		report.Findings = append(report.Findings, Finding{
+			Kind: k, GPU: dev.Index, UUID: dev.UUID, Model: dev.Name,
+			Entry: entry, Profile: profile, Err: err,
+		})
+	}
+	bare := GPU{UUID: dev.UUID, Index: dev.Index, Name: dev.Name, MemoryMB: dev.MemoryMB, NUMA: dev.NUMA, MIGMode: dev.MIGMode}
+	if dev.PendingMIGMode != dev.MIGMode {
+		note(FindingModePending, "", nil)
+	}
+	if dev.MIGMode != MIGEnabled {
+		note(FindingMIGDisabled, "", nil)
+		return bare, nil
+	}
+	if !matched {
+		note(FindingNoMatch, "", nil)
+		return bare, nil
+	}
+	infos, err := hw.GIProfiles(ctx, dev.Index)
+	if err != nil {
+		return GPU{}, &HardwareError{Op: "GIProfiles", GPU: dev.Index, Err: err}
+	}
+	all, errs := GPUFromDevice(dev, infos)
+	for _, err := range errs {
+		note(FindingBadProfile, "", err)
+	}
+	byName := make(map[string]*Profile, len(all.Profiles))
+	for i := range all.Profiles {
+		p := &all.Profiles[i]
+		switch {
+		case byName[p.Name] != nil:
+			note(FindingBadProfile, p.Name, fmt.Errorf("profile index %d has the same name as index %d", p.GIProfileIndex, byName[p.Name].GIProfileIndex))
+		case len(p.Placements) == 0:
+			note(FindingBadProfile, p.Name, fmt.Errorf("profile index %d has no placements", p.GIProfileIndex))
+		default:
+			byName[p.Name] = p
+		}
+	}
+	gpu := bare
+	published := make(map[string]bool, len(byName))
+	for _, name := range policy[entry].Profiles {
+		p := byName[name]
+		switch {
+		case p == nil:
+			note(FindingUnresolved, name, nil)
+		case !published[name]: // an unvalidated policy may list a name twice
+			published[name] = true
+			gpu.Profiles = append(gpu.Profiles, *p)
+		}
+	}
+	if len(gpu.Profiles) == 0 {
+		note(FindingNoProfiles, "", nil)
+	}
+	SortProfiles(gpu.Profiles)
+	return gpu, nil
+}
