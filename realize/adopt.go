@@ -1,0 +1,425 @@
+package realize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// AdoptReport says what [Manager.Adopt] found and did.
+type AdoptReport struct {
+	// Authorized is true when the snapshot was trustworthy enough to clean
+	// idle GPUs; Reasons say why not otherwise.
+	Authorized bool
+	Reasons    []error
+	// GPUs describes every GPU of the node, in index order.
+	GPUs []GPUReport
+	// Adopted are live instances verified against a reservation's complete
+	// runtime identity and now managed.
+	Adopted []ManagedInstance
+	// Pending are active reservations without runtime identity: scheduled
+	// but not yet realized. They are left for Allocate.
+	Pending []reservation.Entry
+	// Rejected are reservations with a runtime identity that were not
+	// adopted, with the reason (a mismatch with the hardware, a conflict, an
+	// unknown GPU or profile).
+	Rejected []Rejection
+	// Leaks are unmanaged instances left on GPUs that were not cleaned. See
+	// [Manager.CollectLeaks].
+	Leaks []Leak
+}
+
+// GPUReport is one GPU's state at adoption.
+type GPUReport struct {
+	Index int
+	UUID  string
+	// Busy is true when the GPU carries work: active or withheld
+	// reservations, processes, or instances already managed. Busy GPUs are
+	// never cleaned.
+	Busy bool
+	// Reservations counts active and withheld reservation entries on it.
+	Reservations int
+	// Processes counts compute processes on it.
+	Processes int
+	// Cleaned counts the instances destroyed to make an idle GPU clean.
+	Cleaned int
+	// MIGMode is the MIG mode after adoption; MIGEnabledNow is true when
+	// Adopt switched it on.
+	MIGMode       capability.MIGMode
+	MIGEnabledNow bool
+	// Err is why the GPU could not be inspected, cleaned or switched to
+	// MIG mode, or nil.
+	Err error
+}
+
+// Rejection is a reservation Adopt did not adopt.
+type Rejection struct {
+	Entry reservation.Entry
+	Err   error // matches ErrHardwareMismatch, ErrConflict, ErrNotFound, reservation sentinels
+}
+
+// Leak is an unmanaged instance on a GPU.
+type Leak struct {
+	GPU       int
+	GPUUUID   string
+	GIID      uint32
+	Profile   capability.GIProfileIndex
+	Placement capability.Placement
+	// ComputeInstances counts its CIs; 0 is a GI without a CI, typically
+	// left by a crash between GI and CI creation.
+	ComputeInstances int
+	// Claimed is true when an active or withheld reservation overlaps it:
+	// it may be the not yet patched instance of a pending reservation, and
+	// is left to Allocate rather than collected.
+	Claimed bool
+	// Processes counts processes on it.
+	Processes int
+}
+
+// String formats the leak as "gpu<index> GI <id> <placement> (<n> CIs)".
+func (l Leak) String() string {
+	return fmt.Sprintf("gpu%d GI %d %v (%d CIs)", l.GPU, l.GIID, l.Placement, l.ComputeInstances)
+}
+
+// Adopt recovers the manager's state after a (re)start from snap and the
+// live hardware, and prepares idle GPUs. It is safe to call again later,
+// for example when a complete pod listing becomes available: instances
+// already managed are left as they are.
+//
+// For each GPU, under its lock:
+//
+//  1. A GPU is busy when an active or withheld reservation names it, it
+//     runs processes, or the manager already manages instances on it.
+//  2. When snap authorises destruction, an idle GPU is cleaned: every
+//     leftover CI and GI is destroyed, and, with [Options.EnableMIG], MIG
+//     mode is switched on through [MIGModeSetter]. Without authorisation no
+//     GPU is cleaned.
+//  3. Each active reservation with a complete runtime identity is verified
+//     against the live instance with its GI ID (profile, placement, GI ID,
+//     CI ID, MIG UUID) and adopted when everything matches and no other
+//     owner claims it. Mismatches are Rejected, never adopted and never
+//     destroyed. Reservations without runtime identity are Pending, left
+//     for Allocate. Pods with malformed records or legacy v2.9 identifiers
+//     are reported in Reasons and nothing of theirs is adopted.
+//  4. Unmanaged instances left on GPUs that were not cleaned are Leaks.
+//
+// The error joins the per-GPU failures (also in GPUReport.Err); Adopt fails
+// as a whole only when the GPUs cannot be listed or ctx ends.
+func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptReport, error) {
+	want := desired(snap, nil)
+	rep := AdoptReport{Authorized: want.Authorized, Reasons: want.Reasons}
+	devs, err := m.hw.Devices(ctx)
+	if err != nil {
+		return rep, err
+	}
+	var errs []error
+	for _, dev := range devs {
+		g, err := m.adoptGPU(ctx, &want, dev, &rep)
+		if err != nil {
+			g.Err = err
+			errs = append(errs, fmt.Errorf("realize: adopt GPU %d (%s): %w", dev.Index, dev.UUID, err))
+		}
+		rep.GPUs = append(rep.GPUs, g)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	m.log.InfoContext(ctx, "adoption finished", "authorized", rep.Authorized, "adopted", len(rep.Adopted),
+		"pending", len(rep.Pending), "rejected", len(rep.Rejected), "leaks", len(rep.Leaks))
+	return rep, errors.Join(errs...)
+}
+
+// adoptGPU runs adoption for one GPU under its lock.
+func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability.DeviceInfo, rep *AdoptReport) (GPUReport, error) {
+	g := GPUReport{Index: dev.Index, UUID: dev.UUID, MIGMode: dev.MIGMode}
+	unlock, err := m.lockGPU(ctx, dev.Index)
+	if err != nil {
+		return g, err
+	}
+	defer unlock()
+
+	active := entriesOn(want.Active, dev.UUID)
+	g.Reservations = len(active) + len(entriesOn(want.Withheld, dev.UUID))
+	procs, err := m.hw.Processes(ctx, dev.Index)
+	if err != nil {
+		return g, err
+	}
+	g.Processes = procs.Total
+	insts, err := m.instances(ctx, dev)
+	if err != nil {
+		return g, err
+	}
+	g.Busy = g.Reservations > 0 || procs.Busy() || m.managesOn(dev.Index)
+	if !g.Busy {
+		if want.Authorized {
+			err = m.cleanIdle(ctx, dev, insts, &g)
+		}
+		return g, err
+	}
+	var gpu *capability.GPU
+	for _, e := range active {
+		rt, ok := e.Runtime()
+		if !ok {
+			rep.Pending = append(rep.Pending, e)
+			continue
+		}
+		if gpu == nil {
+			if gpu, err = m.capabilityOf(ctx, dev); err != nil {
+				return g, err
+			}
+		}
+		if rec, err := m.adoptEntry(want, gpu, insts, e, rt); err != nil {
+			rep.Rejected = append(rep.Rejected, Rejection{Entry: e, Err: err})
+			if errors.Is(err, ErrConflict) {
+				m.stats.conflicts.Add(1)
+			}
+			m.log.WarnContext(ctx, "reservation not adopted", "entry", e.String(), "err", err)
+		} else if rec != nil {
+			rep.Adopted = append(rep.Adopted, rec.ManagedInstance)
+			m.stats.adoptions.Add(1)
+			m.log.InfoContext(ctx, "adopted instance", instanceAttrs(rec)...)
+		}
+	}
+	rep.Leaks = append(rep.Leaks, m.leaksOn(want, dev, insts, procs)...)
+	return g, nil
+}
+
+// instances lists the GPU's instances; a GPU with MIG disabled has none.
+func (m *Manager) instances(ctx context.Context, dev capability.DeviceInfo) ([]Instance, error) {
+	if dev.MIGMode != capability.MIGEnabled {
+		return nil, nil
+	}
+	return m.hw.Instances(ctx, dev.Index)
+}
+
+func (m *Manager) capabilityOf(ctx context.Context, dev capability.DeviceInfo) (*capability.GPU, error) {
+	infos, err := m.hw.GIProfiles(ctx, dev.Index)
+	if err != nil {
+		return nil, err
+	}
+	g, _ := capability.GPUFromDevice(dev, infos)
+	return &g, nil
+}
+
+func entriesOn(list []reservation.Entry, gpuUUID string) []reservation.Entry {
+	var out []reservation.Entry
+	for _, e := range list {
+		if e.GPUUUID == gpuUUID {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// managesOn reports whether any managed instance is on the GPU.
+func (m *Manager) managesOn(gpu int) bool {
+	for _, r := range m.records() {
+		if r.Key.GPU == gpu {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanIdle destroys every instance on an idle GPU and optionally enables
+// MIG mode. The caller holds the GPU's lock.
+func (m *Manager) cleanIdle(ctx context.Context, dev capability.DeviceInfo, insts []Instance, g *GPUReport) error {
+	var errs []error
+	for _, gi := range insts {
+		if err := m.destroyUnmanaged(ctx, dev.Index, gi); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		g.Cleaned++
+	}
+	if g.Cleaned > 0 {
+		m.log.InfoContext(ctx, "cleaned idle GPU", "gpu", dev.Index, "gpu_uuid", dev.UUID, "destroyed", g.Cleaned)
+	}
+	if dev.MIGMode == capability.MIGDisabled && m.opts.EnableMIG {
+		setter, ok := m.hw.(MIGModeSetter)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: backend cannot enable MIG mode", ErrNotSupported))
+		} else if err := setter.EnableMIG(ctx, dev.Index); err != nil {
+			errs = append(errs, err)
+		} else {
+			g.MIGMode, g.MIGEnabledNow = capability.MIGEnabled, true
+			m.log.InfoContext(ctx, "enabled MIG mode on idle GPU", "gpu", dev.Index, "gpu_uuid", dev.UUID)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// destroyUnmanaged destroys every CI of gi, then gi.
+func (m *Manager) destroyUnmanaged(ctx context.Context, gpu int, gi Instance) error {
+	key := Key{GPU: gpu, Placement: gi.Placement}
+	for _, ci := range gi.ComputeInstances {
+		if err := m.hw.DestroyComputeInstance(ctx, gpu, gi.GIID, ci.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			return &ReleaseError{Key: key, GIID: gi.GIID, Err: err}
+		}
+	}
+	return m.destroyGI(ctx, key, Owner{}, gi.GIID)
+}
+
+// adoptEntry verifies one annotated runtime identity against the live
+// instances and adopts it. It returns a nil record and nil error when the
+// entry is already managed for the same owner.
+func (m *Manager) adoptEntry(want *desiredSet, gpu *capability.GPU, insts []Instance, e reservation.Entry, rt reservation.RuntimeIdentity) (*record, error) {
+	owner := entryOwner(&e)
+	key := Key{GPU: gpu.Index, Profile: e.Profile, Placement: e.Placement}
+	if rec := m.lookup(key); rec != nil {
+		if rec.Owner == owner && rec.Runtime == rt {
+			return nil, nil
+		}
+		return nil, &ConflictError{Key: key, Owner: owner, Holder: rec.Owner, Reason: "key is managed for another reservation or identity"}
+	}
+	if rec := m.recordByMIG(rt.MIGUUID); rec != nil {
+		return nil, &ConflictError{Key: key, Owner: owner, Holder: rec.Owner, Reason: "runtime identity names managed instance " + rec.Key.String()}
+	}
+	for _, r := range m.records() {
+		if r.Key.GPU == key.GPU && r.Key.Placement.Overlaps(key.Placement) {
+			return nil, &ConflictError{Key: key, Owner: owner, Holder: r.Owner, Reason: "overlaps managed instance " + r.Key.String()}
+		}
+	}
+	if c, ok := want.rival(e.GPUUUID, e.Placement, owner); ok {
+		return nil, &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&c), Reason: "overlaps reservation " + c.String()}
+	}
+	prof := gpu.Profile(e.Profile)
+	if prof == nil {
+		return nil, fmt.Errorf("%w: GPU %d does not support %q", reservation.ErrUnknownProfile, gpu.Index, e.Profile)
+	}
+	gi, ok := findGI(insts, rt.GPUInstanceID)
+	if !ok {
+		return nil, fmt.Errorf("%w: GI %d is not live on GPU %d", ErrNotFound, rt.GPUInstanceID, gpu.Index)
+	}
+	if why := verify(gi, prof.GIProfileIndex, e.Placement, rt); why != "" {
+		return nil, fmt.Errorf("%w: %s", ErrHardwareMismatch, why)
+	}
+	rec := &record{ManagedInstance: ManagedInstance{Key: key, Owner: owner, GPUUUID: e.GPUUUID,
+		GIIndex: gi.Profile, Runtime: rt, Origin: OriginAdopted}}
+	m.store(rec)
+	return rec, nil
+}
+
+// leaksOn lists the unmanaged instances on a GPU. The caller holds the
+// GPU's lock.
+func (m *Manager) leaksOn(want *desiredSet, dev capability.DeviceInfo, insts []Instance, procs ProcessReport) []Leak {
+	var out []Leak
+	for _, gi := range insts {
+		if m.managedGI(dev.Index, gi) {
+			continue
+		}
+		out = append(out, Leak{GPU: dev.Index, GPUUUID: dev.UUID, GIID: gi.GIID, Profile: gi.Profile,
+			Placement: gi.Placement, ComputeInstances: len(gi.ComputeInstances),
+			Claimed: want.Claimed(dev.UUID, gi.Placement), Processes: procs.ByGPUInstance[gi.GIID]})
+	}
+	return out
+}
+
+// managedGI reports whether gi is a managed instance.
+func (m *Manager) managedGI(gpu int, gi Instance) bool {
+	for _, r := range m.records() {
+		if r.Key.GPU == gpu && r.Runtime.GPUInstanceID == gi.GIID && r.Key.Placement == gi.Placement {
+			return true
+		}
+	}
+	return false
+}
+
+// LeakReport says what [Manager.CollectLeaks] found and did.
+type LeakReport struct {
+	// Authorized and Reasons as in [ReconcileReport]; nothing is collected
+	// without authorisation.
+	Authorized bool
+	Reasons    []error
+	// Collected are the unmanaged instances destroyed.
+	Collected []Leak
+	// Left are the unmanaged instances found but not collected: claimed by
+	// a reservation, running processes, on a GPU with processes outside
+	// any GPU instance, or whose destroy failed (see Err).
+	Left []Leak
+	// Err joins the destroy failures, or nil.
+	Err error
+}
+
+// CollectLeaks destroys unmanaged instances (leaked GIs, including GIs
+// without a CI) that provably belong to no one. It is conservative: it
+// runs only when snap authorises destruction, and on each GPU, under its
+// lock, it destroys an unmanaged instance only when
+//
+//   - no active reservation overlaps its placement (a pending reservation's
+//     not yet patched instance is left to Allocate),
+//   - no process runs on it, and
+//   - every process on the GPU is attributed to a GPU instance (otherwise
+//     the GPU is skipped).
+//
+// Managed instances are never touched. Instances of other MIG tooling on
+// the same GPUs would be collected: the design requires that the device
+// plugin own MIG mutation on its GPUs (stop MIG Manager first).
+func (m *Manager) CollectLeaks(ctx context.Context, snap reservation.Snapshot) (LeakReport, error) {
+	want := desired(snap, nil)
+	rep := LeakReport{Authorized: want.Authorized, Reasons: want.Reasons}
+	if !want.Authorized {
+		m.stats.skippedReconciles.Add(1)
+		m.log.WarnContext(ctx, "leak collection skipped: snapshot does not authorise destruction", "reasons", len(want.Reasons))
+		return rep, nil
+	}
+	devs, err := m.hw.Devices(ctx)
+	if err != nil {
+		return rep, err
+	}
+	var errs []error
+	for _, dev := range devs {
+		if err := m.collectOn(ctx, &want, dev, &rep); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	rep.Err = errors.Join(errs...)
+	return rep, rep.Err
+}
+
+func (m *Manager) collectOn(ctx context.Context, want *desiredSet, dev capability.DeviceInfo, rep *LeakReport) error {
+	if dev.MIGMode != capability.MIGEnabled {
+		return nil
+	}
+	unlock, err := m.lockGPU(ctx, dev.Index)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	procs, err := m.hw.Processes(ctx, dev.Index)
+	if err != nil {
+		return err
+	}
+	insts, err := m.hw.Instances(ctx, dev.Index)
+	if err != nil {
+		return err
+	}
+	attributed := 0
+	for _, n := range procs.ByGPUInstance {
+		attributed += n
+	}
+	var errs []error
+	for _, l := range m.leaksOn(want, dev, insts, procs) {
+		if l.Claimed || l.Processes > 0 || attributed < procs.Total {
+			rep.Left = append(rep.Left, l)
+			continue
+		}
+		gi, _ := findGI(insts, l.GIID)
+		if err := m.destroyUnmanaged(ctx, dev.Index, gi); err != nil {
+			rep.Left = append(rep.Left, l)
+			errs = append(errs, err)
+			continue
+		}
+		m.stats.leaksCollected.Add(1)
+		rep.Collected = append(rep.Collected, l)
+		m.log.InfoContext(ctx, "collected leaked instance", "gpu", l.GPU, "gpu_uuid", l.GPUUUID, "gi", l.GIID,
+			"placement", l.Placement.String(), "cis", l.ComputeInstances)
+	}
+	return errors.Join(errs...)
+}

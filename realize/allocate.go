@@ -1,0 +1,530 @@
+package realize
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// AllocateRequest asks the manager to realize one container's reservation.
+type AllocateRequest struct {
+	// Pod is the pod whose container is being started, with its
+	// hami.io/vgpu-mig-allocations annotation as the scheduler (and
+	// possibly an earlier Allocate) wrote it.
+	Pod reservation.Pod
+	// ContainerIndex selects the container: init containers first, then
+	// regular containers, as in the annotation.
+	ContainerIndex int
+	// Snapshot is the current listing of the node's pods. Allocate first
+	// reconciles against it (destructively only when it authorises that)
+	// and uses it to refuse reservations that overlap another active
+	// pod's. Pod is added to it when the listing lags behind.
+	Snapshot reservation.Snapshot
+	// PatchOptions are passed to the annotation patch, e.g. the pod's
+	// resourceVersion for optimistic concurrency.
+	PatchOptions reservation.PatchOptions
+}
+
+// Device is one realized MIG device of an Allocate.
+type Device struct {
+	// Index is the entry's position in the annotation array.
+	Index int
+	// Entry is the reservation entry with its runtime identity filled in.
+	Entry reservation.Allocation
+	// Key is the manager key of the instance.
+	Key Key
+	// Runtime is the instance's identity: expose Runtime.MIGUUID to the
+	// container.
+	Runtime reservation.RuntimeIdentity
+	// Origin says whether this call created the instance, adopted it, or
+	// found it already managed for the same owner.
+	Origin Origin
+}
+
+// AllocateResult is what a device plugin needs after a successful
+// Allocate: the devices to expose and the annotation patch to persist.
+type AllocateResult struct {
+	// Devices are the container's devices, ordered by DeviceIndex.
+	Devices []Device
+	// Annotation is the pod's new hami.io/vgpu-mig-allocations value, with
+	// the runtime identity of the container's entries filled in.
+	Annotation string
+	// Patch is the JSON merge patch that sets Annotation on the pod, or
+	// nil when the annotation already holds every identity.
+	Patch []byte
+	// Reconcile is the report of the reconcile pass that ran first.
+	Reconcile ReconcileReport
+}
+
+// step is one resolved entry of an Allocate.
+type step struct {
+	index   int
+	entry   reservation.Allocation
+	owner   Owner
+	key     Key
+	profile capability.Profile
+}
+
+// Allocate realizes the reservation of one container of req.Pod: it
+// reconciles against req.Snapshot, checks every entry against the GPU's
+// capability (nothing is created when one fails), then, one entry at a
+// time under that GPU's lock, creates the GI and CI at exactly the reserved
+// placement (or returns the instance already managed for this entry), and
+// returns the runtime identities and the annotation patch. It never tries
+// another placement.
+//
+// A repeated Allocate of the same reservation returns the same MIG UUIDs
+// without creating anything. An entry whose key is managed for another
+// owner, whose runtime identity names an instance other than the one at its
+// key, or whose placement overlaps another active pod's reservation or
+// managed instance fails with [ErrConflict]. When an entry fails, the
+// instances this call created are destroyed (CI, then GI) and the error
+// joins the rollback failures, if any; instances it adopted or found
+// managed stay.
+//
+// Errors are an [*EntryError] for a failed entry (matching its cause:
+// [ErrConflict], [ErrMIGDisabled], reservation.ErrUnknownGPU,
+// reservation.ErrUnknownProfile, reservation.ErrUnpublishedPlacement, a
+// [*HardwareError], a context error), a reservation decode or validation
+// error for a malformed annotation, [ErrNoReservation], [ErrInactivePod] or
+// [ErrInvalidRequest].
+func (m *Manager) Allocate(ctx context.Context, req AllocateRequest) (AllocateResult, error) {
+	pod := &req.Pod
+	if pod.UID == "" || req.ContainerIndex < 0 {
+		return AllocateResult{}, fmt.Errorf("%w: pod UID %q, container %d", ErrInvalidRequest, pod.UID, req.ContainerIndex)
+	}
+	if !pod.Active() {
+		return AllocateResult{}, fmt.Errorf("%w: pod %s/%s (%s) phase %q deleting=%t",
+			ErrInactivePod, pod.Namespace, pod.Name, pod.UID, pod.Phase, pod.Deleting)
+	}
+	entries, err := podEntries(pod)
+	if err != nil {
+		return AllocateResult{}, fmt.Errorf("realize: pod %s/%s (%s) annotation %s: %w", pod.Namespace, pod.Name, pod.UID, reservation.AnnotationKey, err)
+	}
+	mine := containerEntries(entries, req.ContainerIndex)
+	if len(mine) == 0 {
+		return AllocateResult{}, fmt.Errorf("%w: pod %s/%s (%s) container %d", ErrNoReservation, pod.Namespace, pod.Name, pod.UID, req.ContainerIndex)
+	}
+
+	want := desired(req.Snapshot, pod)
+	rep, _ := m.reconcile(ctx, &want) // failures are in the report; they do not block this pod
+	res := AllocateResult{Reconcile: rep}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if want.IsUnknown(pod.UID) {
+		return res, m.untrusted(ctx, pod, &want, mine, entries)
+	}
+
+	steps, err := m.plan(ctx, pod.UID, entries, mine)
+	if err != nil {
+		return res, err
+	}
+	devices, err := m.realizeSteps(ctx, &want, pod.UID, steps)
+	if err != nil {
+		return res, err
+	}
+	res.Devices = devices
+	res.Annotation, res.Patch, err = patchFor(pod, entries, devices, req.PatchOptions)
+	return res, err
+}
+
+// untrusted refuses a pod that the desired set could not trust: its record
+// conflicts with another pod's or carries legacy identifiers.
+func (m *Manager) untrusted(ctx context.Context, pod *reservation.Pod, want *desiredSet, mine []int, entries []reservation.Allocation) error {
+	reasons := errors.Join(want.podReasons(pod.UID)...)
+	if errors.Is(reasons, reservation.ErrConflict) {
+		e := entries[mine[0]]
+		m.stats.conflicts.Add(1)
+		err := &ConflictError{Key: Key{GPU: -1, Profile: e.Profile, Placement: e.Placement}, Owner: ownerOf(pod.UID, e),
+			Reason: "the pod's reservation conflicts with another active pod's", Cause: reasons}
+		m.log.WarnContext(ctx, "reservation refused", "pod", pod.UID, "err", err)
+		return err
+	}
+	return fmt.Errorf("realize: pod %s/%s (%s) is not trusted: %w", pod.Namespace, pod.Name, pod.UID, reasons)
+}
+
+// containerEntries returns the positions of the container's entries,
+// ordered by DeviceIndex.
+func containerEntries(entries []reservation.Allocation, container int) []int {
+	var out []int
+	for i := range entries {
+		if entries[i].ContainerIndex == container {
+			out = append(out, i)
+		}
+	}
+	slices.SortFunc(out, func(a, b int) int { return cmp.Compare(entries[a].DeviceIndex, entries[b].DeviceIndex) })
+	return out
+}
+
+// plan resolves each entry to a GPU index and checks it against the GPU's
+// MIG mode and capability, before anything is created.
+func (m *Manager) plan(ctx context.Context, podUID string, entries []reservation.Allocation, mine []int) ([]step, error) {
+	devs, err := m.hw.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	gpus := make(map[string]*capability.GPU)
+	steps := make([]step, 0, len(mine))
+	for _, i := range mine {
+		e := entries[i]
+		s := step{index: i, entry: e, owner: ownerOf(podUID, e), key: Key{GPU: -1, Profile: e.Profile, Placement: e.Placement}}
+		fail := func(err error) error {
+			return &EntryError{PodUID: podUID, Index: i, Owner: s.owner, Key: s.key, Err: err}
+		}
+		gpu, ok := gpus[e.GPUUUID]
+		if !ok {
+			dev, found := deviceByUUID(devs, e.GPUUUID)
+			if !found {
+				return nil, fail(fmt.Errorf("%w: %s is not on this node", reservation.ErrUnknownGPU, e.GPUUUID))
+			}
+			infos, err := m.hw.GIProfiles(ctx, dev.Index)
+			if err != nil {
+				return nil, fail(err)
+			}
+			g, _ := capability.GPUFromDevice(dev, infos) // unusable profiles are simply absent
+			gpu = &g
+			gpus[e.GPUUUID] = gpu
+		}
+		s.key.GPU = gpu.Index
+		if gpu.MIGMode != capability.MIGEnabled {
+			return nil, fail(fmt.Errorf("%w: GPU %d (%s) MIG mode %s", ErrMIGDisabled, gpu.Index, gpu.UUID, gpu.MIGMode))
+		}
+		prof := gpu.Profile(e.Profile)
+		if prof == nil {
+			return nil, fail(fmt.Errorf("%w: GPU %d (%s) does not support %q", reservation.ErrUnknownProfile, gpu.Index, gpu.UUID, e.Profile))
+		}
+		if !prof.HasPlacement(e.Placement) {
+			return nil, fail(fmt.Errorf("%w: GPU %d does not publish %v for %s", reservation.ErrUnpublishedPlacement, gpu.Index, e.Placement, e.Profile))
+		}
+		s.profile = *prof
+		steps = append(steps, s)
+	}
+	return steps, nil
+}
+
+func deviceByUUID(devs []capability.DeviceInfo, uuid string) (capability.DeviceInfo, bool) {
+	for _, d := range devs {
+		if d.UUID == uuid {
+			return d, true
+		}
+	}
+	return capability.DeviceInfo{}, false
+}
+
+// realizeSteps realizes each step in order and rolls back what it created
+// when one fails.
+func (m *Manager) realizeSteps(ctx context.Context, want *desiredSet, podUID string, steps []step) ([]Device, error) {
+	devices := make([]Device, 0, len(steps))
+	var created []*record
+	for _, s := range steps {
+		d, rec, err := m.realizeOne(ctx, want, s)
+		if err != nil {
+			err = &EntryError{PodUID: podUID, Index: s.index, Owner: s.owner, Key: s.key, Err: err}
+			if errors.Is(err, ErrConflict) {
+				m.stats.conflicts.Add(1)
+				m.log.WarnContext(ctx, "reservation refused", "key", s.key.String(), "owner", s.owner.String(), "err", err)
+			}
+			if len(created) > 0 {
+				m.stats.rollbacks.Add(1)
+				if rbErr := m.rollback(ctx, created); rbErr != nil {
+					return nil, errors.Join(err, rbErr)
+				}
+			}
+			return nil, err
+		}
+		if d.Origin == OriginCreated {
+			created = append(created, rec)
+		}
+		devices = append(devices, d)
+	}
+	return devices, nil
+}
+
+// rollback destroys the instances one Allocate attempt created, newest
+// first, on a context that survives the request's cancellation.
+func (m *Manager) rollback(ctx context.Context, created []*record) error {
+	ctx, cancel := m.detached(ctx)
+	defer cancel()
+	var errs []error
+	for _, r := range slices.Backward(created) {
+		if err := m.releaseLocked(ctx, r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		m.log.InfoContext(ctx, "rolled back instance", instanceAttrs(r)...)
+	}
+	return errors.Join(errs...)
+}
+
+// releaseLocked takes r's GPU lock and releases r.
+func (m *Manager) releaseLocked(ctx context.Context, r *record) error {
+	unlock, err := m.lockGPU(ctx, r.Key.GPU)
+	if err != nil {
+		return &ReleaseError{Key: r.Key, Owner: r.Owner, GIID: r.Runtime.GPUInstanceID, Err: err}
+	}
+	defer unlock()
+	_, err = m.release(ctx, r)
+	return err
+}
+
+// realizeOne realizes one step under its GPU's lock. It returns the record
+// it created or adopted, if any.
+func (m *Manager) realizeOne(ctx context.Context, want *desiredSet, s step) (Device, *record, error) {
+	unlock, err := m.lockGPU(ctx, s.key.GPU)
+	if err != nil {
+		return Device{}, nil, err
+	}
+	defer unlock()
+
+	rt, hasRT := s.entry.Runtime()
+	if rec := m.lookup(s.key); rec != nil {
+		d, ok, err := m.reuse(ctx, s, rec, rt, hasRT)
+		if err != nil || ok {
+			return d, nil, err
+		}
+	}
+	if err := m.checkClaims(want, s, rt, hasRT); err != nil {
+		return Device{}, nil, err
+	}
+	insts, err := m.hw.Instances(ctx, s.key.GPU)
+	if err != nil {
+		return Device{}, nil, err
+	}
+	if hasRT {
+		if gi, ok := findGI(insts, rt.GPUInstanceID); ok && gi.Placement != s.key.Placement {
+			return Device{}, nil, &ConflictError{Key: s.key, Owner: s.owner,
+				Reason: fmt.Sprintf("runtime identity names GI %d at %v, not this key's placement", rt.GPUInstanceID, gi.Placement)}
+		}
+	}
+	if gi, ok := findAt(insts, s.key.Placement); ok {
+		d, rec, done, err := m.takeOver(ctx, want, s, gi, rt, hasRT)
+		if err != nil || done {
+			return d, rec, err
+		}
+	} else if hasRT {
+		m.log.InfoContext(ctx, "annotated instance no longer exists; creating it again",
+			"key", s.key.String(), "owner", s.owner.String(), "stale_mig_uuid", rt.MIGUUID)
+	}
+	return m.create(ctx, s)
+}
+
+// reuse handles an entry whose key is already managed. ok is false when
+// the managed instance vanished from the hardware and must be created
+// again.
+func (m *Manager) reuse(ctx context.Context, s step, rec *record, rt reservation.RuntimeIdentity, hasRT bool) (Device, bool, error) {
+	if rec.Owner != s.owner {
+		return Device{}, false, &ConflictError{Key: s.key, Owner: s.owner, Holder: rec.Owner, Reason: "key is managed for another reservation"}
+	}
+	if hasRT && rt != rec.Runtime {
+		return Device{}, false, &ConflictError{Key: s.key, Owner: s.owner,
+			Reason: fmt.Sprintf("annotation names %s (GI %d, CI %d) but the key holds %s (GI %d, CI %d)",
+				rt.MIGUUID, rt.GPUInstanceID, rt.ComputeInstanceID, rec.Runtime.MIGUUID, rec.Runtime.GPUInstanceID, rec.Runtime.ComputeInstanceID)}
+	}
+	insts, err := m.hw.Instances(ctx, s.key.GPU)
+	if err != nil {
+		return Device{}, false, err
+	}
+	if gi, ok := findGI(insts, rec.Runtime.GPUInstanceID); ok && verify(gi, rec.GIIndex, s.key.Placement, rec.Runtime) == "" {
+		return device(s, rec.Runtime, OriginManaged), true, nil
+	}
+	m.log.WarnContext(ctx, "managed instance vanished from the hardware; creating it again", instanceAttrs(rec)...)
+	m.forget(rec)
+	return Device{}, false, nil
+}
+
+// checkClaims refuses an entry that overlaps another owner's managed
+// instance or active reservation on the same GPU, or whose runtime
+// identity is another managed instance's.
+func (m *Manager) checkClaims(want *desiredSet, s step, rt reservation.RuntimeIdentity, hasRT bool) error {
+	for _, r := range m.records() {
+		if r.Key.GPU == s.key.GPU && r.Key.Placement.Overlaps(s.key.Placement) && r.Owner != s.owner {
+			return &ConflictError{Key: s.key, Owner: s.owner, Holder: r.Owner, Reason: "overlaps managed instance " + r.Key.String()}
+		}
+		if hasRT && r.Runtime.MIGUUID == rt.MIGUUID {
+			return &ConflictError{Key: s.key, Owner: s.owner, Holder: r.Owner, Reason: "runtime identity names managed instance " + r.Key.String()}
+		}
+	}
+	if c, ok := want.rival(s.entry.GPUUUID, s.key.Placement, s.owner); ok {
+		return &ConflictError{Key: s.key, Owner: s.owner, Holder: entryOwner(&c),
+			Reason: fmt.Sprintf("overlaps the reservation %s %v", c.Profile, c.Placement)}
+	}
+	return nil
+}
+
+// takeOver decides what to do with an unmanaged GI found at exactly the
+// step's placement. done is true when it returns the device (adopted);
+// false means the placement is free again and the caller creates.
+func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Instance, rt reservation.RuntimeIdentity, hasRT bool) (Device, *record, bool, error) {
+	if gi.Profile != s.profile.GIProfileIndex {
+		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d of profile index %d occupies %v",
+			ErrOccupied, gi.GIID, gi.Profile, s.key.Placement)
+	}
+	if len(gi.ComputeInstances) == 0 {
+		// A GI without a CI is the remnant of a create that crashed
+		// between the GI and the CI. Nothing can run on it, and no other
+		// active reservation overlaps it (checkClaims), so it is safe to
+		// remove before creating the reserved instance.
+		if err := m.destroyGI(ctx, s.key, Owner{}, gi.GIID); err != nil {
+			return Device{}, nil, false, err
+		}
+		m.log.InfoContext(ctx, "removed GI without CI at reserved placement", "key", s.key.String(), "owner", s.owner.String(), "gi", gi.GIID)
+		return Device{}, nil, false, nil
+	}
+	if !want.Authorized {
+		return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner,
+			Reason: fmt.Sprintf("unmanaged GI %d occupies the key; adopting it needs an authorised snapshot", gi.GIID)}
+	}
+	ci := gi.ComputeInstances[0]
+	found := reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: gi.GIID, ComputeInstanceID: ci.ID}
+	if hasRT {
+		if why := verify(gi, s.profile.GIProfileIndex, s.key.Placement, rt); why != "" {
+			return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner, Reason: "annotated runtime identity does not match the live instance: " + why}
+		}
+	} else {
+		// Created by a plugin that crashed before patching the pod. Adopt
+		// it only while nothing runs on it.
+		if len(gi.ComputeInstances) != 1 || ci.MIGUUID == "" {
+			return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v has %d compute instances",
+				ErrOccupied, gi.GIID, s.key.Placement, len(gi.ComputeInstances))
+		}
+		procs, err := m.hw.Processes(ctx, s.key.GPU)
+		if err != nil {
+			return Device{}, nil, false, err
+		}
+		if procs.ByGPUInstance[gi.GIID] > 0 {
+			return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v runs processes", ErrOccupied, gi.GIID, s.key.Placement)
+		}
+	}
+	rec := &record{ManagedInstance: ManagedInstance{Key: s.key, Owner: s.owner, GPUUUID: s.entry.GPUUUID,
+		GIIndex: gi.Profile, Runtime: found, Origin: OriginAdopted}}
+	m.store(rec)
+	m.stats.adoptions.Add(1)
+	m.log.InfoContext(ctx, "adopted instance on allocate", instanceAttrs(rec)...)
+	return device(s, found, OriginAdopted), rec, true, nil
+}
+
+// create creates the step's instance at exactly its placement.
+func (m *Manager) create(ctx context.Context, s step) (Device, *record, error) {
+	inst, err := m.hw.CreateInstance(ctx, s.key.GPU, s.profile.GIProfileIndex, s.key.Placement)
+	if err != nil {
+		m.log.WarnContext(ctx, "create failed", "key", s.key.String(), "owner", s.owner.String(), "err", err)
+		return Device{}, nil, err
+	}
+	if inst.Placement != s.key.Placement || inst.Profile != s.profile.GIProfileIndex ||
+		len(inst.ComputeInstances) != 1 || inst.ComputeInstances[0].MIGUUID == "" {
+		err := fmt.Errorf("%w: created GI %d at %v (profile index %d) with %d compute instances, want %v (profile index %d) with one",
+			ErrHardwareMismatch, inst.GIID, inst.Placement, inst.Profile, len(inst.ComputeInstances), s.key.Placement, s.profile.GIProfileIndex)
+		if inst.Placement == s.key.Placement {
+			bad := &record{ManagedInstance: ManagedInstance{Key: s.key, Owner: s.owner, GIIndex: inst.Profile,
+				Runtime: reservation.RuntimeIdentity{GPUInstanceID: inst.GIID}}}
+			for _, ci := range inst.ComputeInstances {
+				if e := m.hw.DestroyComputeInstance(ctx, s.key.GPU, inst.GIID, ci.ID); e != nil {
+					err = errors.Join(err, e)
+				}
+			}
+			if e := m.destroyGI(ctx, bad.Key, bad.Owner, inst.GIID); e != nil {
+				err = errors.Join(err, e)
+			}
+		}
+		return Device{}, nil, err
+	}
+	ci := inst.ComputeInstances[0]
+	rt := reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: inst.GIID, ComputeInstanceID: ci.ID}
+	rec := &record{ManagedInstance: ManagedInstance{Key: s.key, Owner: s.owner, GPUUUID: s.entry.GPUUUID,
+		GIIndex: inst.Profile, Runtime: rt, Origin: OriginCreated}}
+	m.store(rec)
+	m.stats.creates.Add(1)
+	m.log.InfoContext(ctx, "created instance", instanceAttrs(rec)...)
+	return device(s, rt, OriginCreated), rec, nil
+}
+
+func device(s step, rt reservation.RuntimeIdentity, o Origin) Device {
+	return Device{Index: s.index, Entry: s.entry.WithRuntime(rt), Key: s.key, Runtime: rt, Origin: o}
+}
+
+// patchFor returns the pod's new annotation value and the merge patch that
+// sets it, or a nil patch when the annotation already holds every identity.
+// A stale identity (the annotated instance no longer existed and was
+// created again) is replaced.
+func patchFor(pod *reservation.Pod, entries []reservation.Allocation, devices []Device, opts reservation.PatchOptions) (string, []byte, error) {
+	allocs := slices.Clone(entries)
+	changed := false
+	for _, d := range devices {
+		if cur, ok := allocs[d.Index].Runtime(); ok && cur != d.Runtime {
+			allocs[d.Index] = allocs[d.Index].Scheduled()
+		}
+		c, err := reservation.ApplyRuntime(allocs, d.Entry.ContainerIndex, d.Entry.DeviceIndex, d.Runtime)
+		if err != nil {
+			return "", nil, err
+		}
+		changed = changed || c
+	}
+	if !changed {
+		return pod.Annotations[reservation.AnnotationKey], nil, nil
+	}
+	if err := reservation.Validate(allocs); err != nil {
+		return "", nil, err
+	}
+	value := reservation.EncodeString(allocs)
+	return value, reservation.AnnotationPatch(value, opts), nil
+}
+
+// findGI returns the live GI with the given ID.
+func findGI(insts []Instance, id uint32) (Instance, bool) {
+	for _, in := range insts {
+		if in.GIID == id {
+			return in, true
+		}
+	}
+	return Instance{}, false
+}
+
+// findAt returns the live GI at exactly placement p.
+func findAt(insts []Instance, p capability.Placement) (Instance, bool) {
+	for _, in := range insts {
+		if in.Placement == p {
+			return in, true
+		}
+	}
+	return Instance{}, false
+}
+
+// verify checks a live GI against a recorded or annotated identity and
+// returns what differs, or "" when it matches exactly: profile, placement,
+// GI ID, a single CI with the CI ID and MIG UUID.
+func verify(gi Instance, profile capability.GIProfileIndex, at capability.Placement, rt reservation.RuntimeIdentity) string {
+	switch {
+	case gi.GIID != rt.GPUInstanceID:
+		return fmt.Sprintf("GI ID %d, want %d", gi.GIID, rt.GPUInstanceID)
+	case gi.Profile != profile:
+		return fmt.Sprintf("GI %d has profile index %d, want %d", gi.GIID, gi.Profile, profile)
+	case gi.Placement != at:
+		return fmt.Sprintf("GI %d is at %v, want %v", gi.GIID, gi.Placement, at)
+	case len(gi.ComputeInstances) != 1:
+		return fmt.Sprintf("GI %d has %d compute instances, want 1", gi.GIID, len(gi.ComputeInstances))
+	case gi.ComputeInstances[0].ID != rt.ComputeInstanceID:
+		return fmt.Sprintf("GI %d has CI %d, want %d", gi.GIID, gi.ComputeInstances[0].ID, rt.ComputeInstanceID)
+	case gi.ComputeInstances[0].MIGUUID != rt.MIGUUID:
+		return fmt.Sprintf("GI %d CI %d is %s, want %s", gi.GIID, rt.ComputeInstanceID, gi.ComputeInstances[0].MIGUUID, rt.MIGUUID)
+	}
+	return ""
+}
+
+func instanceAttrs(r *record) []any {
+	return []any{
+		slog.String("key", r.Key.String()),
+		slog.String("owner", r.Owner.String()),
+		slog.String("gpu_uuid", r.GPUUUID),
+		slog.String("mig_uuid", r.Runtime.MIGUUID),
+		slog.Uint64("gi", uint64(r.Runtime.GPUInstanceID)),
+		slog.Uint64("ci", uint64(r.Runtime.ComputeInstanceID)),
+		slog.String("origin", r.Origin.String()),
+	}
+}

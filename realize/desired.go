@@ -1,0 +1,87 @@
+package realize
+
+import (
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// desiredSet wraps reservation's desired allocation set with the lookups
+// the manager needs.
+type desiredSet struct {
+	reservation.DesiredSet
+}
+
+// desired builds the desired set of snap. extra, when not nil, is a pod
+// that is being allocated: it is added when the snapshot does not list it,
+// so that a lagging cache does not make its instances look orphaned.
+func desired(snap reservation.Snapshot, extra *reservation.Pod) desiredSet {
+	if extra != nil && !listed(snap.Pods, extra.UID) {
+		snap.Pods = append(snap.Pods[:len(snap.Pods):len(snap.Pods)], *extra)
+	}
+	return desiredSet{reservation.Desired(snap)}
+}
+
+func listed(pods []reservation.Pod, uid string) bool {
+	for i := range pods {
+		if pods[i].UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// podEntries decodes and validates a pod's allocation annotation. A pod
+// without the annotation has no entries.
+func podEntries(p *reservation.Pod) ([]reservation.Allocation, error) {
+	entries, err := reservation.DecodeString(p.Annotations[reservation.AnnotationKey])
+	if err != nil {
+		return nil, err
+	}
+	if err := reservation.Validate(entries); err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+func entryOwner(e *reservation.Entry) Owner {
+	return Owner{PodUID: e.PodUID, ContainerIndex: e.ContainerIndex, DeviceIndex: e.DeviceIndex}
+}
+
+// wants reports whether the desired set still holds r's reservation, at
+// the same GPU, profile and placement.
+func (d *desiredSet) wants(r *record) bool {
+	e, ok := d.Lookup(r.Owner.PodUID, r.Owner.ContainerIndex, r.Owner.DeviceIndex)
+	return ok && e.GPUUUID == r.GPUUUID && e.Profile == r.Key.Profile && e.Placement == r.Key.Placement
+}
+
+// rival returns another owner's active or withheld entry on gpuUUID that
+// overlaps at, if any.
+func (d *desiredSet) rival(gpuUUID string, at capability.Placement, self Owner) (reservation.Entry, bool) {
+	for _, list := range [][]reservation.Entry{d.Active, d.Withheld} {
+		for i := range list {
+			e := &list[i]
+			if e.GPUUUID == gpuUUID && e.Placement.Overlaps(at) && entryOwner(e) != self {
+				return *e, true
+			}
+		}
+	}
+	return reservation.Entry{}, false
+}
+
+// podReasons returns the reasons the set gives about one pod.
+func (d *desiredSet) podReasons(uid string) []error {
+	var out []error
+	for _, r := range d.Reasons {
+		switch e := r.(type) {
+		case *reservation.PodError:
+			if e.Pod.UID == uid {
+				out = append(out, r)
+			}
+		case *reservation.ConflictError:
+			if e.First.PodUID == uid || e.Second.PodUID == uid {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package realize
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a [Manager]. The zero value works: no logging, MIG mode
+// left as it is, a 30 s bound on rollback and release work that outlives a
+// cancelled request.
+type Options struct {
+	// Logger receives structured logs of every hardware mutation, adoption,
+	// conflict and skipped reconcile. Nil discards them.
+	Logger *slog.Logger
+
+	// EnableMIG lets [Manager.Adopt] switch MIG mode on for idle GPUs
+	// whose MIG mode is disabled, through the backend's [MIGModeSetter].
+	// Without it such GPUs are only reported.
+	EnableMIG bool
+
+	// CleanupTimeout bounds rollback work after the request's context was
+	// cancelled: a rollback must still destroy what the attempt created,
+	// so it runs on a context detached from the request's cancellation
+	// with this timeout. Zero means 30 seconds.
+	CleanupTimeout time.Duration
+}
+
+// Manager realizes scheduler reservations as MIG instances on one node and
+// reclaims them. Create it with [NewManager]; it is safe for concurrent use.
+// See the package documentation for its model and safety rules.
+type Manager struct {
+	hw      Realizer
+	log     *slog.Logger
+	opts    Options
+	cleanup time.Duration
+
+	// mu guards managed and locks. It is never held during a hardware
+	// call; hardware mutation is serialised per GPU by locks.
+	mu      sync.Mutex
+	managed map[Key]*record
+	locks   map[int]chan struct{}
+
+	stats counters
+}
+
+// record is the manager's state for one managed instance. Records are
+// never mutated once published in managed; they are replaced or removed
+// under the GPU's lock, so a pointer comparison tells whether a record
+// read earlier is still current.
+type record struct {
+	ManagedInstance
+}
+
+type counters struct {
+	creates, destroys, adoptions, conflicts, skippedReconciles,
+	rollbacks, leaksCollected, reconciles atomic.Uint64
+}
+
+// Stats is a snapshot of a manager's counters since it was created. The
+// zero value is a fresh manager's.
+type Stats struct {
+	Creates           uint64 // instances created (GI and CI)
+	Destroys          uint64 // instances destroyed (reclaim, rollback, cleanup, leak collection)
+	Adoptions         uint64 // live instances adopted after verification
+	Conflicts         uint64 // reservations refused with ErrConflict
+	SkippedReconciles uint64 // reconcile passes that were not authorised
+	Reconciles        uint64 // reconcile passes run, authorised or not
+	Rollbacks         uint64 // Allocate attempts rolled back
+	LeaksCollected    uint64 // unmanaged instances destroyed by CollectLeaks
+	Managed           int    // instances managed now
+}
+
+// NewManager returns a manager driving hw. It touches no hardware: call
+// [Manager.Adopt] once at startup to recover state and clean idle GPUs.
+func NewManager(hw Realizer, opts Options) *Manager {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cleanup := opts.CleanupTimeout
+	if cleanup <= 0 {
+		cleanup = 30 * time.Second
+	}
+	return &Manager{
+		hw:      hw,
+		log:     log,
+		opts:    opts,
+		cleanup: cleanup,
+		managed: make(map[Key]*record),
+		locks:   make(map[int]chan struct{}),
+	}
+}
+
+// Stats returns a snapshot of the manager's counters.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	n := len(m.managed)
+	m.mu.Unlock()
+	return Stats{
+		Creates:           m.stats.creates.Load(),
+		Destroys:          m.stats.destroys.Load(),
+		Adoptions:         m.stats.adoptions.Load(),
+		Conflicts:         m.stats.conflicts.Load(),
+		SkippedReconciles: m.stats.skippedReconciles.Load(),
+		Reconciles:        m.stats.reconciles.Load(),
+		Rollbacks:         m.stats.rollbacks.Load(),
+		LeaksCollected:    m.stats.leaksCollected.Load(),
+		Managed:           n,
+	}
+}
+
+// Managed returns the instances the manager controls, ordered by Key.
+func (m *Manager) Managed() []ManagedInstance {
+	m.mu.Lock()
+	out := make([]ManagedInstance, 0, len(m.managed))
+	for _, r := range m.managed {
+		out = append(out, r.ManagedInstance)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b ManagedInstance) int { return compareKeys(a.Key, b.Key) })
+	return out
+}
+
+func compareKeys(a, b Key) int {
+	if a.GPU != b.GPU {
+		return a.GPU - b.GPU
+	}
+	if a.Placement.Start != b.Placement.Start {
+		if a.Placement.Start < b.Placement.Start {
+			return -1
+		}
+		return 1
+	}
+	if a.Placement.Size != b.Placement.Size {
+		if a.Placement.Size < b.Placement.Size {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.Profile, b.Profile)
+}
+
+// lockGPU acquires the mutation lock of one physical GPU, waiting until ctx
+// is done. The returned function releases it.
+func (m *Manager) lockGPU(ctx context.Context, gpu int) (func(), error) {
+	m.mu.Lock()
+	ch, ok := m.locks[gpu]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		m.locks[gpu] = ch
+	}
+	m.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// lookup returns the record at key, or nil.
+func (m *Manager) lookup(key Key) *record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.managed[key]
+}
+
+// store publishes r. The caller holds the GPU's lock.
+func (m *Manager) store(r *record) {
+	m.mu.Lock()
+	m.managed[r.Key] = r
+	m.mu.Unlock()
+}
+
+// forget removes the record at key if it is still r. The caller holds the
+// GPU's lock.
+func (m *Manager) forget(r *record) {
+	m.mu.Lock()
+	if m.managed[r.Key] == r {
+		delete(m.managed, r.Key)
+	}
+	m.mu.Unlock()
+}
+
+// records returns the current records, for passes that then re-check each
+// under its GPU lock.
+func (m *Manager) records() []*record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := slices.Collect(maps.Values(m.managed))
+	slices.SortFunc(out, func(a, b *record) int { return compareKeys(a.Key, b.Key) })
+	return out
+}
+
+// ownerOfMIG returns the record whose MIG UUID is uuid, or nil.
+func (m *Manager) recordByMIG(uuid string) *record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.managed {
+		if r.Runtime.MIGUUID == uuid {
+			return r
+		}
+	}
+	return nil
+}
+
+// detached returns a context for cleanup work that must finish even when
+// the request's ctx was cancelled, bounded by the cleanup timeout.
+func (m *Manager) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), m.cleanup)
+}

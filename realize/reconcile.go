@@ -1,0 +1,162 @@
+package realize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// ReconcileReport says what one reconcile pass did.
+type ReconcileReport struct {
+	// Authorized is true when the snapshot authorised destruction: the
+	// listing was complete and every active pod's annotation was valid.
+	Authorized bool
+	// Reasons say why it was not authorised; empty when Authorized. They
+	// are reservation's reasons: reservation.ErrIncompleteSnapshot, a
+	// *reservation.PodError or a *reservation.ConflictError.
+	Reasons []error
+	// Released are the managed instances destroyed because their
+	// reservation is gone.
+	Released []ManagedInstance
+	// Kept are managed instances whose reservation is gone but that could
+	// not be destroyed (for example [ErrInUse]); they stay managed and the
+	// next pass tries again.
+	Kept []KeptInstance
+	// Vanished are managed instances that were no longer on the hardware
+	// (or whose GI ID now names a different instance); the manager forgot
+	// them without destroying anything.
+	Vanished []ManagedInstance
+}
+
+// KeptInstance is a managed instance a reconcile pass could not release.
+type KeptInstance struct {
+	Instance ManagedInstance
+	Err      error // a [*ReleaseError]
+}
+
+// Reconcile releases managed instances whose reservation is no longer in
+// snap's desired set (active pods: not deleting, not Succeeded or Failed),
+// destroying their exact CI and then GI. Unmanaged instances and instances
+// of active reservations are never touched.
+//
+// When snap does not authorise destruction (incomplete listing, or any
+// active pod with a malformed or invalid annotation) nothing is destroyed:
+// the report says why and the skipped pass is counted. An instance that
+// cannot be destroyed ([ErrInUse]) stays managed and is listed in Kept.
+// The error joins the [*ReleaseError] of every failure other than
+// [ErrInUse], and ctx's error when ctx ended the pass.
+func (m *Manager) Reconcile(ctx context.Context, snap reservation.Snapshot) (ReconcileReport, error) {
+	want := desired(snap, nil)
+	return m.reconcile(ctx, &want)
+}
+
+func (m *Manager) reconcile(ctx context.Context, want *desiredSet) (ReconcileReport, error) {
+	m.stats.reconciles.Add(1)
+	rep := ReconcileReport{Authorized: want.Authorized, Reasons: want.Reasons}
+	if !want.Authorized {
+		m.stats.skippedReconciles.Add(1)
+		if len(m.records()) > 0 {
+			m.log.WarnContext(ctx, "reconcile skipped: snapshot does not authorise destruction", "reasons", len(want.Reasons), "first", want.Reasons[0].Error())
+		}
+		return rep, nil
+	}
+	var errs []error
+	for _, r := range m.records() {
+		if want.wants(r) {
+			continue
+		}
+		if err := m.reconcileOne(ctx, want, r, &rep); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// reconcileOne releases r under its GPU lock if it is still managed and
+// still unwanted.
+func (m *Manager) reconcileOne(ctx context.Context, want *desiredSet, r *record, rep *ReconcileReport) error {
+	unlock, err := m.lockGPU(ctx, r.Key.GPU)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if m.lookup(r.Key) != r || want.wants(r) {
+		return nil // replaced or released by a concurrent call
+	}
+	vanished, err := m.release(ctx, r)
+	switch {
+	case err == nil && vanished:
+		rep.Vanished = append(rep.Vanished, r.ManagedInstance)
+	case err == nil:
+		rep.Released = append(rep.Released, r.ManagedInstance)
+		m.log.InfoContext(ctx, "released instance of a departed reservation", instanceAttrs(r)...)
+	default:
+		rep.Kept = append(rep.Kept, KeptInstance{Instance: r.ManagedInstance, Err: err})
+		m.log.WarnContext(ctx, "could not release instance; keeping it managed", append(instanceAttrs(r), "err", err)...)
+		if errors.Is(err, ErrInUse) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// release destroys r's exact CI and then its GI and forgets r. The caller
+// holds r's GPU lock. vanished is true when r's instance was no longer on
+// the hardware, or its GI ID now names another instance: then nothing is
+// destroyed and r is forgotten. On failure r stays managed.
+func (m *Manager) release(ctx context.Context, r *record) (vanished bool, err error) {
+	fail := func(err error) error {
+		return &ReleaseError{Key: r.Key, Owner: r.Owner, GIID: r.Runtime.GPUInstanceID, Err: err}
+	}
+	insts, err := m.hw.Instances(ctx, r.Key.GPU)
+	if err != nil {
+		return false, fail(err)
+	}
+	gi, ok := findGI(insts, r.Runtime.GPUInstanceID)
+	if !ok || gi.Placement != r.Key.Placement || gi.Profile != r.GIIndex {
+		m.forget(r)
+		m.log.WarnContext(ctx, "managed instance vanished; forgetting it", instanceAttrs(r)...)
+		return true, nil
+	}
+	for _, ci := range gi.ComputeInstances {
+		if ci.ID != r.Runtime.ComputeInstanceID || ci.MIGUUID != r.Runtime.MIGUUID {
+			continue // not ours: the GI destroy below will report it in use
+		}
+		if err := m.hw.DestroyComputeInstance(ctx, r.Key.GPU, gi.GIID, ci.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			return false, fail(err)
+		}
+	}
+	if err := m.destroyGI(ctx, r.Key, r.Owner, gi.GIID); err != nil {
+		return false, err
+	}
+	m.forget(r)
+	return false, nil
+}
+
+// destroyGI destroys one GI (a missing one counts as destroyed) and counts
+// it.
+func (m *Manager) destroyGI(ctx context.Context, key Key, owner Owner, gi uint32) error {
+	err := m.hw.DestroyGPUInstance(ctx, key.GPU, gi)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return &ReleaseError{Key: key, Owner: owner, GIID: gi, Err: err}
+	}
+	if err == nil {
+		m.stats.destroys.Add(1)
+	}
+	return nil
+}
+
+// String summarises the report, e.g. "authorised: released 1, kept 0,
+// vanished 0".
+func (r ReconcileReport) String() string {
+	if !r.Authorized {
+		return fmt.Sprintf("not authorised (%d reasons): nothing destroyed", len(r.Reasons))
+	}
+	return fmt.Sprintf("authorised: released %d, kept %d, vanished %d", len(r.Released), len(r.Kept), len(r.Vanished))
+}
