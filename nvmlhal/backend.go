@@ -1,0 +1,188 @@
+package nvmlhal
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/realize"
+)
+
+// Compile-time conformance with the interfaces the realize Manager uses.
+var (
+	_ realize.Realizer      = (*Backend)(nil)
+	_ realize.MIGModeSetter = (*Backend)(nil)
+)
+
+// ErrNotInitialized is returned by [Backend.Shutdown] when the backend's own
+// [Backend.Init] calls are already balanced by Shutdown calls.
+var ErrNotInitialized = errors.New("nvmlhal: shutdown without a matching init")
+
+// Options configures a [Backend]. The zero value uses the system NVML
+// library (nvml.New()) and discards logs.
+type Options struct {
+	// NVML is the library to drive. nil means nvml.New(), which loads
+	// libnvidia-ml.so.1 when [Backend.Init] is called. Tests pass a strict
+	// mock from package nvmlmock; an embedding program may pass a library
+	// it has already initialised (then it need not call Backend.Init).
+	NVML nvml.Interface
+	// Logger receives one line per hardware mutation; nil discards.
+	Logger *slog.Logger
+}
+
+// Backend is the NVML implementation of [realize.Realizer] and
+// [capability.HardwareView] for the GPUs of one node. Build it with [New].
+// A Backend is safe for concurrent use; see the package doc for the
+// locking and Init/Shutdown contract.
+type Backend struct {
+	lib nvml.Interface
+	log *slog.Logger
+
+	initMu sync.Mutex
+	inits  int // successful Init calls not yet balanced by Shutdown
+
+	locksMu sync.Mutex
+	locks   map[int]chan struct{} // per-GPU mutation lock, a 1-slot semaphore
+}
+
+// New returns a Backend over opts.NVML. It does not call NVML; call
+// [Backend.Init] unless the library is already initialised.
+func New(opts Options) *Backend {
+	lib := opts.NVML
+	if lib == nil {
+		lib = nvml.New()
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{lib: lib, log: log, locks: make(map[int]chan struct{})}
+}
+
+// Init initialises NVML (nvmlInit_v2; for nvml.New() this loads the
+// library). NVML counts initialisations, so Init on a library the caller
+// already initialised is harmless; every successful Init must be balanced by
+// one [Backend.Shutdown]. A failure is a [*realize.HardwareError] with GPU -1
+// whose Cause is the [*ReturnError].
+func (b *Backend) Init(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.initMu.Lock()
+	defer b.initMu.Unlock()
+	if ret := b.lib.Init(); ret != nvml.SUCCESS {
+		return hwError("Init", -1, nil, ret)
+	}
+	b.inits++
+	return nil
+}
+
+// Shutdown balances one successful [Backend.Init]. It never shuts down an
+// initialisation the backend did not make: with no unbalanced Init it
+// returns [ErrNotInitialized] and leaves the library alone, so a caller that
+// initialised NVML itself keeps ownership of it.
+func (b *Backend) Shutdown(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.initMu.Lock()
+	defer b.initMu.Unlock()
+	if b.inits == 0 {
+		return ErrNotInitialized
+	}
+	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
+		return hwError("Shutdown", -1, nil, ret)
+	}
+	b.inits--
+	return nil
+}
+
+// lockGPU takes the GPU's mutation lock, waiting no longer than ctx allows.
+func (b *Backend) lockGPU(ctx context.Context, gpu int) (unlock func(), err error) {
+	b.locksMu.Lock()
+	l, ok := b.locks[gpu]
+	if !ok {
+		l = make(chan struct{}, 1)
+		b.locks[gpu] = l
+	}
+	b.locksMu.Unlock()
+	select {
+	case l <- struct{}{}:
+		return func() { <-l }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// device returns the handle of the GPU at NVML index gpu. An index NVML does
+// not know is realize.ErrNotFound.
+func (b *Backend) device(op string, gpu int) (nvml.Device, error) {
+	if gpu < 0 {
+		return nil, kindError(op, gpu, realize.ErrNotFound, &ArgumentError{Field: "gpu", Reason: "negative index"})
+	}
+	dev, ret := b.lib.DeviceGetHandleByIndex(gpu)
+	if ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_INVALID_ARGUMENT {
+			return nil, &realize.HardwareError{Op: op, GPU: gpu, Kind: realize.ErrNotFound, Cause: &ReturnError{Return: ret}}
+		}
+		return nil, hwError(op, gpu, nil, ret)
+	}
+	return dev, nil
+}
+
+// begin is the common start of a call on one GPU: ctx check, lock, handle.
+func (b *Backend) begin(ctx context.Context, op string, gpu int) (nvml.Device, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	unlock, err := b.lockGPU(ctx, gpu)
+	if err != nil {
+		return nil, nil, err
+	}
+	dev, err := b.device(op, gpu)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return dev, unlock, nil
+}
+
+// migModes reads the current and pending MIG mode. A GPU without MIG
+// support reads as disabled in both.
+func migModes(op string, gpu int, dev nvml.Device) (cur, pend capability.MIGMode, err error) {
+	c, p, ret := dev.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+		return migMode(c), migMode(p), nil
+	case nvml.ERROR_NOT_SUPPORTED:
+		return capability.MIGDisabled, capability.MIGDisabled, nil
+	}
+	return capability.MIGUnknown, capability.MIGUnknown, hwError(op, gpu, nil, ret)
+}
+
+func migMode(m int) capability.MIGMode {
+	switch m {
+	case nvml.DEVICE_MIG_ENABLE:
+		return capability.MIGEnabled
+	case nvml.DEVICE_MIG_DISABLE:
+		return capability.MIGDisabled
+	}
+	return capability.MIGUnknown
+}
+
+// MIGMode reports the GPU's current MIG mode and the mode pending until the
+// next GPU reset (equal to the current one when nothing is pending).
+func (b *Backend) MIGMode(ctx context.Context, gpu int) (current, pending capability.MIGMode, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	dev, err := b.device("GetMigMode", gpu)
+	if err != nil {
+		return 0, 0, err
+	}
+	return migModes("GetMigMode", gpu, dev)
+}

@@ -1,0 +1,200 @@
+package nvmlhal
+
+import (
+	"context"
+	"reflect"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/dynmig/dynmig/capability"
+)
+
+// ProfileInfoV3Device is implemented by nvml.Device values that answer
+// NVML's versioned GPU instance profile query (nvmlDeviceGetGpuInstanceProfileInfoV
+// with a V3 struct) without cgo. go-nvml's GetGpuInstanceProfileInfoV
+// returns a handler bound to an unexported library handle, so a test double
+// cannot serve it; the strict mocks in package nvmlmock implement this
+// interface instead. Devices of the real library need not: the backend
+// calls the V3 query on them directly.
+type ProfileInfoV3Device interface {
+	GetGpuInstanceProfileInfoV3(profile int) (nvml.GpuInstanceProfileInfo_v3, nvml.Return)
+}
+
+// nvmlPkgPath identifies device handles of go-nvml's cgo library.
+var nvmlPkgPath = reflect.TypeFor[nvml.Return]().PkgPath()
+
+// isLibraryDevice reports whether dev is a handle of the real library
+// (go-nvml's unexported nvmlDevice), the only kind on which the V3 handler
+// may be called: on any other value it would call into an unloaded symbol.
+func isLibraryDevice(dev nvml.Device) bool {
+	t := reflect.TypeOf(dev)
+	return t != nil && t.PkgPath() == nvmlPkgPath && t.Name() == "nvmlDevice"
+}
+
+// Devices lists the node's GPUs in NVML index order.
+func (b *Backend) Devices(ctx context.Context) ([]capability.DeviceInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n, ret := b.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, hwError("DeviceGetCount", -1, nil, ret)
+	}
+	out := make([]capability.DeviceInfo, 0, n)
+	for i := 0; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		info, err := b.deviceInfo(i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func (b *Backend) deviceInfo(i int) (capability.DeviceInfo, error) {
+	dev, err := b.device("DeviceGetHandleByIndex", i)
+	if err != nil {
+		return capability.DeviceInfo{}, err
+	}
+	uuid, ret := dev.GetUUID()
+	if ret != nvml.SUCCESS {
+		return capability.DeviceInfo{}, hwError("GetUUID", i, dev, ret)
+	}
+	name, ret := dev.GetName()
+	if ret != nvml.SUCCESS {
+		return capability.DeviceInfo{}, hwError("GetName", i, dev, ret)
+	}
+	mem, ret := dev.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return capability.DeviceInfo{}, hwError("GetMemoryInfo", i, dev, ret)
+	}
+	cur, pend, err := migModes("GetMigMode", i, dev)
+	if err != nil {
+		return capability.DeviceInfo{}, err
+	}
+	// NUMA affinity is informational; drivers without it report 0.
+	numa, ret := dev.GetNumaNodeId()
+	if ret != nvml.SUCCESS || numa < 0 {
+		numa = 0
+	}
+	return capability.DeviceInfo{
+		Index:          i,
+		UUID:           uuid,
+		Name:           name,
+		MemoryMB:       mem.Total / (1 << 20),
+		NUMA:           numa,
+		MIGMode:        cur,
+		PendingMIGMode: pend,
+	}, nil
+}
+
+// GIProfiles lists the GPU instance profiles the GPU supports, in profile
+// index order, with their possible placements. Profiles are found by
+// walking every index NVML defines and skipping those it reports as not
+// supported; Index is the key and ID is NVML's opaque profile Id. Name is
+// the driver's V3 name without its "MIG " prefix, or "" on drivers without
+// the V3 query (then [capability.DeriveProfileName] names it).
+//
+// A GPU whose MIG mode is not enabled lists no profiles and no error (NVML
+// answers profile queries only in MIG mode); [Backend.Devices] reports the
+// mode.
+func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIProfileInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	dev, err := b.device("GIProfiles", index)
+	if err != nil {
+		return nil, err
+	}
+	cur, _, err := migModes("GetMigMode", index, dev)
+	if err != nil || cur != capability.MIGEnabled {
+		return nil, err
+	}
+	v3 := b.v3Query(dev)
+	var out []capability.GIProfileInfo
+	for p := range capability.GIProfileCount {
+		info, ok, err := profileInfo(index, dev, p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		placements, ret := dev.GetGpuInstancePossiblePlacements(&info)
+		if ret != nvml.SUCCESS {
+			return nil, hwError("GetGpuInstancePossiblePlacements", index, dev, ret)
+		}
+		gi := capability.GIProfileInfo{
+			Index:               p,
+			ID:                  info.Id,
+			Name:                v3(p),
+			SliceCount:          info.SliceCount,
+			InstanceCount:       info.InstanceCount,
+			MultiprocessorCount: info.MultiprocessorCount,
+			MemoryMB:            info.MemorySizeMB,
+			Placements:          make([]capability.Placement, len(placements)),
+		}
+		for i, pl := range placements {
+			gi.Placements[i] = capability.Placement{Start: pl.Start, Size: pl.Size}
+		}
+		out = append(out, gi)
+	}
+	return out, nil
+}
+
+// profileInfo reads the V1 profile info of index p; ok is false when the GPU
+// does not support the index (NOT_SUPPORTED, or INVALID_ARGUMENT from a
+// driver that predates the index).
+func profileInfo(gpu int, dev nvml.Device, p capability.GIProfileIndex) (nvml.GpuInstanceProfileInfo, bool, error) {
+	info, ret := dev.GetGpuInstanceProfileInfo(int(p))
+	switch ret {
+	case nvml.SUCCESS:
+		return info, true, nil
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+		return info, false, nil
+	}
+	return info, false, hwError("GetGpuInstanceProfileInfo", gpu, dev, ret)
+}
+
+// v3Query returns a function that yields the driver's canonical profile
+// name for an index, or "" when the driver has none for it.
+func (b *Backend) v3Query(dev nvml.Device) func(capability.GIProfileIndex) string {
+	if d, ok := dev.(ProfileInfoV3Device); ok {
+		return func(p capability.GIProfileIndex) string {
+			info, ret := d.GetGpuInstanceProfileInfoV3(int(p))
+			if ret != nvml.SUCCESS {
+				return ""
+			}
+			return profileName(info.Name)
+		}
+	}
+	// The versioned query exists from R470 on; calling it on an older
+	// library would jump to an unresolved symbol, so look it up first.
+	ext := b.lib.Extensions()
+	if !isLibraryDevice(dev) || ext == nil || ext.LookupSymbol("nvmlDeviceGetGpuInstanceProfileInfoV") != nil {
+		return func(capability.GIProfileIndex) string { return "" }
+	}
+	return func(p capability.GIProfileIndex) string {
+		info, ret := dev.GetGpuInstanceProfileInfoV(int(p)).V3()
+		if ret != nvml.SUCCESS {
+			return ""
+		}
+		return profileName(info.Name)
+	}
+}
+
+// profileName decodes NVML's NUL-terminated name and drops "MIG ".
+func profileName(raw [96]int8) string {
+	b := make([]byte, 0, len(raw))
+	for _, c := range raw {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return strings.TrimPrefix(strings.TrimSpace(string(b)), "MIG ")
+}

@@ -1,0 +1,86 @@
+// Package nvmlhal is the real MIG hardware backend: [Backend] implements
+// [realize.Realizer], [realize.MIGModeSetter] and [capability.HardwareView]
+// over NVIDIA's NVML through github.com/NVIDIA/go-nvml. It is the only
+// package of the module that imports go-nvml, and it needs cgo (gcc) to
+// build; libnvidia-ml.so.1 is loaded only when [Backend.Init] runs, so
+// programs and tests build and start on machines without a GPU.
+//
+// # Model
+//
+// GPUs are addressed by NVML device index. GPU instance profiles are keyed
+// by their NVML profile index (nvml.GPU_INSTANCE_PROFILE_*, the
+// [capability.GIProfileIndex] constants), which is stable across GPU
+// families; the profile Id NVML returns for an index differs between
+// families (1g is Id 19 on A100, 14 on A30) and is treated as opaque: it
+// is only ever passed back to NVML. Profiles are discovered by walking
+// every index and skipping those NVML reports as not supported, so
+// variants such as 1g.5gb+me, 1g.10gb (the REV2 index on A100-40GB),
+// +gfx, -me and +me.all are distinct profiles and are created exactly.
+// Canonical names come from the driver's V3 profile info (R535 and later)
+// when it has one; otherwise [capability.GIProfileInfo].Name is empty and
+// [capability.DeriveProfileName] names the profile by NVIDIA's rule.
+//
+// A placement is a half-open interval of memory slots
+// [Start, Start+Size) on the GPU's grid (8 slots on A100/H100/H200/B200,
+// 4 on A30, 12 on RTX PRO 6000). Its Size can exceed the profile's compute
+// slice count (3g occupies 4 slots, 7g 8). An instance is created at
+// exactly the requested placement (CreateGpuInstanceWithPlacement) and its
+// single compute instance spans the whole GPU instance with shared
+// engines; the MIG device UUID is found through the MIG device handles.
+// Instances are listed by walking the GPU instance profiles, so a GPU
+// instance left without a compute instance is still found.
+//
+// # Errors
+//
+// Every failure of an NVML call is a [*realize.HardwareError] whose Op
+// names the call, whose Kind is the realize sentinel for the code
+// (INSUFFICIENT_RESOURCES: realize.ErrOccupied; INVALID_ARGUMENT on
+// create: realize.ErrInvalidPlacement; IN_USE: realize.ErrInUse;
+// NOT_FOUND: realize.ErrNotFound; NOT_SUPPORTED: realize.ErrMIGDisabled
+// when MIG mode is off, else realize.ErrNotSupported; RESET_REQUIRED:
+// realize.ErrResetRequired) and whose Cause is a [*ReturnError] carrying
+// the raw nvml.Return. Branch with errors.Is on the sentinels; recover the
+// code with errors.As.
+//
+// # Supported drivers and GPUs
+//
+// MIG-capable datacenter GPUs (A30, A100, H100, H20, H200, B200, GB200,
+// RTX PRO 6000 Blackwell Server Edition) on Linux with an R470 or newer
+// driver; R535 or newer reports canonical profile names itself. Every
+// call that changes hardware needs the privileges NVML demands (root or
+// CAP_SYS_ADMIN). The unit tests run against the strict mocks of package
+// nvmlmock (A100, H100, H200, B200); the hardware tests behind the
+// nvml_hardware build tag are the only check against a real driver.
+//
+// # Init and Shutdown ownership
+//
+// [New] never touches NVML. Whoever calls [Backend.Init] owns one NVML
+// initialisation and must call [Backend.Shutdown] once for it. NVML counts
+// initialisations, so a program that has already initialised the library
+// it passes in Options.NVML can skip Init and Shutdown entirely: Shutdown
+// only balances the backend's own Init calls and otherwise returns
+// [ErrNotInitialized] without touching the library.
+//
+// # Concurrency
+//
+// A Backend is safe for concurrent use. Calls that create, destroy or list
+// instances on a GPU hold that GPU's lock for the duration of the NVML
+// calls, so a listing never sees half an instance created by this
+// backend; the lock wait honours ctx. Calls on different GPUs proceed in
+// parallel. NVML calls themselves cannot be interrupted: ctx is checked
+// before each step, never in the middle of one. No goroutine outlives a
+// call. Another NVML client (nvidia-smi, MIG Manager, DCGM) mutating the
+// same GPU is outside this contract; the realize Manager must own the
+// GPU's MIG state.
+package nvmlhal
+
+import (
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/realize"
+)
+
+// Referenced by the package doc.
+var (
+	_ capability.HardwareView = (*Backend)(nil)
+	_ realize.Realizer        = (*Backend)(nil)
+)

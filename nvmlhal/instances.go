@@ -1,0 +1,386 @@
+package nvmlhal
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/realize"
+)
+
+// Instances lists every live GPU instance on the GPU with its compute
+// instances, ordered by placement start. GPU instances are found by walking
+// the GPU instance profiles (not the MIG device handles, which exist only
+// for compute instances), so a GPU instance without a compute instance is
+// listed too. A compute instance whose MIG device handle cannot be found
+// is listed with an empty MIGUUID. A GPU whose MIG mode is not enabled has
+// no instances.
+func (b *Backend) Instances(ctx context.Context, gpu int) ([]realize.Instance, error) {
+	dev, unlock, err := b.begin(ctx, "Instances", gpu)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	cur, _, err := migModes("GetMigMode", gpu, dev)
+	if err != nil || cur != capability.MIGEnabled {
+		return nil, err
+	}
+	uuids, err := migUUIDs(gpu, dev)
+	if err != nil {
+		return nil, err
+	}
+	var out []realize.Instance
+	for p := range capability.GIProfileCount {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		info, ok, err := profileInfo(gpu, dev, p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		gis, ret := dev.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return nil, hwError("GetGpuInstances", gpu, dev, ret)
+		}
+		for _, gi := range gis {
+			inst, err := describeGI(gpu, dev, p, gi, uuids)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, inst)
+		}
+	}
+	slices.SortFunc(out, func(a, b realize.Instance) int {
+		return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.GIID, b.GIID))
+	})
+	return out, nil
+}
+
+// ciKey identifies a compute instance on one GPU.
+type ciKey struct{ gi, ci uint32 }
+
+// describeGI reads one GPU instance and walks its compute instance profiles.
+func describeGI(gpu int, dev nvml.Device, p capability.GIProfileIndex, gi nvml.GpuInstance, uuids map[ciKey]string) (realize.Instance, error) {
+	info, ret := gi.GetInfo()
+	if ret != nvml.SUCCESS {
+		return realize.Instance{}, hwError("GpuInstance.GetInfo", gpu, dev, ret)
+	}
+	inst := realize.Instance{
+		GPU:       gpu,
+		Profile:   p,
+		Placement: capability.Placement{Start: info.Placement.Start, Size: info.Placement.Size},
+		GIID:      info.Id,
+	}
+	seen := make(map[uint32]bool)
+	for c := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		prof, ret := gi.GetComputeInstanceProfileInfo(c, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return realize.Instance{}, hwError("GetComputeInstanceProfileInfo", gpu, dev, ret)
+		}
+		cis, ret := gi.GetComputeInstances(&prof)
+		if ret != nvml.SUCCESS {
+			return realize.Instance{}, hwError("GetComputeInstances", gpu, dev, ret)
+		}
+		for _, ci := range cis {
+			ciInfo, ret := ci.GetInfo()
+			if ret != nvml.SUCCESS {
+				return realize.Instance{}, hwError("ComputeInstance.GetInfo", gpu, dev, ret)
+			}
+			// Two CI profile indexes may share an NVML profile Id.
+			if seen[ciInfo.Id] {
+				continue
+			}
+			seen[ciInfo.Id] = true
+			inst.ComputeInstances = append(inst.ComputeInstances, realize.ComputeInstance{
+				ID:         ciInfo.Id,
+				Profile:    capability.CIProfileIndex(c),
+				SliceCount: prof.SliceCount,
+				MIGUUID:    uuids[ciKey{info.Id, ciInfo.Id}],
+			})
+		}
+	}
+	slices.SortFunc(inst.ComputeInstances, func(a, b realize.ComputeInstance) int { return cmp.Compare(a.ID, b.ID) })
+	return inst, nil
+}
+
+// migUUIDs maps every live compute instance of the GPU to its MIG device
+// UUID by scanning the MIG device handles. GetMaxMigDeviceCount is the
+// largest possible count, not the number that exist, so missing indexes
+// (NOT_FOUND) are skipped.
+func migUUIDs(gpu int, dev nvml.Device) (map[ciKey]string, error) {
+	out := make(map[ciKey]string)
+	err := scanMIG(gpu, dev, func(k ciKey, h nvml.Device) (bool, error) {
+		uuid, ret := h.GetUUID()
+		if ret != nvml.SUCCESS {
+			return false, hwError("MigDevice.GetUUID", gpu, dev, ret)
+		}
+		out[k] = uuid
+		return false, nil
+	})
+	return out, err
+}
+
+// scanMIG calls visit for each MIG device of dev until visit returns true.
+func scanMIG(gpu int, dev nvml.Device, visit func(ciKey, nvml.Device) (stop bool, err error)) error {
+	n, ret := dev.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return hwError("GetMaxMigDeviceCount", gpu, dev, ret)
+	}
+	for i := range n {
+		h, ret := dev.GetMigDeviceHandleByIndex(i)
+		if ret == nvml.ERROR_NOT_FOUND {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return hwError("GetMigDeviceHandleByIndex", gpu, dev, ret)
+		}
+		k, err := migKey(gpu, dev, h)
+		if err != nil {
+			return err
+		}
+		stop, err := visit(k, h)
+		if stop || err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func migKey(gpu int, dev, h nvml.Device) (ciKey, error) {
+	gi, ret := h.GetGpuInstanceId()
+	if ret != nvml.SUCCESS {
+		return ciKey{}, hwError("MigDevice.GetGpuInstanceId", gpu, dev, ret)
+	}
+	ci, ret := h.GetComputeInstanceId()
+	if ret != nvml.SUCCESS {
+		return ciKey{}, hwError("MigDevice.GetComputeInstanceId", gpu, dev, ret)
+	}
+	return ciKey{uint32(gi), uint32(ci)}, nil
+}
+
+// migUUID resolves the MIG device UUID of compute instance k. NVML's header
+// documents ComputeInstanceInfo.Device as the parent device, but some
+// bindings and mocks hand back the MIG device there, so that handle is used
+// when it proves to be the MIG device of k; otherwise the MIG handles are
+// scanned.
+func migUUID(gpu int, dev nvml.Device, k ciKey, ciDev nvml.Device) (string, error) {
+	if ciDev != nil {
+		if isMIG, ret := ciDev.IsMigDeviceHandle(); ret == nvml.SUCCESS && isMIG {
+			if got, err := migKey(gpu, dev, ciDev); err == nil && got == k {
+				if uuid, ret := ciDev.GetUUID(); ret == nvml.SUCCESS && strings.HasPrefix(uuid, "MIG-") {
+					return uuid, nil
+				}
+			}
+		}
+	}
+	var uuid string
+	err := scanMIG(gpu, dev, func(got ciKey, h nvml.Device) (bool, error) {
+		if got != k {
+			return false, nil
+		}
+		u, ret := h.GetUUID()
+		if ret != nvml.SUCCESS {
+			return true, hwError("MigDevice.GetUUID", gpu, dev, ret)
+		}
+		uuid = u
+		return true, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if uuid == "" {
+		return "", kindError("resolve MIG device", gpu, realize.ErrNotFound, &MIGDeviceError{GIID: k.gi, CIID: k.ci})
+	}
+	return uuid, nil
+}
+
+// MIGDeviceError reports a compute instance without a MIG device handle.
+type MIGDeviceError struct{ GIID, CIID uint32 }
+
+func (e *MIGDeviceError) Error() string {
+	return "nvmlhal: no MIG device for GPU instance " + u32(e.GIID) + " compute instance " + u32(e.CIID)
+}
+
+// CreateInstance creates a GPU instance of the profile at exactly the given
+// placement (CreateGpuInstanceWithPlacement; NVML never chooses), then one
+// compute instance spanning it: the compute instance profile whose slice
+// count equals the GPU instance's, with shared engines. If anything after
+// the GPU instance fails, what was created is destroyed again before the
+// error returns; a failed rollback is joined to the error (errors.Join).
+//
+// Errors: a placement the GPU does not publish for the profile is
+// realize.ErrInvalidPlacement (checked before NVML is asked, and NVML's
+// INVALID_ARGUMENT maps to it too); an occupied or overlapping range
+// realize.ErrOccupied; MIG off realize.ErrMIGDisabled; a profile the GPU
+// does not support realize.ErrNotSupported.
+func (b *Backend) CreateInstance(ctx context.Context, gpu int, profile capability.GIProfileIndex, at capability.Placement) (realize.Instance, error) {
+	const op = "CreateGpuInstanceWithPlacement"
+	if profile < 0 || profile >= capability.GIProfileCount {
+		return realize.Instance{}, kindError(op, gpu, realize.ErrNotSupported, &ArgumentError{Field: "profile", Reason: "index " + u32(uint32(profile)) + " outside NVML's range"})
+	}
+	if !at.Valid() {
+		return realize.Instance{}, kindError(op, gpu, realize.ErrInvalidPlacement, &ArgumentError{Field: "placement", Reason: at.String() + " is empty or wraps"})
+	}
+	dev, unlock, err := b.begin(ctx, op, gpu)
+	if err != nil {
+		return realize.Instance{}, err
+	}
+	defer unlock()
+
+	info, ret := dev.GetGpuInstanceProfileInfo(int(profile))
+	if ret != nvml.SUCCESS {
+		return realize.Instance{}, hwError("GetGpuInstanceProfileInfo", gpu, dev, ret)
+	}
+	if err := checkPlacement(gpu, dev, &info, profile, at); err != nil {
+		return realize.Instance{}, err
+	}
+	gi, ret := dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: at.Start, Size: at.Size})
+	if ret != nvml.SUCCESS {
+		return realize.Instance{}, createError(op, gpu, dev, ret)
+	}
+	giInfo, ret := gi.GetInfo()
+	if ret != nvml.SUCCESS {
+		err := hwError("GpuInstance.GetInfo", gpu, dev, ret)
+		return realize.Instance{}, errors.Join(err, b.destroyGI(gpu, dev, gi))
+	}
+	inst := realize.Instance{GPU: gpu, Profile: profile, Placement: at, GIID: giInfo.Id}
+	ci, err := b.createFullCI(gpu, dev, gi, giInfo.Id, info.SliceCount)
+	if err != nil {
+		return realize.Instance{}, errors.Join(err, b.destroyGI(gpu, dev, gi))
+	}
+	inst.ComputeInstances = []realize.ComputeInstance{ci}
+	b.log.Info("nvmlhal: created MIG instance", "gpu", gpu, "profile", int(profile), "placement", at.String(),
+		"gi", inst.GIID, "ci", ci.ID, "mig", ci.MIGUUID)
+	return inst, nil
+}
+
+// checkPlacement refuses a placement NVML does not list for the profile,
+// so that an illegal request never reaches CreateGpuInstanceWithPlacement.
+func checkPlacement(gpu int, dev nvml.Device, info *nvml.GpuInstanceProfileInfo, profile capability.GIProfileIndex, at capability.Placement) error {
+	placements, ret := dev.GetGpuInstancePossiblePlacements(info)
+	if ret != nvml.SUCCESS {
+		return hwError("GetGpuInstancePossiblePlacements", gpu, dev, ret)
+	}
+	for _, p := range placements {
+		if p.Start == at.Start && p.Size == at.Size {
+			return nil
+		}
+	}
+	return kindError("CreateGpuInstanceWithPlacement", gpu, realize.ErrInvalidPlacement, placementError(profile, at))
+}
+
+// createFullCI creates the compute instance spanning GPU instance gi and
+// resolves its MIG device. On failure after the CI exists it destroys it.
+func (b *Backend) createFullCI(gpu int, dev nvml.Device, gi nvml.GpuInstance, giID, slices uint32) (realize.ComputeInstance, error) {
+	idx, ok := capability.FullCIProfileIndex(slices)
+	if !ok {
+		return realize.ComputeInstance{}, kindError("CreateComputeInstance", gpu, realize.ErrNotSupported,
+			&ArgumentError{Field: "profile", Reason: "no compute instance profile spans " + u32(slices) + " slices"})
+	}
+	prof, ret := gi.GetComputeInstanceProfileInfo(int(idx), nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret != nvml.SUCCESS {
+		return realize.ComputeInstance{}, hwError("GetComputeInstanceProfileInfo", gpu, dev, ret)
+	}
+	ci, ret := gi.CreateComputeInstance(&prof)
+	if ret != nvml.SUCCESS {
+		return realize.ComputeInstance{}, hwError("CreateComputeInstance", gpu, dev, ret)
+	}
+	ciInfo, ret := ci.GetInfo()
+	if ret != nvml.SUCCESS {
+		return realize.ComputeInstance{}, errors.Join(hwError("ComputeInstance.GetInfo", gpu, dev, ret), destroyCI(gpu, dev, ci))
+	}
+	uuid, err := migUUID(gpu, dev, ciKey{giID, ciInfo.Id}, ciInfo.Device)
+	if err != nil {
+		return realize.ComputeInstance{}, errors.Join(err, destroyCI(gpu, dev, ci))
+	}
+	return realize.ComputeInstance{ID: ciInfo.Id, Profile: idx, SliceCount: prof.SliceCount, MIGUUID: uuid}, nil
+}
+
+func destroyCI(gpu int, dev nvml.Device, ci nvml.ComputeInstance) error {
+	if ret := ci.Destroy(); ret != nvml.SUCCESS {
+		return hwError("ComputeInstance.Destroy", gpu, dev, ret)
+	}
+	return nil
+}
+
+// destroyGI is the rollback of a GPU instance this call created.
+func (b *Backend) destroyGI(gpu int, dev nvml.Device, gi nvml.GpuInstance) error {
+	if ret := gi.Destroy(); ret != nvml.SUCCESS {
+		b.log.Error("nvmlhal: rollback left a GPU instance behind", "gpu", gpu, "ret", returnName(ret))
+		return hwError("GpuInstance.Destroy", gpu, dev, ret)
+	}
+	return nil
+}
+
+// DestroyComputeInstance destroys exactly compute instance ci of GPU
+// instance gi. A GPU or compute instance that does not exist is
+// realize.ErrNotFound; processes on it realize.ErrInUse.
+func (b *Backend) DestroyComputeInstance(ctx context.Context, gpu int, gi, ci uint32) error {
+	dev, unlock, err := b.begin(ctx, "DestroyComputeInstance", gpu)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	g, err := lookupGI(gpu, dev, gi)
+	if err != nil {
+		return err
+	}
+	c, ret := g.GetComputeInstanceById(int(ci))
+	if ret != nvml.SUCCESS {
+		return lookupError("GetComputeInstanceById", gpu, dev, ret)
+	}
+	if err := destroyCI(gpu, dev, c); err != nil {
+		return err
+	}
+	b.log.Info("nvmlhal: destroyed compute instance", "gpu", gpu, "gi", gi, "ci", ci)
+	return nil
+}
+
+// DestroyGPUInstance destroys exactly GPU instance gi. Live compute
+// instances or processes are realize.ErrInUse (NVML's IN_USE); a GPU
+// instance that does not exist is realize.ErrNotFound.
+func (b *Backend) DestroyGPUInstance(ctx context.Context, gpu int, gi uint32) error {
+	dev, unlock, err := b.begin(ctx, "DestroyGPUInstance", gpu)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	g, err := lookupGI(gpu, dev, gi)
+	if err != nil {
+		return err
+	}
+	if ret := g.Destroy(); ret != nvml.SUCCESS {
+		return hwError("GpuInstance.Destroy", gpu, dev, ret)
+	}
+	b.log.Info("nvmlhal: destroyed GPU instance", "gpu", gpu, "gi", gi)
+	return nil
+}
+
+func lookupGI(gpu int, dev nvml.Device, gi uint32) (nvml.GpuInstance, error) {
+	g, ret := dev.GetGpuInstanceById(int(gi))
+	if ret != nvml.SUCCESS {
+		return nil, lookupError("GetGpuInstanceById", gpu, dev, ret)
+	}
+	return g, nil
+}
+
+// lookupError maps a failed by-ID lookup: NVML reports an unknown ID as
+// NOT_FOUND or INVALID_ARGUMENT depending on the driver; both are
+// realize.ErrNotFound.
+func lookupError(op string, gpu int, dev nvml.Device, ret nvml.Return) error {
+	if ret == nvml.ERROR_INVALID_ARGUMENT {
+		return &realize.HardwareError{Op: op, GPU: gpu, Kind: realize.ErrNotFound, Cause: &ReturnError{Return: ret}}
+	}
+	return hwError(op, gpu, dev, ret)
+}

@@ -1,0 +1,42 @@
+// Package nvmlmock makes go-nvml's DGX mock servers (pkg/nvml/mock/dgxa100,
+// dgxh100, dgxh200, dgxb200) strict enough to test an NVML MIG backend
+// without a GPU. It is a test helper: only tests and examples import it.
+//
+// go-nvml's servers are lax: overlapping or illegal placements succeed, a
+// GPU instance with live compute instances can be destroyed, MIG device
+// handle calls panic, every profile Id equals its index, and the H100,
+// H200 and B200 tables have placements and sizes no driver reports. A
+// [Server] keeps go-nvml's GPU identities (UUIDs, PCI data, compute
+// instance profiles) and replaces the MIG calls with ones that check what
+// real NVML checks, on the profile tables of
+// ../shared/data/mig-hardware-facts.md:
+//
+//   - profile Ids differ from indexes (1g is Id 19 at index 0, 7g Id 0 at
+//     index 4), so a caller that confuses them fails;
+//   - placements are half-open slot intervals [Start, Start+Size) on an
+//     8-slot grid: 3g has size 4, 7g size 8, 1g REV2 size 2;
+//   - creating at a placement the profile does not list is
+//     ERROR_INVALID_ARGUMENT; overlapping a live GPU instance, exceeding
+//     the profile's instance count or the GPU's 7 compute slices is
+//     ERROR_INSUFFICIENT_RESOURCES; MIG off is ERROR_NOT_SUPPORTED;
+//   - destroying a GPU instance with compute instances or processes, or a
+//     compute instance with processes, is ERROR_IN_USE; destroyed handles
+//     turn invalid;
+//   - each compute instance gets a MIG device handle with a fresh, distinct
+//     MIG UUID, reachable through GetMigDeviceHandleByIndex (sparse,
+//     NOT_FOUND for free indexes, up to GetMaxMigDeviceCount);
+//     ComputeInstanceInfo.Device is the parent GPU as nvml.h documents
+//     (Options.CIInfoDevice hands out the MIG device instead);
+//   - every call fails with ERROR_UNINITIALIZED until Init, and Init and
+//     Shutdown are counted, so ownership bugs show.
+//
+// V3 profile names are served through nvmlhal.ProfileInfoV3Device, since
+// go-nvml's versioned handler cannot be mocked. Processes are started and
+// stopped with [Server.StartProcess], [Server.StartMIGProcess] and
+// [Server.StopProcess]; [Server.FailNext] injects an NVML error into the
+// next call of an operation. The zero [Options] give a MIG-enabled server.
+//
+// A Server is safe for concurrent use: one mutex guards all its state.
+// Values of go-nvml's mock that this package does not override (clocks,
+// power, NVLink, ...) behave as go-nvml defines them.
+package nvmlmock

@@ -1,0 +1,252 @@
+package nvmlmock
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+// Compile-time checks: the strict types are NVML values.
+var (
+	_ nvml.Interface       = (*Server)(nil)
+	_ nvml.Device          = (*Device)(nil)
+	_ nvml.Device          = (*MIGDevice)(nil)
+	_ nvml.GpuInstance     = (*GpuInstance)(nil)
+	_ nvml.ComputeInstance = (*ComputeInstance)(nil)
+)
+
+// Options configures a [Server]. The zero value is a MIG-enabled server
+// whose driver reports V3 profile names.
+type Options struct {
+	// MIGDisabled starts every GPU with MIG mode off.
+	MIGDisabled bool
+	// NoV3 imitates a driver without the V3 profile query: profile names
+	// are not reported and must be derived.
+	NoV3 bool
+	// CIInfoDevice makes ComputeInstanceInfo.Device the MIG device handle.
+	// By default it is the parent GPU, as nvml.h documents it, so a backend
+	// must find the MIG device by scanning the MIG handles.
+	CIInfoDevice bool
+	// ResetRequired makes SetMigMode leave every change pending, as on
+	// hosts where NVML cannot reset the GPU (activation RESET_REQUIRED).
+	ResetRequired bool
+}
+
+// Op names a call whose next result a test can force with [Server.FailNext].
+type Op string
+
+// Operations that accept injected failures.
+const (
+	OpCreateGpuInstance         Op = "CreateGpuInstanceWithPlacement"
+	OpCreateComputeInstance     Op = "CreateComputeInstance"
+	OpDestroyGpuInstance        Op = "GpuInstance.Destroy"
+	OpDestroyComputeInstance    Op = "ComputeInstance.Destroy"
+	OpGetMigDeviceHandleByIndex Op = "GetMigDeviceHandleByIndex"
+	OpGetComputeRunningProcs    Op = "GetComputeRunningProcesses"
+	OpSetMigMode                Op = "SetMigMode"
+)
+
+// Server is a strict NVML mock of an 8-GPU DGX server: go-nvml's mock
+// server with the MIG calls replaced by ones that check what real NVML
+// checks. Calls not overridden here fall through to go-nvml's mock (and
+// panic there when go-nvml leaves them unset). Every call but Init fails
+// with ERROR_UNINITIALIZED until Init has been called, as in real NVML.
+//
+// All state is guarded by one mutex; a Server is safe for concurrent use.
+type Server struct {
+	*server.Server
+
+	model Model
+	opts  Options
+
+	mu      sync.Mutex
+	inits   int
+	devices []*Device
+	serial  uint64 // MIG device UUID counter
+	faults  map[Op][]nvml.Return
+}
+
+// New returns a strict server of the given model.
+func New(model Model, opts Options) *Server {
+	spec, ok := specs[model]
+	if !ok {
+		panic(fmt.Sprintf("nvmlmock: unknown model %d", int(model)))
+	}
+	base, err := server.New(server.WithGPUs(gpus.Multiple(8, spec.base)...),
+		server.WithDriverVersion("580.65.06"), server.WithNVMLVersion("13.580.65.06"), server.WithCUDADriverVersion(13000))
+	if err != nil {
+		panic(err) // go-nvml's options never fail
+	}
+	s := &Server{Server: base, model: model, opts: opts, faults: make(map[Op][]nvml.Return)}
+	for i, d := range base.Devices {
+		s.devices = append(s.devices, newDevice(s, i, d.(*server.Device), spec))
+	}
+	return s
+}
+
+// Model returns the server's model.
+func (s *Server) Model() Model { return s.model }
+
+// Inits returns how many Init calls are not yet balanced by Shutdown.
+func (s *Server) Inits() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inits
+}
+
+// FailNext makes the next call of op (on any GPU) return ret instead of
+// running. Several calls queue up in order.
+func (s *Server) FailNext(op Op, ret nvml.Return) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults[op] = append(s.faults[op], ret)
+}
+
+// fault pops an injected failure for op; s.mu must be held.
+func (s *Server) fault(op Op) (nvml.Return, bool) {
+	q := s.faults[op]
+	if len(q) == 0 {
+		return nvml.SUCCESS, false
+	}
+	s.faults[op] = q[1:]
+	return q[0], true
+}
+
+// lock takes the state lock and reports whether NVML is initialised.
+func (s *Server) lock() bool {
+	s.mu.Lock()
+	return s.inits > 0
+}
+
+// Init initialises the mock library; it is counted like nvmlInit.
+func (s *Server) Init() nvml.Return {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inits++
+	return nvml.SUCCESS
+}
+
+// Shutdown balances one Init; without one it is ERROR_UNINITIALIZED.
+func (s *Server) Shutdown() nvml.Return {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inits == 0 {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	s.inits--
+	return nvml.SUCCESS
+}
+
+// DeviceGetCount returns the number of GPUs.
+func (s *Server) DeviceGetCount() (int, nvml.Return) {
+	defer s.mu.Unlock()
+	if !s.lock() {
+		return 0, nvml.ERROR_UNINITIALIZED
+	}
+	return len(s.devices), nvml.SUCCESS
+}
+
+// DeviceGetHandleByIndex returns the strict device at index.
+func (s *Server) DeviceGetHandleByIndex(index int) (nvml.Device, nvml.Return) {
+	defer s.mu.Unlock()
+	if !s.lock() {
+		return nil, nvml.ERROR_UNINITIALIZED
+	}
+	if index < 0 || index >= len(s.devices) {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return s.devices[index], nvml.SUCCESS
+}
+
+// DeviceGetHandleByUUID returns the strict device with the GPU UUID.
+func (s *Server) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	defer s.mu.Unlock()
+	if !s.lock() {
+		return nil, nvml.ERROR_UNINITIALIZED
+	}
+	for _, d := range s.devices {
+		if d.UUID == uuid {
+			return d, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+// GPU returns the strict device at index, for test setup and inspection.
+// It panics on an index out of range.
+func (s *Server) GPU(index int) *Device { return s.devices[index] }
+
+// StartProcess starts a compute process on a GPU outside MIG. A GPU in MIG
+// mode runs CUDA work only inside MIG devices, so that is an error.
+func (s *Server) StartProcess(gpu int, pid uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.gpu(gpu)
+	if err != nil {
+		return err
+	}
+	if d.migMode == nvml.DEVICE_MIG_ENABLE {
+		return fmt.Errorf("nvmlmock: GPU %d is in MIG mode; start processes in a MIG device", gpu)
+	}
+	d.procs = append(d.procs, process{pid: pid, gi: noInstance, ci: noInstance})
+	return nil
+}
+
+// StartMIGProcess starts a compute process in compute instance ci of GPU
+// instance gi.
+func (s *Server) StartMIGProcess(gpu int, gi, ci, pid uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.gpu(gpu)
+	if err != nil {
+		return err
+	}
+	g := d.gis[gi]
+	if g == nil || g.cis[ci] == nil {
+		return fmt.Errorf("nvmlmock: GPU %d has no compute instance %d/%d", gpu, gi, ci)
+	}
+	d.procs = append(d.procs, process{pid: pid, gi: gi, ci: ci})
+	return nil
+}
+
+// StopProcess ends every process with pid on the GPU.
+func (s *Server) StopProcess(gpu int, pid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d, err := s.gpu(gpu); err == nil {
+		d.procs = slices.DeleteFunc(d.procs, func(p process) bool { return p.pid == pid })
+	}
+}
+
+// ResetGPU applies a pending MIG mode change, as a GPU reset does. It fails
+// while processes run, and destroys every instance when MIG turns off.
+func (s *Server) ResetGPU(gpu int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.gpu(gpu)
+	if err != nil {
+		return err
+	}
+	if len(d.procs) > 0 {
+		return fmt.Errorf("nvmlmock: GPU %d is in use", gpu)
+	}
+	d.setMode(d.pendingMode)
+	return nil
+}
+
+func (s *Server) gpu(i int) (*Device, error) {
+	if i < 0 || i >= len(s.devices) {
+		return nil, fmt.Errorf("nvmlmock: no GPU %d", i)
+	}
+	return s.devices[i], nil
+}
+
+// newMIGUUID returns a fresh MIG device UUID; s.mu must be held.
+func (s *Server) newMIGUUID(gpu int, gi, ci uint32) string {
+	s.serial++
+	return fmt.Sprintf("MIG-%08x-%04x-4%03x-8%03x-%012x", uint32(s.model)<<24|uint32(gpu), gi&0xffff, ci&0xfff, gpu&0xfff, s.serial)
+}

@@ -1,0 +1,148 @@
+package nvmlhal
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/realize"
+)
+
+// noInstance is NVML's "not in a MIG device" GPU/compute instance ID in
+// ProcessInfo (and what go-nvml fills in for v1 process structs).
+const noInstance = 0xFFFFFFFF
+
+func u32(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
+
+// Processes reports the compute processes on the GPU: those NVML lists for
+// the physical device and, when MIG is enabled, those it lists for each MIG
+// device handle, counted once each. Any NVML failure is an error, never an
+// empty report: callers use Busy to decide whether destructive cleanup is
+// safe.
+func (b *Backend) Processes(ctx context.Context, gpu int) (realize.ProcessReport, error) {
+	if err := ctx.Err(); err != nil {
+		return realize.ProcessReport{}, err
+	}
+	dev, err := b.device("Processes", gpu)
+	if err != nil {
+		return realize.ProcessReport{}, err
+	}
+	return processes(gpu, dev)
+}
+
+// procKey is one process in one GPU instance (noInstance outside MIG).
+type procKey struct{ pid, gi uint32 }
+
+func processes(gpu int, dev nvml.Device) (realize.ProcessReport, error) {
+	seen := make(map[procKey]bool)
+	procs, ret := dev.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return realize.ProcessReport{}, hwError("GetComputeRunningProcesses", gpu, dev, ret)
+	}
+	for _, p := range procs {
+		seen[procKey{p.Pid, p.GpuInstanceId}] = true
+	}
+	cur, _, err := migModes("GetMigMode", gpu, dev)
+	if err != nil {
+		return realize.ProcessReport{}, err
+	}
+	if cur == capability.MIGEnabled {
+		err := scanMIG(gpu, dev, func(k ciKey, h nvml.Device) (bool, error) {
+			procs, ret := h.GetComputeRunningProcesses()
+			if ret != nvml.SUCCESS {
+				return true, hwError("MigDevice.GetComputeRunningProcesses", gpu, dev, ret)
+			}
+			for _, p := range procs {
+				seen[procKey{p.Pid, k.gi}] = true
+			}
+			return false, nil
+		})
+		if err != nil {
+			return realize.ProcessReport{}, err
+		}
+	}
+	return report(seen), nil
+}
+
+// report counts processes. A PID seen both without a GPU instance (a
+// driver that fills no instance IDs on the physical device) and inside one
+// is counted in its GPU instance only.
+func report(seen map[procKey]bool) realize.ProcessReport {
+	inMIG := make(map[uint32]bool)
+	for k := range seen {
+		if k.gi != noInstance {
+			inMIG[k.pid] = true
+		}
+	}
+	var r realize.ProcessReport
+	for k := range seen {
+		if k.gi == noInstance {
+			if !inMIG[k.pid] {
+				r.Total++
+			}
+			continue
+		}
+		r.Total++
+		if r.ByGPUInstance == nil {
+			r.ByGPUInstance = make(map[uint32]int)
+		}
+		r.ByGPUInstance[k.gi]++
+	}
+	return r
+}
+
+// EnableMIG turns MIG mode on for an idle GPU. Call it only when the
+// operator asked for it: enabling MIG may reset the GPU. A GPU already in
+// MIG mode is left alone. A GPU with compute processes is refused with
+// realize.ErrInUse and untouched. When the driver leaves the change
+// pending (a GPU reset or VM reboot is needed, or another client held the
+// device) the error is realize.ErrResetRequired; the mode takes effect
+// after the reset.
+func (b *Backend) EnableMIG(ctx context.Context, gpu int) error {
+	const op = "SetMigMode"
+	dev, unlock, err := b.begin(ctx, op, gpu)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	c, p, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return hwError("GetMigMode", gpu, nil, ret)
+	}
+	switch {
+	case c == nvml.DEVICE_MIG_ENABLE && p == nvml.DEVICE_MIG_ENABLE:
+		return nil
+	case c != nvml.DEVICE_MIG_ENABLE && p == nvml.DEVICE_MIG_ENABLE:
+		return kindError(op, gpu, realize.ErrResetRequired, nil)
+	}
+	procs, err := processes(gpu, dev)
+	if err != nil {
+		return err
+	}
+	if procs.Busy() {
+		return kindError(op, gpu, realize.ErrInUse, &ArgumentError{Field: "gpu", Reason: strconv.Itoa(procs.Total) + " compute processes running"})
+	}
+	activation, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	if ret != nvml.SUCCESS {
+		return hwError(op, gpu, nil, ret)
+	}
+	c, p, ret = dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return hwError("GetMigMode", gpu, nil, ret)
+	}
+	if c == nvml.DEVICE_MIG_ENABLE {
+		b.log.Info("nvmlhal: enabled MIG mode", "gpu", gpu)
+		return nil
+	}
+	var cause error
+	if activation != nvml.SUCCESS {
+		cause = &ReturnError{Return: activation}
+	}
+	if p == nvml.DEVICE_MIG_ENABLE {
+		b.log.Warn("nvmlhal: MIG mode pending until GPU reset", "gpu", gpu, "activation", returnName(activation))
+		return kindError(op, gpu, realize.ErrResetRequired, cause)
+	}
+	return kindError(op, gpu, nil, cause)
+}
