@@ -1,0 +1,90 @@
+// Package placement chooses MIG profiles and physical placements for pods and
+// keeps the scheduler's occupancy ledger.
+//
+// # Model
+//
+// A GPU's MIG capability ([capability.GPU]) is compiled into a [Grid]: its
+// profiles, ordered by NVML memory, then slice count, then name
+// ([capability.CompareProfiles]), each with the placements NVML publishes.
+// Placement legality comes only from those published placements; nothing is
+// derived from slice counts or names. The grid width is the largest
+// placement end among the GPU's profiles: 4 slots on A30, 8 on A100, H100,
+// H200 and B200, 12 on RTX PRO 6000 Blackwell. No width is assumed; any grid
+// of up to 64 slots works.
+//
+// The taken slots of one GPU are an [Occupancy], a uint64 bitmask with bit i
+// set when slot i is taken. A placement fits when its mask ANDed with the
+// occupancy is zero: one instruction.
+//
+// A pod's demand is a [Request]: per container a device count and a
+// per-device [Memory] demand (MiB, percent of the GPU, or the whole GPU,
+// mirroring nvidia.com/gpu, nvidia.com/gpumem and
+// nvidia.com/gpumem-percentage), plus the pod's profile preference and GPU
+// UUID and type allow and deny lists. A [Selector] places all devices of all
+// containers at once, or none, and returns one [Assignment] per device:
+// container index, device index, GPU UUID, profile name and placement,
+// exactly the scheduler-written fields of a hami.io/vgpu-mig-allocations
+// entry. A pod that does not fit gets an [*UnschedulableError] whose reason
+// is one of [ErrExcluded], [ErrNoProfile], [ErrCapacity], [ErrFragmented] or
+// [ErrSearchLimit].
+//
+// A [Policy] ranks the legal candidates of a device: [FirstFit],
+// [V210] (the deployed HAMi v2.10 order) and the default
+// [FragmentationAware]. [NodeScore] ranks fitting nodes (bin-packing by
+// default). The [Ledger] holds every node's occupancy, built from pod
+// reservations and updated per pod, with assume-before-bind.
+//
+// Package placement/sim replays arrival/departure traces against the
+// policies; examples/simulate prints the comparison.
+//
+// # Units and intervals
+//
+// Memory is in MiB, as NVML reports MemorySizeMB. Placements are in memory
+// slots of the GPU's placement grid, not compute slices. A placement covers
+// the half-open interval [start, start+size): [0,2) and [2,4) do not
+// overlap.
+//
+// # Fragmentation metric
+//
+// The default policy, [FragmentationAware], keeps the most future placements
+// open. For a candidate placement c on a GPU with taken slots U, its cost is
+//
+//	sum over distinct published placements q of the GPU
+//	    with q free under U and q overlapping c:  size(q)
+//
+// that is, the slot-weighted number of still-free legal placements the choice
+// destroys. Only the chosen GPU changes, so minimising this cost maximises
+// the node's slot-weighted count of free legal placements after the choice.
+// Ties go to the GPU with fewer free slots left (bin-packing), then the
+// lowest GPU position, then the lowest start. Weighting by size protects
+// large contiguous ranges: a 1g on an empty A100 costs 1+2+4+8 = 15 at
+// slot 6 (it blocks [6,7), [6,8), [4,8), [0,8)) and the same at slot 0,
+// but only 1+2+4 = 7 on a GPU whose [0,8) is already blocked, so small
+// profiles pile up on GPUs that are already split. The unweighted count
+// ([WeightCount]) and size squared ([WeightSlotsSquared]) are available;
+// the slot weighting accepted the most on the heavy-churn traces (see the
+// placement/sim tests and the table in its documentation).
+//
+// # Determinism and bounds
+//
+// Equal inputs give equal outputs: candidate order is total (preference,
+// profile order, policy cost, GPU position, start) and no map iteration or
+// randomness is involved. A single-device request is an exhaustive scan, so
+// it is pending only when no free published placement of a fitting profile
+// exists on an allowed GPU. Multi-device pods are placed greedily, then by a
+// depth-first search bounded by [SelectorOptions.MaxSteps] candidates per
+// phase (see [Selector.Select]).
+//
+// # Concurrency
+//
+// [Grid] values are immutable and safe for concurrent use. [Occupancy],
+// [GPUState], [Request] and [Assignment] are plain values. A [Selector]
+// holds scratch space and must be used by one goroutine at a time; the
+// package-level [Select] allocates a fresh one. A [Ledger] is safe for
+// concurrent use, with one lock per node; see its documentation. No
+// function starts a goroutine.
+//
+// The zero values: an Occupancy of 0 is an empty GPU; a zero [Memory] demands
+// a whole GPU; a zero [Request] requests nothing; zero option structs use
+// the defaults.
+package placement

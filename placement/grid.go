@@ -1,0 +1,281 @@
+package placement
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/dynmig/dynmig/capability"
+)
+
+// Occupancy is the set of taken memory slots of one GPU's slot grid: bit i
+// is set when slot i is covered by a reservation. A fit test of a placement
+// is one AND against [capability.Placement.Mask].
+//
+// The zero value is an empty GPU. Occupancy is comparable.
+type Occupancy uint64
+
+// Fits reports whether p is valid, lies on a 64-slot grid and overlaps no
+// taken slot. It does not check that p is a published placement; see
+// [Grid.Legal].
+func (o Occupancy) Fits(p capability.Placement) bool {
+	m := p.Mask()
+	return m != 0 && uint64(o)&m == 0
+}
+
+// Take returns o with the slots of p marked taken.
+func (o Occupancy) Take(p capability.Placement) Occupancy { return o | Occupancy(p.Mask()) }
+
+// Release returns o with the slots of p marked free.
+func (o Occupancy) Release(p capability.Placement) Occupancy { return o &^ Occupancy(p.Mask()) }
+
+// Count returns the number of taken slots.
+func (o Occupancy) Count() int { return bits.OnesCount64(uint64(o)) }
+
+// String lists the taken runs as half-open intervals, e.g. "{[0,2) [4,5)}";
+// the empty occupancy is "{}".
+func (o Occupancy) String() string {
+	var b strings.Builder
+	b.WriteByte('{')
+	v := uint64(o)
+	first := true
+	for v != 0 {
+		start := bits.TrailingZeros64(v)
+		run := bits.TrailingZeros64(^(v >> start))
+		if !first {
+			b.WriteByte(' ')
+		}
+		first = false
+		b.WriteString(capability.Placement{Start: uint32(start), Size: uint32(run)}.String())
+		if start+run >= 64 {
+			break
+		}
+		v &^= ((uint64(1) << run) - 1) << start
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Grid is one GPU compiled for placement decisions: its identity plus its
+// profile table as precomputed slot masks. A Grid is immutable after
+// [NewGrid] and safe for concurrent use; GPUs with identical profile tables
+// may share the compiled table (see [Ledger]).
+type Grid struct {
+	uuid     string
+	name     string
+	memoryMB uint64
+	index    int
+	shape    *shape
+}
+
+// shape is the part of a Grid that depends only on the profile table.
+type shape struct {
+	width    uint32
+	full     uint64
+	profiles []gridProfile
+	caps     []capability.Profile // sorted copies; gridProfile.p points here
+	frag     []weightedMask
+	// maxMemory is the largest profile memory, the whole-GPU demand.
+	maxMemory uint64
+}
+
+// gridProfile is one profile with its placements as masks, sorted by start.
+type gridProfile struct {
+	p          *capability.Profile
+	placements []capability.Placement
+	masks      []uint64
+	union      uint64 // every slot the profile can ever occupy
+	minSize    uint32
+	highFirst  bool // the deployed v2.10 order tries this profile from the highest start
+	memoryMB   uint64
+	sliceCount uint32
+}
+
+// weightedMask is one distinct published placement with the weights the
+// fragmentation metric gives it.
+type weightedMask struct {
+	mask     uint64
+	profiles int64 // how many profiles publish this placement
+	size     int64 // slots
+}
+
+// NewGrid compiles gpu for placement. It copies what it keeps, so the caller
+// may reuse gpu. Profiles are ordered by [capability.CompareProfiles] and
+// their placements by start. It fails with a [*GridError] (wrapping
+// [ErrInvalidGrid]) when the UUID is empty, a profile name is empty or
+// repeated, or a placement is invalid or ends beyond slot 64.
+func NewGrid(gpu *capability.GPU) (*Grid, error) {
+	if gpu.UUID == "" {
+		return nil, &GridError{Reason: "empty GPU UUID"}
+	}
+	sh, err := newShape(gpu)
+	if err != nil {
+		return nil, err
+	}
+	return &Grid{uuid: gpu.UUID, name: gpu.Name, memoryMB: gpu.MemoryMB, index: gpu.Index, shape: sh}, nil
+}
+
+func newShape(gpu *capability.GPU) (*shape, error) {
+	caps := make([]capability.Profile, len(gpu.Profiles))
+	copy(caps, gpu.Profiles)
+	capability.SortProfiles(caps)
+	sh := &shape{caps: caps, profiles: make([]gridProfile, len(caps))}
+	seen := make(map[string]bool, len(caps))
+	for i := range caps {
+		pr := &caps[i]
+		if pr.Name == "" {
+			return nil, &GridError{UUID: gpu.UUID, Reason: fmt.Sprintf("profile %d has an empty name", i)}
+		}
+		if seen[pr.Name] {
+			return nil, &GridError{UUID: gpu.UUID, Profile: pr.Name, Reason: "profile listed twice"}
+		}
+		seen[pr.Name] = true
+		pls := slices.Clone(pr.Placements)
+		slices.SortFunc(pls, func(a, b capability.Placement) int {
+			return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.Size, b.Size))
+		})
+		pls = slices.Compact(pls)
+		pr.Placements = pls
+		gp := gridProfile{p: pr, placements: pls, masks: make([]uint64, len(pls)),
+			memoryMB: pr.MemoryMB, sliceCount: pr.SliceCount,
+			highFirst: pr.SliceCount == 1 || pr.SliceCount == 3}
+		for j, pl := range pls {
+			if !pl.Within(capability.MaxSlots) {
+				return nil, &GridError{UUID: gpu.UUID, Profile: pr.Name, Reason: fmt.Sprintf("placement %v is not on a %d-slot grid", pl, capability.MaxSlots)}
+			}
+			gp.masks[j] = pl.Mask()
+			gp.union |= gp.masks[j]
+			if gp.minSize == 0 || pl.Size < gp.minSize {
+				gp.minSize = pl.Size
+			}
+			sh.width = max(sh.width, pl.End())
+		}
+		sh.maxMemory = max(sh.maxMemory, pr.MemoryMB)
+		sh.profiles[i] = gp
+	}
+	if sh.width == capability.MaxSlots {
+		sh.full = ^uint64(0)
+	} else {
+		sh.full = (uint64(1) << sh.width) - 1
+	}
+	sh.frag = fragMasks(sh.profiles)
+	return sh, nil
+}
+
+// fragMasks collects the distinct published placements with their weights.
+func fragMasks(ps []gridProfile) []weightedMask {
+	var out []weightedMask
+	for i := range ps {
+		for _, m := range ps[i].masks {
+			k := slices.IndexFunc(out, func(w weightedMask) bool { return w.mask == m })
+			if k < 0 {
+				out = append(out, weightedMask{mask: m, size: int64(bits.OnesCount64(m))})
+				k = len(out) - 1
+			}
+			out[k].profiles++
+		}
+	}
+	slices.SortFunc(out, func(a, b weightedMask) int { return cmp.Compare(a.mask, b.mask) })
+	return out
+}
+
+// shapeKey is a canonical text of a profile table, used to share shapes.
+func shapeKey(gpu *capability.GPU) string {
+	var b strings.Builder
+	for i := range gpu.Profiles {
+		p := &gpu.Profiles[i]
+		b.WriteString(p.Name)
+		b.WriteByte('|')
+		b.WriteString(strconv.FormatUint(p.MemoryMB, 10))
+		b.WriteByte('|')
+		b.WriteString(strconv.FormatUint(uint64(p.SliceCount), 10))
+		for _, pl := range p.Placements {
+			b.WriteByte('|')
+			b.WriteString(strconv.FormatUint(uint64(pl.Start), 10))
+			b.WriteByte(':')
+			b.WriteString(strconv.FormatUint(uint64(pl.Size), 10))
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+// UUID returns the GPU UUID.
+func (g *Grid) UUID() string { return g.uuid }
+
+// Name returns the NVML device name, matched by GPU type constraints.
+func (g *Grid) Name() string { return g.name }
+
+// MemoryMB returns the GPU's total memory in MiB, the base of percentage
+// and whole-GPU demands.
+func (g *Grid) MemoryMB() uint64 { return g.memoryMB }
+
+// Index returns the NVML device index.
+func (g *Grid) Index() int { return g.index }
+
+// Width returns the number of slots of the grid (4 on A30, 8 on A100 and
+// Hopper, 12 on RTX PRO 6000).
+func (g *Grid) Width() uint32 { return g.shape.width }
+
+// Full returns the occupancy with every slot of the grid taken.
+func (g *Grid) Full() Occupancy { return Occupancy(g.shape.full) }
+
+// Profiles returns the grid's profiles ordered by
+// [capability.CompareProfiles], placements ordered by start. The caller must
+// not modify them.
+func (g *Grid) Profiles() []capability.Profile { return g.shape.caps }
+
+// Profile returns the profile named name, or nil.
+func (g *Grid) Profile(name string) *capability.Profile {
+	if i := g.profileIndex(name); i >= 0 {
+		return g.shape.profiles[i].p
+	}
+	return nil
+}
+
+func (g *Grid) profileIndex(name string) int {
+	for i := range g.shape.profiles {
+		if g.shape.profiles[i].p.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Legal reports whether p is a published placement of the profile named
+// profile.
+func (g *Grid) Legal(profile string, p capability.Placement) bool {
+	i := g.profileIndex(profile)
+	return i >= 0 && g.shape.profiles[i].p.HasPlacement(p)
+}
+
+// FreePlacements returns the number of published placements, over all
+// profiles, that are free under used: the quantity the default policy keeps
+// as large as possible (see [FragmentationAware]).
+func (g *Grid) FreePlacements(used Occupancy) int {
+	n := 0
+	for i := range g.shape.profiles {
+		for _, m := range g.shape.profiles[i].masks {
+			if uint64(used)&m == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// String returns "UUID (name, N slots)".
+func (g *Grid) String() string {
+	return g.uuid + " (" + g.name + ", " + strconv.FormatUint(uint64(g.shape.width), 10) + " slots)"
+}
+
+// GPUState is one GPU of a node as a placement decision sees it: its
+// compiled grid and the slots already taken. The zero value has no grid and
+// is skipped by selection.
+type GPUState struct {
+	Grid *Grid
+	Used Occupancy
+}

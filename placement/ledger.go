@@ -1,0 +1,608 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/dynmig/dynmig/capability"
+)
+
+// Reservation is one reserved MIG device as the ledger accounts it: the
+// scheduler-written fields of a hami.io/vgpu-mig-allocations entry, keyed by
+// the owning pod. The scheduler glue converts reservation.Allocation values
+// to and from it. Reservation is comparable.
+type Reservation struct {
+	PodUID         string
+	ContainerIndex int
+	DeviceIndex    int
+	GPUUUID        string
+	Profile        string
+	Placement      capability.Placement
+}
+
+// Reservations converts the assignments of one pod to reservations.
+func Reservations(podUID string, as []Assignment) []Reservation {
+	out := make([]Reservation, len(as))
+	for i, a := range as {
+		out[i] = Reservation{PodUID: podUID, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
+			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
+	}
+	return out
+}
+
+// LedgerOptions configures a [Ledger]. The zero value works.
+type LedgerOptions struct {
+	// Policy and MaxSteps configure the selectors of [Ledger.Reserve] and
+	// [Ledger.Evaluate]; see [SelectorOptions].
+	Policy   Policy
+	MaxSteps int
+	// Score is the node scoring mode of [Ledger.Evaluate].
+	Score ScoreMode
+}
+
+// Ledger is the scheduler's occupancy model: per node, per GPU, the slots
+// taken by the reservations of active pods, rebuilt from pod annotations and
+// kept current incrementally.
+//
+// Pods enter the ledger two ways. Observed pods (from an informer) are
+// recorded with [Ledger.AddPod] / [Ledger.UpdatePod] and leave with
+// [Ledger.DeletePod]. Scheduling decisions are assumed before the pod is
+// bound: [Ledger.Reserve] chooses and records a placement atomically under
+// the node's lock, so two concurrent decisions never take the same slots;
+// [Ledger.Forget] drops an assumption that did not bind; a later AddPod of
+// the same pod confirms it.
+//
+// A Ledger is safe for concurrent use. Operations on different pods and
+// nodes proceed in parallel (one lock per node); operations on the same pod
+// must be ordered by the caller, as informer handlers are. Locks are held
+// only for bounded in-memory work (one placement decision at most), so the
+// methods take no context.
+type Ledger struct {
+	opts LedgerOptions
+
+	mu     sync.RWMutex // guards nodes and shapes
+	nodes  map[string]*nodeLedger
+	shapes map[string]*shape
+
+	idxMu   sync.Mutex // leaf lock: never held while taking another
+	podNode map[string]string
+
+	selectors sync.Pool
+}
+
+// nodeLedger is one node's GPUs, occupancy and pods.
+type nodeLedger struct {
+	mu     sync.RWMutex
+	name   string
+	gpus   []GPUState
+	counts [][capability.MaxSlots]uint16 // per GPU, per slot: reservations covering it
+	pods   map[string]*podEntry
+}
+
+type podEntry struct {
+	held    []held
+	assumed bool
+}
+
+// held is a reservation with its resolved GPU position (-1 when unknown)
+// and the slots it occupies (0 when it occupies none).
+type held struct {
+	Reservation
+	gpu  int
+	mask uint64
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger(opts LedgerOptions) *Ledger {
+	l := &Ledger{opts: opts, nodes: map[string]*nodeLedger{}, shapes: map[string]*shape{}, podNode: map[string]string{}}
+	l.selectors.New = func() any { return NewSelector(SelectorOptions{Policy: opts.Policy, MaxSteps: opts.MaxSteps}) }
+	return l
+}
+
+// SetNode records or replaces the GPUs of a node (from its node registration)
+// and rebuilds its occupancy from the pods the ledger holds for it. GPUs with
+// identical profile tables share one compiled table. It fails, changing
+// nothing, with a [*GridError] when a GPU cannot be compiled; reservations
+// that no longer resolve (unknown GPU or profile, unpublished placement) are
+// returned as joined [*ReservationError]s, but the node is updated.
+func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
+	states := make([]GPUState, len(gpus))
+	l.mu.Lock()
+	for i := range gpus {
+		g, err := l.gridLocked(&gpus[i])
+		if err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		states[i] = GPUState{Grid: g}
+	}
+	n := l.nodeLocked(name)
+	l.mu.Unlock()
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.gpus = states
+	n.counts = make([][capability.MaxSlots]uint16, len(states))
+	var errs []error
+	for _, uid := range n.sortedPods() {
+		e := n.pods[uid]
+		for i := range e.held {
+			e.held[i].gpu, e.held[i].mask = -1, 0
+		}
+		errs = append(errs, n.resolve(e.held)...)
+		for i := range e.held {
+			n.occupy(&e.held[i])
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// gridLocked compiles gpu, sharing the shape of an identical table.
+func (l *Ledger) gridLocked(gpu *capability.GPU) (*Grid, error) {
+	if gpu.UUID == "" {
+		return nil, &GridError{Reason: "empty GPU UUID"}
+	}
+	key := shapeKey(gpu)
+	sh, ok := l.shapes[key]
+	if !ok {
+		var err error
+		if sh, err = newShape(gpu); err != nil {
+			return nil, err
+		}
+		l.shapes[key] = sh
+	}
+	return &Grid{uuid: gpu.UUID, name: gpu.Name, memoryMB: gpu.MemoryMB, index: gpu.Index, shape: sh}, nil
+}
+
+func (l *Ledger) nodeLocked(name string) *nodeLedger {
+	n, ok := l.nodes[name]
+	if !ok {
+		n = &nodeLedger{name: name, pods: map[string]*podEntry{}}
+		l.nodes[name] = n
+	}
+	return n
+}
+
+func (l *Ledger) node(name string) *nodeLedger {
+	l.mu.RLock()
+	n := l.nodes[name]
+	l.mu.RUnlock()
+	return n
+}
+
+// RemoveNode forgets a node and every pod the ledger holds for it.
+func (l *Ledger) RemoveNode(name string) {
+	l.mu.Lock()
+	n := l.nodes[name]
+	delete(l.nodes, name)
+	l.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	uids := n.sortedPods()
+	n.mu.Unlock()
+	l.idxMu.Lock()
+	for _, uid := range uids {
+		if l.podNode[uid] == name {
+			delete(l.podNode, uid)
+		}
+	}
+	l.idxMu.Unlock()
+}
+
+// Nodes returns the names of the nodes the ledger knows, sorted.
+func (l *Ledger) Nodes() []string {
+	l.mu.RLock()
+	out := make([]string, 0, len(l.nodes))
+	for name := range l.nodes {
+		out = append(out, name)
+	}
+	l.mu.RUnlock()
+	sort.Strings(out)
+	return out
+}
+
+// AddPod records the reservations of an observed pod on node, replacing any
+// earlier record of the pod (assumed or observed, on any node); an assumed
+// pod is thereby confirmed. A node the ledger does not know yet is created
+// without GPUs; its reservations count once [Ledger.SetNode] arrives.
+//
+// Observed reservations are facts, so they are recorded even when they are
+// wrong: overlaps with another pod are reported as a [*ConflictError], and
+// unresolvable entries as [*ReservationError]s (joined), while every
+// reservation that lies on a known GPU's grid occupies its slots. Repeated
+// (container, device) pairs are refused with a [*ReservationError] and
+// nothing is recorded.
+func (l *Ledger) AddPod(node, podUID string, rs []Reservation) error {
+	if err := checkPod(podUID, rs); err != nil {
+		return err
+	}
+	l.idxMu.Lock()
+	old, had := l.podNode[podUID]
+	l.podNode[podUID] = node
+	l.idxMu.Unlock()
+	if had && old != node {
+		if n := l.node(old); n != nil {
+			n.mu.Lock()
+			n.remove(podUID)
+			n.mu.Unlock()
+		}
+	}
+	l.mu.Lock()
+	n := l.nodeLocked(node)
+	l.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.remove(podUID)
+	_, err := n.add(podUID, rs, false)
+	return err
+}
+
+// UpdatePod is [Ledger.AddPod]: the pod's record is replaced as a whole.
+func (l *Ledger) UpdatePod(node, podUID string, rs []Reservation) error {
+	return l.AddPod(node, podUID, rs)
+}
+
+// DeletePod drops every reservation of the pod, assumed or observed, and
+// reports whether it had any. Slots still covered by another pod's
+// (conflicting) reservation stay taken.
+func (l *Ledger) DeletePod(podUID string) bool {
+	l.idxMu.Lock()
+	node, ok := l.podNode[podUID]
+	delete(l.podNode, podUID)
+	l.idxMu.Unlock()
+	if !ok {
+		return false
+	}
+	n := l.node(node)
+	if n == nil {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.remove(podUID)
+}
+
+// Assume records reservations the caller chose for a pod that is not bound
+// yet. Unlike AddPod it is strict: it fails, recording nothing, with
+// [ErrPodExists] when the ledger already holds the pod, [ErrUnknownNode],
+// a [*ReservationError] for an entry that does not resolve to a published
+// placement, or a [*ConflictError] when a slot is taken.
+func (l *Ledger) Assume(node, podUID string, rs []Reservation) error {
+	if err := checkPod(podUID, rs); err != nil {
+		return err
+	}
+	n := l.node(node)
+	if n == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, node)
+	}
+	if err := l.claim(podUID, node); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	ok, err := n.add(podUID, rs, true)
+	n.mu.Unlock()
+	if !ok {
+		l.unclaim(podUID, node)
+	}
+	return err
+}
+
+// Reserve chooses placements for req on node and assumes them for the pod,
+// atomically under the node's lock, and returns them. It fails with
+// [ErrPodExists], [ErrUnknownNode], a [*RequestError] or an
+// [*UnschedulableError], recording nothing.
+func (l *Ledger) Reserve(node, podUID string, req *Request) ([]Assignment, error) {
+	n := l.node(node)
+	if n == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownNode, node)
+	}
+	if podUID == "" {
+		return nil, &RequestError{Container: -1, Field: "PodUID", Reason: "empty pod UID"}
+	}
+	if err := l.claim(podUID, node); err != nil {
+		return nil, err
+	}
+	sel := l.selectors.Get().(*Selector)
+	defer l.selectors.Put(sel)
+	n.mu.Lock()
+	as, err := sel.Select(n.gpus, req, nil)
+	if err == nil && len(as) > 0 {
+		_, err = n.add(podUID, Reservations(podUID, as), true)
+	}
+	n.mu.Unlock()
+	if err != nil || len(as) == 0 {
+		l.unclaim(podUID, node)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return as, nil
+}
+
+// Forget drops the pod's reservations if they are still only assumed (the
+// pod was not observed since) and reports whether it did.
+func (l *Ledger) Forget(podUID string) bool {
+	l.idxMu.Lock()
+	node, ok := l.podNode[podUID]
+	l.idxMu.Unlock()
+	if !ok {
+		return false
+	}
+	n := l.node(node)
+	if n == nil {
+		return false
+	}
+	n.mu.Lock()
+	e := n.pods[podUID]
+	dropped := e != nil && e.assumed && n.remove(podUID)
+	n.mu.Unlock()
+	if dropped {
+		l.unclaim(podUID, node)
+	}
+	return dropped
+}
+
+// Evaluate decides whether req fits node now and scores the node for it
+// (see [NodeScore]) without recording anything: the Filter and Score of a
+// scheduler plugin in one call. It returns [ErrUnknownNode], a
+// [*RequestError] or an [*UnschedulableError] when the pod does not fit.
+func (l *Ledger) Evaluate(node string, req *Request) (int64, error) {
+	n := l.node(node)
+	if n == nil {
+		return 0, ErrUnknownNode
+	}
+	sel := l.selectors.Get().(*Selector)
+	var buf [8]Assignment
+	n.mu.RLock()
+	as, err := sel.Select(n.gpus, req, buf[:0])
+	score := int64(0)
+	if err == nil {
+		score = NodeScore(n.gpus, as, l.opts.Score)
+	}
+	n.mu.RUnlock()
+	l.selectors.Put(sel)
+	return score, err
+}
+
+// Node returns a copy of the node's GPUs with their current occupancy, and
+// false when the ledger does not know the node.
+func (l *Ledger) Node(name string) ([]GPUState, bool) {
+	n := l.node(name)
+	if n == nil {
+		return nil, false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return slices.Clone(n.gpus), true
+}
+
+// Pod returns the reservations the ledger holds for a pod, whether they are
+// only assumed, and whether it holds any.
+func (l *Ledger) Pod(podUID string) (rs []Reservation, assumed, ok bool) {
+	l.idxMu.Lock()
+	node, ok := l.podNode[podUID]
+	l.idxMu.Unlock()
+	n := l.node(node)
+	if !ok || n == nil {
+		return nil, false, false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	e := n.pods[podUID]
+	if e == nil {
+		return nil, false, false
+	}
+	for _, h := range e.held {
+		rs = append(rs, h.Reservation)
+	}
+	return rs, e.assumed, true
+}
+
+// Conflicts lists every overlap between reservations of different pods the
+// ledger holds, sorted by node, GPU and pod.
+func (l *Ledger) Conflicts() []Conflict {
+	var out []Conflict
+	for _, name := range l.Nodes() {
+		n := l.node(name)
+		if n == nil {
+			continue
+		}
+		n.mu.RLock()
+		uids := n.sortedPods()
+		for i, a := range uids {
+			for _, b := range uids[i+1:] {
+				out = append(out, overlaps(n.name, a, n.pods[a].held, b, n.pods[b].held)...)
+			}
+		}
+		n.mu.RUnlock()
+	}
+	return out
+}
+
+func (l *Ledger) claim(podUID, node string) error {
+	l.idxMu.Lock()
+	defer l.idxMu.Unlock()
+	if on, ok := l.podNode[podUID]; ok {
+		return fmt.Errorf("%w: pod %q on node %q", ErrPodExists, podUID, on)
+	}
+	l.podNode[podUID] = node
+	return nil
+}
+
+func (l *Ledger) unclaim(podUID, node string) {
+	l.idxMu.Lock()
+	if l.podNode[podUID] == node {
+		delete(l.podNode, podUID)
+	}
+	l.idxMu.Unlock()
+}
+
+// checkPod validates what needs no node: a pod UID, entries that belong to
+// it, and unique (container, device) pairs.
+func checkPod(podUID string, rs []Reservation) error {
+	if podUID == "" {
+		return &ReservationError{ContainerIndex: -1, DeviceIdx: -1, Reason: "empty pod UID"}
+	}
+	for i, r := range rs {
+		bad := func(reason string) error {
+			return &ReservationError{PodUID: podUID, ContainerIndex: r.ContainerIndex, DeviceIdx: r.DeviceIndex, GPUUUID: r.GPUUUID, Reason: reason}
+		}
+		switch {
+		case r.PodUID != "" && r.PodUID != podUID:
+			return bad(fmt.Sprintf("entry %d belongs to pod %q", i, r.PodUID))
+		case r.ContainerIndex < 0 || r.DeviceIndex < 0:
+			return bad(fmt.Sprintf("entry %d has a negative index", i))
+		}
+		for _, q := range rs[:i] {
+			if q.ContainerIndex == r.ContainerIndex && q.DeviceIndex == r.DeviceIndex {
+				return bad(fmt.Sprintf("entry %d repeats (container, device)", i))
+			}
+		}
+	}
+	return nil
+}
+
+// add records a pod. With strict (assume), any unresolved entry or overlap
+// refuses the whole pod; otherwise everything is recorded and problems are
+// returned. It reports whether the pod was recorded.
+func (n *nodeLedger) add(podUID string, rs []Reservation, strict bool) (bool, error) {
+	e := &podEntry{held: make([]held, len(rs)), assumed: strict}
+	for i, r := range rs {
+		r.PodUID = podUID
+		e.held[i] = held{Reservation: r, gpu: -1}
+	}
+	errs := n.resolve(e.held)
+	// Overlaps within the pod are invalid entries, not conflicts.
+	for i := range e.held {
+		for j := range i {
+			a, b := &e.held[i], &e.held[j]
+			if a.gpu >= 0 && a.gpu == b.gpu && a.mask&b.mask != 0 {
+				errs = append(errs, &ReservationError{PodUID: podUID, ContainerIndex: a.ContainerIndex, DeviceIdx: a.DeviceIndex,
+					GPUUUID: a.GPUUUID, Reason: fmt.Sprintf("placement %v overlaps the same pod's container %d device %d", a.Placement, b.ContainerIndex, b.DeviceIndex)})
+			}
+		}
+	}
+	var conflicts []Conflict
+	for i := range e.held {
+		h := &e.held[i]
+		if h.gpu >= 0 && uint64(n.gpus[h.gpu].Used)&h.mask != 0 {
+			conflicts = append(conflicts, n.conflictsWith(podUID, h)...)
+		}
+	}
+	if len(conflicts) > 0 {
+		errs = append(errs, &ConflictError{Conflicts: conflicts})
+	}
+	err := errors.Join(errs...)
+	if strict && err != nil {
+		return false, err
+	}
+	n.pods[podUID] = e
+	for i := range e.held {
+		n.occupy(&e.held[i])
+	}
+	return true, err
+}
+
+// resolve finds each reservation's GPU and mask, returning problems.
+func (n *nodeLedger) resolve(hs []held) []error {
+	var errs []error
+	for i := range hs {
+		h := &hs[i]
+		bad := func(reason string) {
+			errs = append(errs, &ReservationError{PodUID: h.PodUID, ContainerIndex: h.ContainerIndex, DeviceIdx: h.DeviceIndex, GPUUUID: h.GPUUUID, Reason: reason})
+		}
+		g := slices.IndexFunc(n.gpus, func(s GPUState) bool { return s.Grid.uuid == h.GPUUUID })
+		if g < 0 {
+			bad("GPU not on node " + n.name)
+			continue
+		}
+		grid := n.gpus[g].Grid
+		if !h.Placement.Within(grid.Width()) {
+			bad(fmt.Sprintf("placement %v outside the %d-slot grid", h.Placement, grid.Width()))
+			continue
+		}
+		h.gpu, h.mask = g, h.Placement.Mask()
+		if p := grid.Profile(h.Profile); p == nil {
+			bad(fmt.Sprintf("profile %q not published", h.Profile))
+		} else if !p.HasPlacement(h.Placement) {
+			bad(fmt.Sprintf("placement %v is not a published placement of %s", h.Placement, h.Profile))
+		}
+	}
+	return errs
+}
+
+// conflictsWith lists the reservations of other pods overlapping h.
+func (n *nodeLedger) conflictsWith(podUID string, h *held) []Conflict {
+	var out []Conflict
+	for _, uid := range n.sortedPods() {
+		if uid == podUID {
+			continue
+		}
+		for _, o := range n.pods[uid].held {
+			if o.gpu == h.gpu && o.mask&h.mask != 0 {
+				out = append(out, Conflict{Node: n.name, GPUUUID: h.GPUUUID, PodUID: podUID, Other: uid, Placement: h.Placement, OtherPlacement: o.Placement})
+			}
+		}
+	}
+	return out
+}
+
+func overlaps(node, a string, ha []held, b string, hb []held) []Conflict {
+	var out []Conflict
+	for _, x := range ha {
+		for _, y := range hb {
+			if x.gpu >= 0 && x.gpu == y.gpu && x.mask&y.mask != 0 {
+				out = append(out, Conflict{Node: node, GPUUUID: x.GPUUUID, PodUID: a, Other: b, Placement: x.Placement, OtherPlacement: y.Placement})
+			}
+		}
+	}
+	return out
+}
+
+func (n *nodeLedger) occupy(h *held) {
+	if h.gpu < 0 {
+		return
+	}
+	c := &n.counts[h.gpu]
+	for s := h.Placement.Start; s < h.Placement.End(); s++ {
+		c[s]++
+	}
+	n.gpus[h.gpu].Used |= Occupancy(h.mask)
+}
+
+// remove releases a pod's slots; a slot stays taken while another
+// reservation still covers it.
+func (n *nodeLedger) remove(podUID string) bool {
+	e, ok := n.pods[podUID]
+	if !ok {
+		return false
+	}
+	delete(n.pods, podUID)
+	for _, h := range e.held {
+		if h.gpu < 0 {
+			continue
+		}
+		c := &n.counts[h.gpu]
+		for s := h.Placement.Start; s < h.Placement.End(); s++ {
+			c[s]--
+			if c[s] == 0 {
+				n.gpus[h.gpu].Used &^= Occupancy(uint64(1) << s)
+			}
+		}
+	}
+	return true
+}
+
+func (n *nodeLedger) sortedPods() []string {
+	out := make([]string, 0, len(n.pods))
+	for uid := range n.pods {
+		out = append(out, uid)
+	}
+	sort.Strings(out)
+	return out
+}
