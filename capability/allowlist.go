@@ -307,7 +307,7 @@ func decodeAllowlistEntry(i int, raw json.RawMessage) (AllowlistEntry, []error) 
 	var e AllowlistEntry
 	members, err := objectMembers(raw)
 	if err != nil {
-		return e, []error{entryError(i, "", "entry must be a mapping with models and profiles", err)}
+		return e, []error{entryError(i, joinField("", err), "entry must be a mapping with models and profiles", err)}
 	}
 	var errs []error
 	for _, m := range members {

@@ -225,6 +225,8 @@ func TestParseDeviceConfigErrors(t *testing.T) {
 		{name: "not YAML", doc: "nvidia: [", path: "", entry: -1},
 		{name: "duplicate YAML key", doc: "nvidia:\n  migProfileAllowlist: []\n  migProfileAllowlist: []\n", path: "", entry: -1},
 		{name: "duplicate JSON key", doc: `{"nvidia":{"migProfileAllowlist":[],"migProfileAllowlist":[]}}`, path: "nvidia", entry: -1},
+		{name: "duplicate JSON entry key", doc: `{"nvidia":{"migProfileAllowlist":[{"models":["A30"],"profiles":["1g.6gb"],"models":["A100"]}]}}`,
+			path: "nvidia.migProfileAllowlist[0].models", entry: 0, field: "models"},
 		{name: "root is a list", doc: "- a\n", path: "", entry: -1},
 		{name: "nvidia is a list", doc: "nvidia: [1]\n", path: "nvidia", entry: -1},
 		{name: "allowlist is a map", doc: "nvidia:\n  migProfileAllowlist: {models: [A30]}\n", path: "nvidia.migProfileAllowlist", entry: -1},

@@ -49,7 +49,23 @@ func kindName(raw json.RawMessage) string {
 	return "a number"
 }
 
-var errDuplicateKey = errors.New("duplicate key")
+// duplicateKeyError reports a key that occurs twice in one object.
+type duplicateKeyError struct{ Key string }
+
+func (e *duplicateKeyError) Error() string { return fmt.Sprintf("duplicate key %q", e.Key) }
+
+// joinField returns field extended by the duplicate key err reports, or
+// field unchanged.
+func joinField(field string, err error) string {
+	var dup *duplicateKeyError
+	if !errors.As(err, &dup) {
+		return field
+	}
+	if field == "" {
+		return dup.Key
+	}
+	return field + "." + dup.Key
+}
 
 // objectMembers splits a JSON object into its members. The input must be a
 // single valid JSON value; duplicate keys are an error naming the key.
@@ -73,7 +89,7 @@ func objectMembers(raw json.RawMessage) ([]jsonMember, error) {
 			return nil, fmt.Errorf("object key is %v, not a string", tok)
 		}
 		if seen[key] {
-			return nil, fmt.Errorf("%w %q", errDuplicateKey, key)
+			return nil, &duplicateKeyError{Key: key}
 		}
 		seen[key] = true
 		var v json.RawMessage

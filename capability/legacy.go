@@ -93,7 +93,7 @@ func decodeLegacyEntry(i int, raw json.RawMessage) (LegacyEntry, []error) {
 	var e LegacyEntry
 	members, err := objectMembers(raw)
 	if err != nil {
-		return e, []error{legacyError(i, "", "entry must be a mapping with models and allowedGeometries", err)}
+		return e, []error{legacyError(i, joinField("", err), "entry must be a mapping with models and allowedGeometries", err)}
 	}
 	var errs []error
 	for _, m := range members {
@@ -153,7 +153,7 @@ func decodeTemplate(i int, field string, raw json.RawMessage) (LegacyTemplate, [
 	var t LegacyTemplate
 	members, err := objectMembers(raw)
 	if err != nil {
-		return t, []error{legacyError(i, field, "template must be a mapping {name, core, memory, count}", err)}
+		return t, []error{legacyError(i, joinField(field, err), "template must be a mapping {name, core, memory, count}", err)}
 	}
 	var errs []error
 	hasName := false

@@ -104,7 +104,7 @@ func decodeNodeDevice(i int, raw json.RawMessage) (NodeDevice, []error) {
 	r := &regErrs{dev: i}
 	members, err := objectMembers(raw)
 	if err != nil {
-		r.add("", "device must be an object", err)
+		r.add(joinField("", err), "device must be an object without duplicate keys", err)
 		return d, r.errs
 	}
 	seen := make(map[string]bool, len(members))
@@ -166,7 +166,7 @@ func decodeWireProfile(r *regErrs, field string, raw json.RawMessage) Profile {
 	var p Profile
 	members, err := objectMembers(raw)
 	if err != nil {
-		r.add(field, "profile must be an object", err)
+		r.add(joinField(field, err), "profile must be an object without duplicate keys", err)
 		return p
 	}
 	seen := make(map[string]bool, len(members))
@@ -211,7 +211,7 @@ func decodeWirePlacements(r *regErrs, field string, raw json.RawMessage) []Place
 		var pl Placement
 		members, err := objectMembers(el)
 		if err != nil {
-			r.add(f, "placement must be an object", err)
+			r.add(joinField(f, err), "placement must be an object without duplicate keys", err)
 			out = append(out, pl)
 			continue
 		}
