@@ -153,11 +153,8 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 		return g, err
 	}
 	g.Busy = g.Reservations > 0 || procs.Busy() || m.managesOn(dev.Index)
-	if !g.Busy {
-		if want.Authorized {
-			err = m.cleanIdle(ctx, dev, insts, &g)
-		}
-		return g, err
+	if !g.Busy && want.Authorized {
+		return g, m.cleanIdle(ctx, dev, insts, &g)
 	}
 	var gpu *capability.GPU
 	for _, e := range active {
