@@ -1,0 +1,199 @@
+package nvmlhal_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/nvmlhal"
+	"github.com/dynmig/dynmig/nvmlhal/nvmlmock"
+	"github.com/dynmig/dynmig/realize"
+)
+
+func starts(size uint32, at ...uint32) []capability.Placement {
+	out := make([]capability.Placement, len(at))
+	for i, s := range at {
+		out[i] = capability.Placement{Start: s, Size: size}
+	}
+	return out
+}
+
+// a100Table is the A100-SXM4-40GB table of mig-hardware-facts.md (newer
+// driver memory), in the scheduler's profile order.
+var a100Table = []struct {
+	name       string
+	index      capability.GIProfileIndex
+	id         uint32
+	memoryMB   uint64
+	core       uint32
+	sliceCount uint32
+	sms        uint32
+	max        uint32
+	placements []capability.Placement
+}{
+	{"1g.5gb", capability.GIProfile1Slice, 19, 4864, 15, 1, 14, 7, starts(1, 0, 1, 2, 3, 4, 5, 6)},
+	{"1g.5gb+me", capability.GIProfile1SliceRev1, 20, 4864, 15, 1, 14, 1, starts(1, 0, 1, 2, 3, 4, 5, 6)},
+	{"1g.10gb", capability.GIProfile1SliceRev2, 15, 9856, 15, 1, 14, 4, starts(2, 0, 2, 4, 6)},
+	{"2g.10gb", capability.GIProfile2Slice, 14, 9856, 29, 2, 28, 3, starts(2, 0, 2, 4)},
+	{"3g.20gb", capability.GIProfile3Slice, 9, 19968, 43, 3, 42, 2, starts(4, 0, 4)},
+	{"4g.20gb", capability.GIProfile4Slice, 5, 19968, 58, 4, 56, 1, starts(4, 0)},
+	{"7g.40gb", capability.GIProfile7Slice, 0, 40192, 100, 7, 98, 1, starts(8, 0)},
+}
+
+func TestDiscoveryReproducesA100Facts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts nvmlmock.Options
+	}{
+		{name: "V3 names", opts: nvmlmock.Options{}},
+		{name: "derived names (pre-V3 driver)", opts: nvmlmock.Options{NoV3: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			b, _ := newBackend(t, nvmlmock.DGXA100, tc.opts)
+			devs, err := b.Devices(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := len(devs), 8; got != want {
+				t.Fatalf("devices = %d, want %d", got, want)
+			}
+			dev := devs[3]
+			if dev.Index != 3 || !strings.HasPrefix(dev.UUID, "GPU-") || dev.Name != "NVIDIA A100-SXM4-40GB" ||
+				dev.MemoryMB != 40960 || dev.MIGMode != capability.MIGEnabled || dev.PendingMIGMode != capability.MIGEnabled {
+				t.Errorf("device 3 = %+v", dev)
+			}
+			infos, err := b.GIProfiles(ctx, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, in := range infos {
+				if tc.opts.NoV3 && in.Name != "" {
+					t.Errorf("profile index %d: Name = %q from a driver without V3, want \"\"", in.Index, in.Name)
+				}
+			}
+			gpu, errs := capability.GPUFromDevice(dev, infos)
+			if len(errs) > 0 {
+				t.Fatalf("GPUFromDevice: %v", errs)
+			}
+			if got, want := len(gpu.Profiles), len(a100Table); got != want {
+				t.Fatalf("profiles = %d, want %d", got, want)
+			}
+			for i, want := range a100Table {
+				got := gpu.Profiles[i]
+				if got.Name != want.name || got.GIProfileIndex != want.index || got.GIProfileID != want.id ||
+					got.MemoryMB != want.memoryMB || got.Core != want.core || got.SliceCount != want.sliceCount ||
+					got.Multiprocessors != want.sms || got.MaxInstances != want.max || !slices.Equal(got.Placements, want.placements) {
+					t.Errorf("profile %d = %+v, want %+v", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+// The corrected H100/H200/B200 tables: the V3 names the mock reports and
+// the names NVIDIA's rule derives from its memory agree, 3g is size 4 and
+// 7g size 8, and Ids are not indexes.
+func TestDiscoveryEightSlotModels(t *testing.T) {
+	want := map[nvmlmock.Model][]string{
+		nvmlmock.DGXA100: {"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"},
+		nvmlmock.DGXH100: {"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
+		nvmlmock.DGXH200: {"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
+		nvmlmock.DGXB200: {"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"},
+	}
+	for _, model := range nvmlmock.Models {
+		t.Run(model.String(), func(t *testing.T) {
+			ctx := context.Background()
+			var named [2][]string
+			for i, opts := range []nvmlmock.Options{{}, {NoV3: true}} {
+				b, _ := newBackend(t, model, opts)
+				devs, err := b.Devices(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				infos, err := b.GIProfiles(ctx, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gpu, errs := capability.GPUFromDevice(devs[0], infos)
+				if len(errs) > 0 {
+					t.Fatal(errs)
+				}
+				for _, p := range gpu.Profiles {
+					named[i] = append(named[i], p.Name)
+					if p.GIProfileID == uint32(p.GIProfileIndex) {
+						t.Errorf("%s: Id %d equals index", p.Name, p.GIProfileID)
+					}
+					wantSize := map[uint32]uint32{1: 1, 2: 2, 3: 4, 4: 4, 7: 8}[p.SliceCount]
+					if p.GIProfileIndex == capability.GIProfile1SliceRev2 {
+						wantSize = 2
+					}
+					for _, pl := range p.Placements {
+						if pl.Size != wantSize || pl.End() > 8 {
+							t.Errorf("%s: placement %v, want size %d within 8 slots", p.Name, pl, wantSize)
+						}
+					}
+				}
+				if gpu.Width() != 8 {
+					t.Errorf("width = %d, want 8", gpu.Width())
+				}
+			}
+			if !slices.Equal(named[0], want[model]) {
+				t.Errorf("V3 names = %v, want %v", named[0], want[model])
+			}
+			if !slices.Equal(named[1], want[model]) {
+				t.Errorf("derived names = %v, want %v", named[1], want[model])
+			}
+		})
+	}
+}
+
+func TestDiscoveryMIGDisabled(t *testing.T) {
+	ctx := context.Background()
+	b, _ := newBackend(t, nvmlmock.DGXH100, nvmlmock.Options{MIGDisabled: true})
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := devs[0].MIGMode; got != capability.MIGDisabled {
+		t.Errorf("MIGMode = %v, want disabled", got)
+	}
+	infos, err := b.GIProfiles(ctx, 0)
+	if err != nil || len(infos) != 0 {
+		t.Errorf("GIProfiles on a MIG-disabled GPU = %v, %v; want none, nil", infos, err)
+	}
+	insts, err := b.Instances(ctx, 0)
+	if err != nil || len(insts) != 0 {
+		t.Errorf("Instances on a MIG-disabled GPU = %v, %v; want none, nil", insts, err)
+	}
+}
+
+func TestDiscoveryUnknownGPU(t *testing.T) {
+	ctx := context.Background()
+	b, _ := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
+	for _, gpu := range []int{-1, 8} {
+		_, err := b.GIProfiles(ctx, gpu)
+		if !errors.Is(err, realize.ErrNotFound) {
+			t.Errorf("GIProfiles(%d) = %v, want ErrNotFound", gpu, err)
+		}
+		var he *realize.HardwareError
+		if !errors.As(err, &he) || he.GPU != gpu {
+			t.Errorf("GIProfiles(%d) error %v does not name the GPU", gpu, err)
+		}
+	}
+}
+
+func TestUninitialisedLibrary(t *testing.T) {
+	srv := nvmlmock.New(nvmlmock.DGXA100, nvmlmock.Options{})
+	b := nvmlhal.New(nvmlhal.Options{NVML: srv})
+	_, err := b.Devices(context.Background())
+	var re *nvmlhal.ReturnError
+	if !errors.As(err, &re) || re.Return != nvml.ERROR_UNINITIALIZED {
+		t.Errorf("Devices before Init = %v, want ERROR_UNINITIALIZED", err)
+	}
+}
