@@ -25,7 +25,9 @@ var (
 	p7g   = capability.GIProfile7Slice
 )
 
-func at(start, size uint32) capability.Placement { return capability.Placement{Start: start, Size: size} }
+func at(start, size uint32) capability.Placement {
+	return capability.Placement{Start: start, Size: size}
+}
 
 func mustCreate(t *testing.T, b *nvmlhal.Backend, gpu int, p capability.GIProfileIndex, pl capability.Placement) realize.Instance {
 	t.Helper()
