@@ -7,7 +7,9 @@ import (
 	"github.com/dynmig/dynmig/capability"
 )
 
-func pl(start, size uint32) capability.Placement { return capability.Placement{Start: start, Size: size} }
+func pl(start, size uint32) capability.Placement {
+	return capability.Placement{Start: start, Size: size}
+}
 
 func TestPlacementBasics(t *testing.T) {
 	tests := []struct {
