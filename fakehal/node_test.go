@@ -17,7 +17,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var ctx = context.Background()
 
-func pl(start, size uint32) capability.Placement { return capability.Placement{Start: start, Size: size} }
+func pl(start, size uint32) capability.Placement {
+	return capability.Placement{Start: start, Size: size}
+}
 
 // A100 profile indexes, for brevity.
 const (
