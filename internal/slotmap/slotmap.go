@@ -1,0 +1,216 @@
+// Package slotmap draws MIG slot maps for people: one line per GPU showing
+// which owner holds each placement of the GPU's memory-slot grid, as in
+//
+//	GPU0 [aa|bb|..|cccc]
+//
+// Each character is one memory slot (not a compute slice). A placement
+// covers the half-open interval [start, start+size); its slots carry the
+// owner's mark and '|' separates neighbouring intervals, so two adjacent
+// placements of one owner stay visible as two. '.' is a free slot, '?' a slot
+// held by an instance without a known owner, '!' a slot claimed by more than
+// one span (a conflict).
+//
+// A [Legend] gives every owner a stable one-character mark on first use, so
+// the same pod keeps its letter from one drawing to the next. [Measure] adds
+// the figures a person wants next to a map: free slots, free legal
+// placements and the largest profile that still fits.
+//
+// It is shared by examples/lifecycle and cmd/migctl, so both draw the same
+// picture. A Legend is not safe for concurrent use; the functions are pure.
+package slotmap
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/placement"
+)
+
+// Marks drawn for slots that carry no owner mark.
+const (
+	Free     = '.'
+	Unowned  = '?'
+	Conflict = '!'
+	// Overflow marks owners beyond the len(Alphabet) first ones.
+	Overflow = '+'
+)
+
+// Alphabet is the order in which a Legend hands out marks.
+const Alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// Span is one placement held on a GPU. Owner is the legend key (for example
+// a pod name); "" draws [Unowned].
+type Span struct {
+	Placement capability.Placement
+	Owner     string
+}
+
+// Row is one GPU to draw: a label such as "GPU0", the width of its slot grid
+// and the spans held on it, in any order.
+type Row struct {
+	Label string
+	Width uint32
+	Spans []Span
+}
+
+// Legend assigns marks to owners in order of first use. The zero value is
+// not usable; call [NewLegend].
+type Legend struct {
+	marks map[string]rune
+	order []string
+}
+
+// NewLegend returns an empty legend.
+func NewLegend() *Legend { return &Legend{marks: map[string]rune{}} }
+
+// Mark returns owner's mark, assigning the next free one on first use.
+// The empty owner is [Unowned].
+func (l *Legend) Mark(owner string) rune {
+	if owner == "" {
+		return Unowned
+	}
+	if m, ok := l.marks[owner]; ok {
+		return m
+	}
+	m := rune(Overflow)
+	if n := len(l.order); n < len(Alphabet) {
+		m = rune(Alphabet[n])
+	}
+	l.marks[owner] = m
+	l.order = append(l.order, owner)
+	return m
+}
+
+// Owners returns every owner that has a mark, in the order marks were given.
+func (l *Legend) Owners() []string { return append([]string(nil), l.order...) }
+
+// Draw returns the row as "LABEL [..|..]" without a newline.
+func (l *Legend) Draw(r Row) string {
+	var b strings.Builder
+	b.WriteString(r.Label)
+	b.WriteString(" [")
+	l.drawSlots(&b, r)
+	b.WriteByte(']')
+	return b.String()
+}
+
+// cell values other than a span index.
+const (
+	cellFree     = -1
+	cellConflict = -2
+)
+
+func (l *Legend) drawSlots(b *strings.Builder, r Row) {
+	width := r.Width
+	for _, s := range r.Spans {
+		// A span beyond the grid is drawn, not hidden: it is what the
+		// record claims, and a person should see it.
+		if s.Placement.Valid() && s.Placement.End() > width && s.Placement.End() <= capability.MaxSlots {
+			width = s.Placement.End()
+		}
+	}
+	cells := make([]int, width)
+	for i := range cells {
+		cells[i] = cellFree
+	}
+	for si, s := range r.Spans {
+		if !s.Placement.Valid() {
+			continue
+		}
+		for slot := s.Placement.Start; slot < s.Placement.End() && slot < width; slot++ {
+			if cells[slot] == cellFree {
+				cells[slot] = si
+			} else {
+				cells[slot] = cellConflict
+			}
+		}
+	}
+	for i, c := range cells {
+		if i > 0 && c != cells[i-1] {
+			b.WriteByte('|')
+		}
+		switch c {
+		case cellFree:
+			b.WriteRune(Free)
+		case cellConflict:
+			b.WriteRune(Conflict)
+		default:
+			b.WriteRune(l.Mark(r.Spans[c].Owner))
+		}
+	}
+}
+
+// Write draws rows one per line, labels padded to the same width.
+func (l *Legend) Write(w io.Writer, indent string, rows []Row) error {
+	pad := 0
+	for _, r := range rows {
+		pad = max(pad, len(r.Label))
+	}
+	for _, r := range rows {
+		r.Label = fmt.Sprintf("%-*s", pad, r.Label)
+		if _, err := fmt.Fprintf(w, "%s%s\n", indent, l.Draw(r)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Figures are the occupancy figures of one GPU.
+type Figures struct {
+	// Slots is the grid width, FreeSlots the slots not taken.
+	Slots, FreeSlots int
+	// FreePlacements counts the published placements, over all profiles,
+	// that are still free: what the default placement policy keeps large.
+	FreePlacements int
+	// LargestFit is the largest profile with a free placement, "" when
+	// none fits.
+	LargestFit string
+	// Stranded counts free slots that no free published placement covers:
+	// capacity no request can use until a neighbour is released.
+	Stranded int
+}
+
+// Measure computes the figures of a GPU from its compiled grid and
+// occupancy. A GPUState without a grid measures as zero.
+func Measure(gs placement.GPUState) Figures {
+	if gs.Grid == nil {
+		return Figures{}
+	}
+	g := gs.Grid
+	f := Figures{
+		Slots:          int(g.Width()),
+		FreeSlots:      int(g.Width()) - (gs.Used & g.Full()).Count(),
+		FreePlacements: g.FreePlacements(gs.Used),
+	}
+	var coverable uint64
+	profiles := g.Profiles()
+	for i := len(profiles) - 1; i >= 0; i-- {
+		for _, p := range profiles[i].Placements {
+			if gs.Used.Fits(p) {
+				coverable |= p.Mask()
+				if f.LargestFit == "" {
+					f.LargestFit = profiles[i].Name
+				}
+			}
+		}
+	}
+	free := uint64(g.Full()) &^ uint64(gs.Used)
+	f.Stranded = placement.Occupancy(free &^ coverable).Count()
+	return f
+}
+
+// String formats the figures as
+// "free 3/8 slots, 5 free placements, largest fit 2g.10gb, 1 stranded".
+func (f Figures) String() string {
+	largest := f.LargestFit
+	if largest == "" {
+		largest = "none"
+	}
+	s := fmt.Sprintf("free %d/%d slots, %d free placements, largest fit %s", f.FreeSlots, f.Slots, f.FreePlacements, largest)
+	if f.Stranded > 0 {
+		s += fmt.Sprintf(", %d stranded", f.Stranded)
+	}
+	return s
+}
