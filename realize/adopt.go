@@ -272,6 +272,9 @@ func (m *Manager) adoptEntry(want *desiredSet, gpu *capability.GPU, insts []Inst
 		}
 		return nil, &ConflictError{Key: key, Owner: owner, Holder: rec.Owner, Reason: "key is managed for another reservation or identity"}
 	}
+	if o, ok := want.endedOwner(rt.MIGUUID, owner); ok {
+		return nil, &ConflictError{Key: key, Owner: owner, Holder: o, Reason: "runtime identity " + rt.MIGUUID + " belongs to an ended pod"}
+	}
 	if rec := m.recordByMIG(rt.MIGUUID); rec != nil {
 		return nil, &ConflictError{Key: key, Owner: owner, Holder: rec.Owner, Reason: "runtime identity names managed instance " + rec.Key.String()}
 	}

@@ -361,53 +361,63 @@ func (m *Manager) checkClaims(want *desiredSet, s step, rt reservation.RuntimeId
 // takeOver decides what to do with an unmanaged GI found at exactly the
 // step's placement. done is true when it returns the device (adopted);
 // false means the placement is free again and the caller creates.
+//
+// An instance the pod's annotation names exactly is adopted (the plugin
+// restarted without adopting it). Any other unmanaged instance at the key
+// is the remnant of a create that crashed before the pod was patched; no
+// one can prove who used it, so it is destroyed and created afresh rather
+// than handed out: a GI without a CI at once (nothing can run on it), a
+// complete instance only with an authorised snapshot, no process on it
+// and no ended pod naming it.
 func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Instance, rt reservation.RuntimeIdentity, hasRT bool) (Device, *record, bool, error) {
 	if gi.Profile != s.profile.GIProfileIndex {
 		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d of profile index %d occupies %v",
 			ErrOccupied, gi.GIID, gi.Profile, s.key.Placement)
 	}
 	if len(gi.ComputeInstances) == 0 {
-		// A GI without a CI is the remnant of a create that crashed
-		// between the GI and the CI. Nothing can run on it, and no other
-		// active reservation overlaps it (checkClaims), so it is safe to
-		// remove before creating the reserved instance.
-		if err := m.destroyGI(ctx, s.key, Owner{}, gi.GIID); err != nil {
-			return Device{}, nil, false, err
-		}
-		m.log.InfoContext(ctx, "removed GI without CI at reserved placement", "key", s.key.String(), "owner", s.owner.String(), "gi", gi.GIID)
-		return Device{}, nil, false, nil
+		return Device{}, nil, false, m.removeRemnant(ctx, s, gi)
 	}
 	if !want.Authorized {
 		return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner,
-			Reason: fmt.Sprintf("unmanaged GI %d occupies the key; adopting it needs an authorised snapshot", gi.GIID)}
+			Reason: fmt.Sprintf("unmanaged GI %d occupies the key; taking it over needs an authorised snapshot", gi.GIID)}
 	}
-	ci := gi.ComputeInstances[0]
-	found := reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: gi.GIID, ComputeInstanceID: ci.ID}
-	if hasRT {
-		if why := verify(gi, s.profile.GIProfileIndex, s.key.Placement, rt); why != "" {
-			return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner, Reason: "annotated runtime identity does not match the live instance: " + why}
+	for _, ci := range gi.ComputeInstances {
+		if o, ok := want.endedOwner(ci.MIGUUID, s.owner); ok {
+			return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner, Holder: o,
+				Reason: "the live instance " + ci.MIGUUID + " belongs to an ended pod"}
 		}
-	} else {
-		// Created by a plugin that crashed before patching the pod. Adopt
-		// it only while nothing runs on it.
-		if len(gi.ComputeInstances) != 1 || ci.MIGUUID == "" {
-			return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v has %d compute instances",
-				ErrOccupied, gi.GIID, s.key.Placement, len(gi.ComputeInstances))
-		}
-		procs, err := m.hw.Processes(ctx, s.key.GPU)
-		if err != nil {
-			return Device{}, nil, false, err
-		}
-		if procs.ByGPUInstance[gi.GIID] > 0 {
-			return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v runs processes", ErrOccupied, gi.GIID, s.key.Placement)
-		}
+	}
+	// A process on an unmanaged instance means someone uses it.
+	procs, err := m.hw.Processes(ctx, s.key.GPU)
+	if err != nil {
+		return Device{}, nil, false, err
+	}
+	if procs.ByGPUInstance[gi.GIID] > 0 {
+		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v runs processes", ErrOccupied, gi.GIID, s.key.Placement)
+	}
+	if !hasRT {
+		return Device{}, nil, false, m.removeRemnant(ctx, s, gi)
+	}
+	if why := verify(gi, s.profile.GIProfileIndex, s.key.Placement, rt); why != "" {
+		return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner, Reason: "annotated runtime identity does not match the live instance: " + why}
 	}
 	rec := &record{ManagedInstance: ManagedInstance{Key: s.key, Owner: s.owner, GPUUUID: s.entry.GPUUUID,
-		GIIndex: gi.Profile, Runtime: found, Origin: OriginAdopted}}
+		GIIndex: gi.Profile, Runtime: rt, Origin: OriginAdopted}}
 	m.store(rec)
 	m.stats.adoptions.Add(1)
 	m.log.InfoContext(ctx, "adopted instance on allocate", instanceAttrs(rec)...)
-	return device(s, found, OriginAdopted), rec, true, nil
+	return device(s, rt, OriginAdopted), rec, true, nil
+}
+
+// removeRemnant destroys an unmanaged instance at the step's key so that
+// it can be created afresh. The caller holds the GPU's lock.
+func (m *Manager) removeRemnant(ctx context.Context, s step, gi Instance) error {
+	if err := m.destroyUnmanaged(ctx, s.key.GPU, gi); err != nil {
+		return err
+	}
+	m.log.InfoContext(ctx, "removed unmanaged remnant at reserved placement", "key", s.key.String(),
+		"owner", s.owner.String(), "gi", gi.GIID, "cis", len(gi.ComputeInstances))
+	return nil
 }
 
 // create creates the step's instance at exactly its placement.

@@ -9,6 +9,10 @@ import (
 // the manager needs.
 type desiredSet struct {
 	reservation.DesiredSet
+	// ended maps the MIG UUIDs that ended pods' annotations name to their
+	// owners. A live instance they name may still be in use by the ended
+	// pod and is never handed to another pod.
+	ended map[string]Owner
 }
 
 // desired builds the desired set of snap. extra, when not nil, is a pod
@@ -18,7 +22,40 @@ func desired(snap reservation.Snapshot, extra *reservation.Pod) desiredSet {
 	if extra != nil && !listed(snap.Pods, extra.UID) {
 		snap.Pods = append(snap.Pods[:len(snap.Pods):len(snap.Pods)], *extra)
 	}
-	return desiredSet{reservation.Desired(snap)}
+	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap.Pods)}
+}
+
+// endedClaims collects the runtime identities named by pods that are no
+// longer active. Undecodable records are skipped: they name nothing.
+func endedClaims(pods []reservation.Pod) map[string]Owner {
+	var out map[string]Owner
+	for i := range pods {
+		p := &pods[i]
+		if p.Active() {
+			continue
+		}
+		entries, err := reservation.DecodeString(p.Annotations[reservation.AnnotationKey])
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.MIGUUID == "" {
+				continue
+			}
+			if out == nil {
+				out = make(map[string]Owner)
+			}
+			out[e.MIGUUID] = ownerOf(p.UID, e)
+		}
+	}
+	return out
+}
+
+// endedOwner returns the ended pod, other than self's, whose annotation
+// names migUUID.
+func (d *desiredSet) endedOwner(migUUID string, self Owner) (Owner, bool) {
+	o, ok := d.ended[migUUID]
+	return o, ok && o.PodUID != self.PodUID
 }
 
 func listed(pods []reservation.Pod, uid string) bool {

@@ -1,0 +1,207 @@
+package realize_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+func TestReconcile(t *testing.T) {
+	tests := []struct {
+		name string
+		// change alters the listing after both pods are realized.
+		change         func(f *fixture)
+		wantAuthorized bool
+		wantReleased   int
+		wantLive       int
+		wantReason     error
+	}{
+		{
+			name:           "nothing changed",
+			change:         func(f *fixture) {},
+			wantAuthorized: true, wantLive: 2,
+		},
+		{
+			name:           "pod succeeded",
+			change:         func(f *fixture) { f.terminate("a") },
+			wantAuthorized: true, wantReleased: 1, wantLive: 1,
+		},
+		{
+			name:           "pod deleting",
+			change:         func(f *fixture) { f.pod("a").Deleting = true },
+			wantAuthorized: true, wantReleased: 1, wantLive: 1,
+		},
+		{
+			name:           "pod gone from a complete listing",
+			change:         func(f *fixture) { f.pods = f.pods[1:] },
+			wantAuthorized: true, wantReleased: 1, wantLive: 1,
+		},
+		{
+			name:     "incomplete listing",
+			change:   func(f *fixture) { f.pods = f.pods[1:]; f.incomplete = true },
+			wantLive: 2, wantReason: reservation.ErrIncompleteSnapshot,
+		},
+		{
+			name: "malformed record elsewhere",
+			change: func(f *fixture) {
+				f.terminate("a")
+				f.schedule("bad").Annotations[reservation.AnnotationKey] = `{"not":"an array"}`
+			},
+			wantLive: 2, wantReason: reservation.ErrMalformed,
+		},
+		{
+			name: "partial runtime identity elsewhere",
+			change: func(f *fixture) {
+				f.terminate("a")
+				f.schedule("bad").Annotations[reservation.AnnotationKey] = `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.5gb","placement":{"start":5,"size":1},"migUUID":"MIG-00000000-0000-0000-0000-000000000000"}]`
+			},
+			wantLive: 2, wantReason: reservation.ErrPartialRuntime,
+		},
+		{
+			name: "legacy identifiers elsewhere",
+			change: func(f *fixture) {
+				f.terminate("a")
+				f.schedule("legacy").Annotations[reservation.LegacyDevicesAnnotationKey] = f.gpuUUID(0) + "[1-0],NVIDIA,4864,14:;"
+			},
+			wantLive: 2, wantReason: reservation.ErrLegacyIdentifier,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, 1)
+			f.schedule("a", ent(0, 0, f.gpuUUID(0), "3g.20gb", 0, 4))
+			f.schedule("b", ent(0, 0, f.gpuUUID(0), "2g.10gb", 4, 2))
+			f.mustAllocate("a", 0)
+			f.mustAllocate("b", 0)
+			tt.change(f)
+			rep, err := f.m.Reconcile(context.Background(), f.snapshot())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Authorized != tt.wantAuthorized || len(rep.Released) != tt.wantReleased {
+				t.Errorf("report = %v, want authorised %t, released %d", rep, tt.wantAuthorized, tt.wantReleased)
+			}
+			if tt.wantReason != nil && !errors.Is(errors.Join(rep.Reasons...), tt.wantReason) {
+				t.Errorf("reasons %v do not include %v", rep.Reasons, tt.wantReason)
+			}
+			if got := len(f.node.Snapshot()); got != tt.wantLive {
+				t.Errorf("live instances = %d, want %d", got, tt.wantLive)
+			}
+			if got, want := f.m.Stats().SkippedReconciles > 0, !tt.wantAuthorized; got != want {
+				t.Errorf("skipped reconciles counted = %t, want %t", got, want)
+			}
+			f.checkHardware()
+		})
+	}
+}
+
+func TestReconcileKeepsInstanceInUse(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 3, 1))
+	res := f.mustAllocate("a", 0)
+	pid, err := f.node.StartProcess(0, res.Devices[0].Runtime.MIGUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.terminate("a")
+	rep, err := f.m.Reconcile(context.Background(), f.snapshot())
+	if err != nil {
+		t.Fatalf("in-use is not an error: %v", err)
+	}
+	if len(rep.Kept) != 1 || !errors.Is(rep.Kept[0].Err, realize.ErrInUse) {
+		t.Fatalf("kept = %+v, want one in use", rep.Kept)
+	}
+	if got := f.m.Stats().Managed; got != 1 {
+		t.Fatalf("managed = %d, want 1 still tracked", got)
+	}
+	if err := f.node.StopProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = f.m.Reconcile(context.Background(), f.snapshot())
+	if err != nil || len(rep.Released) != 1 {
+		t.Fatalf("second pass = %v, %v; want one released", rep, err)
+	}
+	if got := len(f.node.Snapshot()); got != 0 {
+		t.Errorf("live = %d, want 0", got)
+	}
+}
+
+func TestReconcileReportsHardwareFailures(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 3, 1))
+	f.mustAllocate("a", 0)
+	f.terminate("a")
+	f.node.FailNth(fakehal.OpDestroyGI, 1, realize.ErrNotSupported)
+	rep, err := f.m.Reconcile(context.Background(), f.snapshot())
+	var re *realize.ReleaseError
+	if !errors.As(err, &re) || !errors.Is(err, realize.ErrNotSupported) {
+		t.Fatalf("error = %v, want a ReleaseError matching ErrNotSupported", err)
+	}
+	if len(rep.Kept) != 1 {
+		t.Fatalf("kept = %+v, want 1", rep.Kept)
+	}
+	// The CI is gone but the GI stays managed; the next pass finishes.
+	if rep, err := f.m.Reconcile(context.Background(), f.snapshot()); err != nil || len(rep.Released) != 1 {
+		t.Fatalf("second pass = %v, %v; want released", rep, err)
+	}
+	if got := len(f.node.Snapshot()); got != 0 {
+		t.Errorf("live = %d, want 0", got)
+	}
+}
+
+func TestReconcileFreesPlacementForNextPod(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "7g.40gb", 0, 8))
+	first := f.mustAllocate("a", 0)
+	f.terminate("a")
+	// The scheduler reuses the placement: Allocate's reconcile frees it.
+	f.schedule("b", ent(0, 0, f.gpuUUID(0), "7g.40gb", 0, 8))
+	second := f.mustAllocate("b", 0)
+	if len(second.Reconcile.Released) != 1 {
+		t.Errorf("Allocate's reconcile released %d, want 1", len(second.Reconcile.Released))
+	}
+	if migUUIDs(second)[0] == migUUIDs(first)[0] {
+		t.Errorf("pod b received pod a's MIG UUID %s", migUUIDs(first)[0])
+	}
+}
+
+func TestReconcileVanishedInstance(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1))
+	res := f.mustAllocate("a", 0)
+	rt := res.Devices[0].Runtime
+	ctx := context.Background()
+	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.node.DestroyGPUInstance(ctx, 0, rt.GPUInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	f.terminate("a")
+	rep, err := f.m.Reconcile(ctx, f.snapshot())
+	if err != nil || len(rep.Vanished) != 1 || len(rep.Released) != 0 {
+		t.Fatalf("report = %+v, %v; want one vanished", rep, err)
+	}
+	if got := f.m.Stats().Managed; got != 0 {
+		t.Errorf("managed = %d, want 0", got)
+	}
+}
+
+func TestReconcileLeavesUnmanagedInstances(t *testing.T) {
+	f := newFixture(t, 1)
+	if _, err := f.node.AddInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 6, Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.m.Reconcile(context.Background(), f.snapshot())
+	if err != nil || len(rep.Released) != 0 {
+		t.Fatalf("report = %v, %v", rep, err)
+	}
+	if got := len(f.node.Snapshot()); got != 1 {
+		t.Errorf("live = %d, want the unmanaged instance kept", got)
+	}
+}
