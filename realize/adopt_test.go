@@ -255,8 +255,8 @@ func TestCollectLeaks(t *testing.T) {
 		}
 		return in
 	}
-	mustAdd(f.node.AddGPUInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 4, Size: 1}))    // GI without CI: collected
-	mustAdd(f.node.AddInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 5, Size: 1}))       // claimed by a pending pod: left
+	mustAdd(f.node.AddGPUInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 4, Size: 1}))      // GI without CI: collected
+	mustAdd(f.node.AddInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 5, Size: 1}))         // claimed by a pending pod: left
 	busy := mustAdd(f.node.AddInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 6, Size: 1})) // runs a process: left
 	if _, err := f.node.StartProcess(0, busy.ComputeInstances[0].MIGUUID); err != nil {
 		t.Fatal(err)

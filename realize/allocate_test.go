@@ -21,13 +21,17 @@ func TestAllocateRefusesBeforeCreating(t *testing.T) {
 		wantErr   error
 	}{
 		{
-			name:    "unknown profile",
-			entries: func(f *fixture) []reservation.Allocation { return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "2g.20gb", 0, 2)} },
+			name: "unknown profile",
+			entries: func(f *fixture) []reservation.Allocation {
+				return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "2g.20gb", 0, 2)}
+			},
 			wantErr: reservation.ErrUnknownProfile,
 		},
 		{
-			name:    "unpublished placement",
-			entries: func(f *fixture) []reservation.Allocation { return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "2g.10gb", 1, 2)} },
+			name: "unpublished placement",
+			entries: func(f *fixture) []reservation.Allocation {
+				return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "2g.10gb", 1, 2)}
+			},
 			wantErr: reservation.ErrUnpublishedPlacement,
 		},
 		{
@@ -45,8 +49,10 @@ func TestAllocateRefusesBeforeCreating(t *testing.T) {
 			wantErr: reservation.ErrUnpublishedPlacement,
 		},
 		{
-			name:    "MIG disabled",
-			entries: func(f *fixture) []reservation.Allocation { return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)} },
+			name: "MIG disabled",
+			entries: func(f *fixture) []reservation.Allocation {
+				return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)}
+			},
 			setup: func(f *fixture) {
 				if err := f.node.ForceMIGMode(0, capability.MIGDisabled); err != nil {
 					f.t.Fatal(err)
@@ -55,8 +61,10 @@ func TestAllocateRefusesBeforeCreating(t *testing.T) {
 			wantErr: realize.ErrMIGDisabled,
 		},
 		{
-			name:      "no entry for the container",
-			entries:   func(f *fixture) []reservation.Allocation { return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)} },
+			name: "no entry for the container",
+			entries: func(f *fixture) []reservation.Allocation {
+				return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)}
+			},
 			container: 1,
 			wantErr:   realize.ErrNoReservation,
 		},
@@ -199,13 +207,17 @@ func TestAllocateRefusesForgery(t *testing.T) {
 		victimListed bool
 	}{
 		{
-			name:         "copies the victim's reservation",
-			forge:        func(f *fixture, v reservation.Allocation) []reservation.Allocation { return []reservation.Allocation{v} },
+			name: "copies the victim's reservation",
+			forge: func(f *fixture, v reservation.Allocation) []reservation.Allocation {
+				return []reservation.Allocation{v}
+			},
 			victimListed: true,
 		},
 		{
-			name:  "copies the victim's reservation while the victim is not listed",
-			forge: func(f *fixture, v reservation.Allocation) []reservation.Allocation { return []reservation.Allocation{v} },
+			name: "copies the victim's reservation while the victim is not listed",
+			forge: func(f *fixture, v reservation.Allocation) []reservation.Allocation {
+				return []reservation.Allocation{v}
+			},
 		},
 		{
 			name: "copies the victim's scheduler fields only",
