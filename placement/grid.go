@@ -78,9 +78,18 @@ type shape struct {
 	profiles []gridProfile
 	caps     []capability.Profile // sorted copies; gridProfile.p points here
 	frag     []weightedMask
+	byEnd    [][]uint64 // per profile, placement masks ordered by end
 	// maxMemory is the largest profile memory, the whole-GPU demand.
 	maxMemory uint64
+	// capTable[used] and strandTable[used] are capacityValue and stranded
+	// for grids of up to tableSlots slots, nil otherwise.
+	capTable    []int32
+	strandTable []int16
 }
+
+// tableSlots is the widest grid whose metric values are tabulated: 2^12
+// entries of 6 bytes, 24 KiB per distinct profile table.
+const tableSlots = 12
 
 // gridProfile is one profile with its placements as masks, sorted by start.
 type gridProfile struct {
@@ -162,6 +171,26 @@ func newShape(gpu *capability.GPU) (*shape, error) {
 		sh.full = (uint64(1) << sh.width) - 1
 	}
 	sh.frag = fragMasks(sh.profiles)
+	sh.byEnd = make([][]uint64, len(sh.profiles))
+	for i := range sh.profiles {
+		gp := &sh.profiles[i]
+		idx := make([]int, len(gp.masks))
+		for j := range idx {
+			idx[j] = j
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(gp.placements[a].End(), gp.placements[b].End()) })
+		for _, j := range idx {
+			sh.byEnd[i] = append(sh.byEnd[i], gp.masks[j])
+		}
+	}
+	if sh.width <= tableSlots {
+		sh.capTable = make([]int32, 1<<sh.width)
+		sh.strandTable = make([]int16, 1<<sh.width)
+		for used := range sh.capTable {
+			sh.capTable[used] = int32(sh.capacityValue(uint64(used)))
+			sh.strandTable[used] = int16(sh.strandedValue(uint64(used)))
+		}
+	}
 	return sh, nil
 }
 
@@ -278,4 +307,54 @@ func (g *Grid) String() string {
 type GPUState struct {
 	Grid *Grid
 	Used Occupancy
+}
+
+// capacityValue is the sum over profiles of the largest number of
+// instances that could still be created under used (interval scheduling:
+// taking free placements by earliest end is optimal).
+func (sh *shape) capacityValue(used uint64) int64 {
+	var v int64
+	for i := range sh.byEnd {
+		occ := used
+		for _, m := range sh.byEnd[i] {
+			if occ&m == 0 {
+				occ |= m
+				v++
+			}
+		}
+	}
+	return v
+}
+
+// strandedValue is the number of free slots outside the largest free
+// published placement: free slots that no single new instance can use
+// together. An empty GPU and a GPU whose free slots form one published
+// placement strand nothing.
+func (sh *shape) strandedValue(used uint64) int64 {
+	var largest uint32
+	for i := range sh.profiles {
+		gp := &sh.profiles[i]
+		for j, m := range gp.masks {
+			if used&m == 0 && gp.placements[j].Size > largest {
+				largest = gp.placements[j].Size
+			}
+		}
+	}
+	return int64(bits.OnesCount64(sh.full&^used)) - int64(largest)
+}
+
+// capacity returns capacityValue, from the table when there is one.
+func (sh *shape) capacity(used uint64) int64 {
+	if sh.capTable != nil {
+		return int64(sh.capTable[used&sh.full])
+	}
+	return sh.capacityValue(used)
+}
+
+// stranded returns strandedValue, from the table when there is one.
+func (sh *shape) stranded(used uint64) int64 {
+	if sh.strandTable != nil {
+		return int64(sh.strandTable[used&sh.full])
+	}
+	return sh.strandedValue(used)
 }

@@ -1,7 +1,7 @@
 package placement
 
 import (
-	"math/bits"
+	"strconv"
 
 	"github.com/dynmig/dynmig/capability"
 )
@@ -54,69 +54,71 @@ func (V210) Cost(c Candidate) int64 {
 // String returns "v2.10".
 func (V210) String() string { return "v2.10" }
 
-// FragWeight chooses how [FragmentationAware] weighs a lost placement.
-type FragWeight uint8
+// FragMetric chooses what [FragmentationAware] minimises.
+type FragMetric uint8
 
 const (
-	// WeightSlots weighs each distinct published placement by its size in
-	// slots, so losing a large contiguous range costs more than losing a
-	// small one. The zero value and the default: it won on the heavy-churn
-	// traces (see the package documentation).
-	WeightSlots FragWeight = iota
-	// WeightCount weighs each published (profile, placement) pair as 1:
-	// the plain count of still-free legal placements.
-	WeightCount
-	// WeightSlotsSquared weighs each distinct placement by its size
-	// squared, protecting the full-GPU placement most.
-	WeightSlotsSquared
+	// Stranding is the default (the zero value). A candidate's cost is
+	// first the increase of stranded slots on its GPU, the free slots
+	// outside the largest free published placement (negative when the
+	// choice fills a hole), then the loss of instance capacity, the sum
+	// over profiles of how many more instances of it could still be
+	// created. It won on the heavy-churn traces.
+	Stranding FragMetric = iota
+	// InstanceCapacity minimises only the loss of instance capacity.
+	InstanceCapacity
+	// FreePlacements minimises the slot-weighted number of distinct free
+	// published placements the choice blocks.
+	FreePlacements
 )
 
-// FragmentationAware is the default policy. It keeps the most future
-// placements open: the cost of a candidate is the total weight of the
-// published placements on that GPU that are free before the choice and
-// blocked after it (see [FragWeight]). Only the chosen GPU changes, so this
-// is also the change of the node-wide metric. Ties go to the GPU with fewer
-// free slots left (bin-packing), then to the GPU position and start.
+// FragmentationAware is the default policy: it keeps the most future
+// placements open. The cost of a candidate is computed on its GPU alone
+// (only that GPU changes) from the GPU's published placements, as [Stranding]
+// describes; see the package documentation for the metric and how it was
+// chosen. Ties go to the lowest GPU position and start, which packs small
+// profiles onto the GPUs already in use.
 //
-// The zero value uses [WeightSlots].
+// The zero value uses [Stranding]. Costs come from per-profile-table lookup
+// tables for grids of up to 12 slots.
 type FragmentationAware struct {
-	Weight FragWeight
+	Metric FragMetric
 }
 
-// Cost returns the weight of the placements the candidate blocks, scaled so
-// the bin-packing tie-break fits underneath.
+// Cost returns the candidate's cost under the metric.
 func (f FragmentationAware) Cost(c Candidate) int64 {
 	sh := c.Grid.shape
 	m := c.Placement.Mask()
-	used := uint64(c.Used)
-	var loss int64
-	for i := range sh.frag {
-		w := &sh.frag[i]
-		if w.mask&m == 0 || w.mask&used != 0 {
-			continue
+	used := uint64(c.Used) & sh.full
+	after := used | m
+	switch f.Metric {
+	case InstanceCapacity:
+		return sh.capacity(used) - sh.capacity(after)
+	case FreePlacements:
+		var loss int64
+		for i := range sh.frag {
+			w := &sh.frag[i]
+			if w.mask&m != 0 && w.mask&used == 0 {
+				loss += w.size
+			}
 		}
-		switch f.Weight {
-		case WeightCount:
-			loss += w.profiles
-		case WeightSlotsSquared:
-			loss += w.size * w.size
-		default:
-			loss += w.size
-		}
+		return loss
 	}
-	freeAfter := int64(bits.OnesCount64(sh.full &^ (used | m)))
-	return loss<<8 | freeAfter
+	strand := sh.stranded(after) - sh.stranded(used) + capability.MaxSlots
+	return strand<<32 | (sh.capacity(used) - sh.capacity(after))
 }
 
-// String returns "frag-aware", with the weighting when not the default.
+// String returns "frag-aware", with the metric when it is not the default.
 func (f FragmentationAware) String() string {
-	switch f.Weight {
-	case WeightCount:
-		return "frag-aware(count)"
-	case WeightSlotsSquared:
-		return "frag-aware(slots²)"
+	switch f.Metric {
+	case InstanceCapacity:
+		return "frag-aware(capacity)"
+	case FreePlacements:
+		return "frag-aware(placements)"
+	case Stranding:
+		return "frag-aware"
 	}
-	return "frag-aware"
+	return "frag-aware(" + strconv.Itoa(int(f.Metric)) + ")"
 }
 
 // DefaultPolicy is the policy used when none is given.
