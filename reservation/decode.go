@@ -149,6 +149,15 @@ func (d *decoder[T]) unexpected(index int, field string, c byte, want string) er
 	return d.fail(index, field, ErrSyntax, "invalid character "+quoteByte(c)+", want "+want)
 }
 
+// unexpectedPunct builds the error for byte c where punctuation was
+// wanted: always a syntax error.
+func (d *decoder[T]) unexpectedPunct(index int, field string, c byte, want string) error {
+	if c == 0 && d.pos >= len(d.data) {
+		return d.fail(index, field, ErrSyntax, "unexpected end of input, want "+want)
+	}
+	return d.fail(index, field, ErrSyntax, "invalid character "+quoteByte(c)+", want "+want)
+}
+
 func startsValue(c byte) bool {
 	switch c {
 	case '{', '[', '"', 't', 'f', 'n', '-':
@@ -204,7 +213,7 @@ func (d *decoder[T]) array() ([]Allocation, error) {
 			d.pos++
 			return allocs, d.end()
 		default:
-			return nil, d.unexpected(-1, "", c, "',' or ']' after an array entry")
+			return nil, d.unexpectedPunct(-1, "", c, "',' or ']' after an array entry")
 		}
 	}
 }
@@ -315,7 +324,7 @@ func (d *decoder[T]) entry(index int, prev []Allocation) (Allocation, error) {
 			d.pos++
 			return a, d.missing(index, seen)
 		default:
-			return a, d.unexpected(index, "", c, "',' or '}' after an object member")
+			return a, d.unexpectedPunct(index, "", c, "',' or '}' after an object member")
 		}
 	}
 }
@@ -334,7 +343,7 @@ func (d *decoder[T]) missing(index int, seen uint) error {
 
 func (d *decoder[T]) colon(index int, field string) error {
 	if c := d.peek(); c != ':' {
-		return d.unexpected(index, field, c, "':' after an object key")
+		return d.unexpectedPunct(index, field, c, "':' after an object key")
 	}
 	d.pos++
 	return nil
@@ -356,15 +365,13 @@ func (d *decoder[T]) key(index int, parent string) (uint, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	var known []string
-	if parent == "" {
-		known = wireKeys[:]
-	} else {
-		known = placementKeys[:]
+	known, fields := wireKeys[:], wireKeys[:]
+	if parent != "" {
+		known, fields = placementKeys[:], placementFields[:]
 	}
 	for i, k := range known {
 		if d.equal(raw, k) {
-			return 1 << i, joinField(parent, k), nil
+			return 1 << i, fields[i], nil
 		}
 	}
 	text := strings.Clone(d.keep(raw))
@@ -382,7 +389,10 @@ func (d *decoder[T]) key(index int, parent string) (uint, string, error) {
 	return 0, name, nil
 }
 
-var placementKeys = [...]string{"start", "size"}
+var (
+	placementKeys   = [...]string{"start", "size"}
+	placementFields = [...]string{"placement.start", "placement.size"}
+)
 
 func joinField(parent, k string) string {
 	if parent == "" {
@@ -437,7 +447,7 @@ func (d *decoder[T]) placement(index int) (p capability.Placement, err error) {
 			if c == '}' {
 				break
 			}
-			return p, d.unexpected(index, field, c, "',' or '}' after an object member")
+			return p, d.unexpectedPunct(index, field, c, "',' or '}' after an object member")
 		}
 	}
 	d.pos++
@@ -736,7 +746,7 @@ func (d *decoder[T]) skipValue(index int, field string, depth int) error {
 				d.pos++
 				return nil
 			default:
-				return d.unexpected(index, field, c, "',' or ']'")
+				return d.unexpectedPunct(index, field, c, "',' or ']'")
 			}
 		}
 	case c == '{':
@@ -765,7 +775,7 @@ func (d *decoder[T]) skipValue(index int, field string, depth int) error {
 				d.pos++
 				return nil
 			default:
-				return d.unexpected(index, field, c, "',' or '}'")
+				return d.unexpectedPunct(index, field, c, "',' or '}'")
 			}
 		}
 	default:
