@@ -213,6 +213,22 @@ func (s *Server) StartMIGProcess(gpu int, gi, ci, pid uint32) error {
 	return nil
 }
 
+// StartProcessOnMIGDevice starts a compute process in the MIG device with
+// the given UUID, on whichever GPU has it, and returns that GPU's index.
+func (s *Server) StartProcessOnMIGDevice(migUUID string, pid uint32) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.devices {
+		for _, ci := range d.migSlots {
+			if ci != nil && ci.mig.uuid == migUUID {
+				d.procs = append(d.procs, process{pid: pid, gi: ci.gi.id, ci: ci.id})
+				return d.index, nil
+			}
+		}
+	}
+	return -1, fmt.Errorf("nvmlmock: no MIG device %s", migUUID)
+}
+
 // StopProcess ends every process with pid on the GPU.
 func (s *Server) StopProcess(gpu int, pid uint32) {
 	s.mu.Lock()
