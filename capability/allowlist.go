@@ -265,7 +265,7 @@ func nvidiaSection(data []byte) ([]jsonMember, error) {
 // toJSON returns data as one JSON value: JSON input as is (after checking
 // it), YAML converted with duplicate keys rejected. Empty input is null.
 func toJSON(data []byte) (json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(data)
+	trimmed := bytes.Trim(data, jsonSpace)
 	if len(trimmed) == 0 {
 		return json.RawMessage("null"), nil
 	}

@@ -98,6 +98,11 @@ func FuzzDecodeNodeRegistration(f *testing.F) {
 	f.Add([]byte(`[{"id":"GPU-a","id":"GPU-b"}]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		devs, err := capability.DecodeNodeRegistration(data)
+		// The canonical fast path and the strict decoder agree.
+		strict, strictErr := capability.DecodeNodeRegistrationStrict(data)
+		if (err == nil) != (strictErr == nil) || !reflect.DeepEqual(devs, strict) {
+			t.Fatalf("fast path %#v %v, strict %#v %v", devs, err, strict, strictErr)
+		}
 		if err != nil {
 			if !errors.Is(err, capability.ErrRegistration) {
 				t.Fatalf("error %v does not match ErrRegistration", err)

@@ -13,6 +13,9 @@ import (
 // its GPUs in.
 const NodeRegisterAnnotation = "hami.io/node-nvidia-register"
 
+// jsonSpace is the whitespace JSON allows around values.
+const jsonSpace = " \t\r\n"
+
 // Device modes of a [NodeDevice].
 const (
 	ModeHAMiCore = "hami-core"
@@ -45,14 +48,52 @@ type NodeDevice struct {
 // migProfiles, health; profile: name, memoryMB, core, sliceCount,
 // placements; placement: start, size); all but index, numa and migProfiles
 // are required; numbers must be integers in range. A null migProfiles reads
-// as absent. Blank input and "[]" decode to nil: no devices.
+// as absent. Empty input (or only JSON whitespace) and "[]" decode to nil:
+// no devices.
 //
 // Errors are [*RegistrationError] values (joined when there are several)
 // naming the device's position in the array and the field.
 func DecodeNodeRegistration(data []byte) ([]NodeDevice, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
+	data = bytes.Trim(data, jsonSpace)
+	if len(data) == 0 {
 		return nil, nil
 	}
+	if devs, ok := decodeCanonical(data); ok {
+		if err := ValidateNodeRegistration(devs); err != nil {
+			return nil, err
+		}
+		return devs, nil
+	}
+	return decodeNodeRegistrationStrict(data)
+}
+
+// decodeCanonical is the fast path for input exactly as
+// [EncodeNodeRegistration] (and the deployed Go device plugin) writes it.
+// encoding/json alone is lax (case-insensitive keys, last duplicate wins,
+// unknown keys ignored, absent keys zero), but when re-encoding the result
+// reproduces the input byte for byte, the input had exactly the wire keys,
+// once each, in wire order, so the strict decoder would read the same
+// value. Anything else takes the strict path, which also names the problem.
+func decodeCanonical(data []byte) ([]NodeDevice, bool) {
+	if jsonKind(data) != '[' {
+		return nil, false
+	}
+	var devs []NodeDevice
+	if err := json.Unmarshal(data, &devs); err != nil || devs == nil {
+		return nil, false
+	}
+	enc, err := json.Marshal(devs)
+	if err != nil || !bytes.Equal(enc, data) {
+		return nil, false
+	}
+	if len(devs) == 0 {
+		return nil, true
+	}
+	return devs, true
+}
+
+// decodeNodeRegistrationStrict decodes structurally, key by key.
+func decodeNodeRegistrationStrict(data []byte) ([]NodeDevice, error) {
 	if !json.Valid(data) {
 		return nil, &RegistrationError{Device: -1, Reason: "not valid JSON"}
 	}
