@@ -28,7 +28,7 @@ func TestValidate(t *testing.T) {
 		{name: "empty gpu", allocs: []reservation.Allocation{alloc(0, 0, "", "1g.5gb", 0, 1)}, wantProblem: reservation.ErrGPUUUID, wantField: "gpuUUID", wantOther: -1},
 		{name: "gpu without prefix", allocs: []reservation.Allocation{alloc(0, 0, "8d7f3c2e", "1g.5gb", 0, 1)}, wantProblem: reservation.ErrGPUUUID, wantField: "gpuUUID", wantOther: -1},
 		{name: "gpu with space", allocs: []reservation.Allocation{alloc(0, 0, "GPU-a b", "1g.5gb", 0, 1)}, wantProblem: reservation.ErrGPUUUID, wantField: "gpuUUID", wantOther: -1},
-		{name: "legacy gpu identifier", allocs: []reservation.Allocation{alloc(0, 0, gpuA + "[1-2]", "1g.5gb", 0, 1)}, wantProblem: reservation.ErrGPUUUID, wantField: "gpuUUID", wantOther: -1, wantCause: reservation.ErrLegacyIdentifier},
+		{name: "legacy gpu identifier", allocs: []reservation.Allocation{alloc(0, 0, gpuA+"[1-2]", "1g.5gb", 0, 1)}, wantProblem: reservation.ErrGPUUUID, wantField: "gpuUUID", wantOther: -1, wantCause: reservation.ErrLegacyIdentifier},
 		{name: "empty profile", allocs: []reservation.Allocation{alloc(0, 0, gpuA, "", 0, 1)}, wantProblem: reservation.ErrProfile, wantField: "profile", wantOther: -1},
 		{name: "malformed profile", allocs: []reservation.Allocation{alloc(0, 0, gpuA, "2g", 0, 1)}, wantProblem: reservation.ErrProfile, wantField: "profile", wantOther: -1, wantCause: capability.ErrProfileName},
 		{name: "MIG prefix in profile", allocs: []reservation.Allocation{alloc(0, 0, gpuA, "MIG 1g.5gb", 0, 1)}, wantProblem: reservation.ErrProfile, wantField: "profile", wantOther: -1, wantCause: capability.ErrProfileName},
