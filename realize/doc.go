@@ -1,5 +1,89 @@
-// Package realize turns scheduler reservations into MIG hardware: the
-// [Realizer] interface a hardware backend implements, and the [Manager]
-// that a device plugin embeds to allocate, roll back, reconcile, adopt
-// after a restart and collect leaks.
+// Package realize turns scheduler reservations into MIG hardware on one
+// node: the [Realizer] interface a hardware backend implements (fakehal,
+// nvmlhal), and the [Manager] a device plugin embeds to allocate, roll
+// back, reconcile, adopt after a restart and collect leaks.
+//
+// # Model
+//
+// The scheduler reserves, per MIG device, an exact GPU, profile and
+// placement in the pod annotation hami.io/vgpu-mig-allocations (package
+// reservation). The manager realizes exactly that: one GPU instance (GI) at
+// the reserved placement with one compute instance (CI) spanning it, and
+// reports its runtime identity (MIG UUID, GI ID, CI ID) for the plugin to
+// patch into the same annotation entry. It never chooses another placement.
+//
+// Each managed instance is keyed by [Key] (GPU index, profile name,
+// placement) and owned by one [Owner] (pod UID, container index, device
+// index). The manager's records are memory only; after a restart
+// [Manager.Adopt] rebuilds them from the pod annotations and the live
+// hardware.
+//
+// Units: GPUs are NVML device indexes; placements are memory slots, not
+// compute slices (an A100 3g instance has size 4, 7g size 8). A placement
+// occupies the half-open interval [Start, Start+Size): [0,4) and [4,8) do
+// not overlap.
+//
+// # Safety rules
+//
+//   - Nothing is destroyed unless a pod snapshot authorises it: the listing
+//     is complete, and every active pod's record decodes, validates and
+//     conflicts with no other pod's (reservation.Desired). Otherwise
+//     reconcile, idle-GPU cleanup and leak collection do nothing and say
+//     why ([ReconcileReport.Reasons], Stats.SkippedReconciles).
+//   - Reconcile destroys only managed instances whose reservation is gone,
+//     and exactly their recorded CI, then GI. An instance that is in use
+//     stays managed and is retried on the next pass.
+//   - Allocate checks the reserved profile and placement against the GPU's
+//     capability before creating anything, and creates only the reserved
+//     placement.
+//   - A reservation is refused with [ErrConflict] when its key is managed
+//     for another owner, when its runtime identity names an instance other
+//     than the one at its key or another managed instance, when it overlaps
+//     another pod's reservation or managed instance, or when the live
+//     instance it would take belongs to an ended pod. A forged annotation
+//     therefore cannot obtain another pod's device. Residual risk: after a
+//     restart, an annotation that copies the identity of a pod that has
+//     vanished from the API entirely cannot be told from the original.
+//   - An unmanaged instance is handed out only when the pod's own
+//     annotation names it exactly (profile, placement, GI ID, CI ID, MIG
+//     UUID) and nothing runs on it. Any other unmanaged instance at a
+//     reserved key (the remnant of a create that crashed before the pod
+//     was patched, including a GI without a CI) is destroyed and created
+//     afresh, complete instances only with an authorised snapshot.
+//   - When a multi-device Allocate fails, only the instances that call
+//     created are destroyed; adopted and previously managed ones stay.
+//   - Adopt cleans a GPU only when it is idle (no active or withheld
+//     reservation, no process, nothing managed) and the snapshot is
+//     authorised; it adopts an annotated instance only after verifying
+//     every identity field against the hardware. Reservations without
+//     runtime identity are left to Allocate; legacy v2.9 identifiers and
+//     mismatches are reported, never adopted.
+//   - [Manager.CollectLeaks] destroys unmanaged instances only with an
+//     authorised snapshot, when no reservation overlaps them and no process
+//     runs on them (or on the GPU outside any GI).
+//
+// # Concurrency
+//
+// A Manager is safe for concurrent use. Hardware mutation is serialised per
+// physical GPU by a lock whose wait honours the caller's ctx; calls for
+// different GPUs run in parallel, and no node-wide lock is held during a
+// hardware call. A multi-device Allocate takes one GPU lock at a time, so
+// it cannot deadlock. Records are checked again under the GPU lock, so a
+// reconcile racing an Allocate never destroys what the Allocate just
+// claimed. No method starts a goroutine that outlives the call.
+//
+// # Failure semantics for a device plugin
+//
+// Call [Manager.Adopt] once at startup, and again whenever an earlier call
+// had no authorised snapshot. In kubelet's Allocate, call
+// [Manager.Allocate] with the pod and a fresh listing, expose each
+// Device.Runtime.MIGUUID to the container and send AllocateResult.Patch to
+// the API server; on error, fail kubelet's Allocate (kubelet retries), and
+// nothing this call created is left behind unless the error also carries a
+// [*ReleaseError] from a failed rollback, in which case the instance stays
+// managed for its owner and is reused by the retry or reclaimed by a later
+// reconcile. A repeated Allocate is idempotent, so retrying after a lost
+// patch is safe. Run [Manager.Reconcile] periodically with a fresh listing,
+// and [Manager.CollectLeaks] occasionally. Rollback after a cancelled
+// request runs on a detached context bounded by [Options.CleanupTimeout].
 package realize

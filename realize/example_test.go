@@ -1,0 +1,82 @@
+package realize_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// A device plugin's life on one node: realize a pod's reservation, restart
+// and adopt it, then reclaim it when the pod ends.
+func Example() {
+	ctx := context.Background()
+	node := fakehal.MustNew(fakehal.Options{Seed: 1}) // one A100-SXM4-40GB
+	gpu, _ := node.Device(0)
+
+	// The scheduler reserved 2g.10gb at slots [2,4) for container 0.
+	pod := reservation.Pod{UID: "uid-a", Namespace: "default", Name: "trainer", Phase: reservation.PodRunning,
+		Annotations: map[string]string{reservation.AnnotationKey: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` +
+			gpu.UUID + `","profile":"2g.10gb","placement":{"start":2,"size":2}}]`}}
+	listing := func() reservation.Snapshot { return reservation.Snapshot{Pods: []reservation.Pod{pod}, Complete: true} }
+
+	m := realize.NewManager(node, realize.Options{})
+	res, err := m.Allocate(ctx, realize.AllocateRequest{Pod: pod, ContainerIndex: 0, Snapshot: listing()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d := res.Devices[0]
+	fmt.Println("allocate:", d.Key, d.Origin, "GI", d.Runtime.GPUInstanceID, "CI", d.Runtime.ComputeInstanceID)
+	// The plugin sends res.Patch to the API server; here we apply it.
+	pod.Annotations[reservation.AnnotationKey] = res.Annotation
+
+	// The plugin restarts: the hardware keeps the instance, the new
+	// manager adopts it from the annotation.
+	m = realize.NewManager(node, realize.Options{})
+	rep, err := m.Adopt(ctx, listing())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("adopt:", len(rep.Adopted), "adopted,", len(rep.Leaks), "leaks")
+	again, err := m.Allocate(ctx, realize.AllocateRequest{Pod: pod, ContainerIndex: 0, Snapshot: listing()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("allocate again:", again.Devices[0].Origin, "same MIG UUID:", again.Devices[0].Runtime == d.Runtime)
+
+	// The pod ends; an authorised reconcile destroys its CI and GI.
+	pod.Phase = reservation.PodSucceeded
+	rec, err := m.Reconcile(ctx, listing())
+	fmt.Println("reconcile:", rec, err)
+	fmt.Println("live instances:", len(node.Snapshot()))
+	st := m.Stats()
+	fmt.Println("stats: adoptions", st.Adoptions, "destroys", st.Destroys, "managed", st.Managed)
+	// Output:
+	// allocate: gpu0/2g.10gb@[2,4) created GI 4 CI 0
+	// adopt: 1 adopted, 0 leaks
+	// allocate again: managed same MIG UUID: true
+	// reconcile: authorised: released 1, kept 0, vanished 0 <nil>
+	// live instances: 0
+	// stats: adoptions 1 destroys 1 managed 0
+}
+
+// Without a complete pod listing nothing is destroyed, and the report says
+// why.
+func ExampleManager_Reconcile_unauthorised() {
+	ctx := context.Background()
+	node := fakehal.MustNew(fakehal.Options{})
+	m := realize.NewManager(node, realize.Options{})
+	rep, err := m.Reconcile(ctx, reservation.Snapshot{Complete: false})
+	fmt.Println(rep, err)
+	fmt.Println(rep.Reasons[0])
+	fmt.Println("skipped:", m.Stats().SkippedReconciles)
+	// Output:
+	// not authorised (1 reasons): nothing destroyed <nil>
+	// reservation: incomplete pod listing
+	// skipped: 1
+}
