@@ -416,6 +416,55 @@ func NewMIGNodeDevice(g GPU, healthy bool) (NodeDevice, error) {
 	return d, nil
 }
 
+// NewMIGNodeDevices builds the registrations of gpus with [NewMIGNodeDevice],
+// in order. healthy reports the device plugin's health verdict per GPU; nil
+// means every GPU is healthy. Every GPU must be in MIG mode: a GPU that is
+// not is an error naming its position (Device), not silently skipped, so
+// callers registering a mixed node filter on GPU.MIGMode first.
+func NewMIGNodeDevices(gpus []GPU, healthy func(*GPU) bool) ([]NodeDevice, error) {
+	devs := make([]NodeDevice, 0, len(gpus))
+	var errs []error
+	for i := range gpus {
+		ok := healthy == nil || healthy(&gpus[i])
+		d, err := NewMIGNodeDevice(gpus[i], ok)
+		if err != nil {
+			errs = append(errs, renumber(err, i))
+			continue
+		}
+		devs = append(devs, d)
+	}
+	if err := joinErrs(errs); err != nil {
+		return nil, err
+	}
+	if err := ValidateNodeRegistration(devs); err != nil {
+		return nil, err
+	}
+	return devs, nil
+}
+
+// renumber sets Device to i on the registration errors in err.
+func renumber(err error, i int) error {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok && !isRegistrationError(err) {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for k, e := range errs {
+		if re, ok := e.(*RegistrationError); ok {
+			c := *re
+			c.Device = i
+			errs[k] = &c
+		}
+	}
+	return joinErrs(errs)
+}
+
+func isRegistrationError(err error) bool {
+	_, ok := err.(*RegistrationError)
+	return ok
+}
+
 // wireProfile keeps only the wire fields of p.
 func wireProfile(p Profile) Profile {
 	return Profile{

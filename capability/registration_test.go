@@ -261,3 +261,40 @@ func TestEncodeNodeRegistrationValidates(t *testing.T) {
 		t.Errorf("got %v, want a RegistrationError for device 0", err)
 	}
 }
+
+func TestNewMIGNodeDevices(t *testing.T) {
+	var hw fakeView
+	hw.add("NVIDIA A100-SXM4-40GB", a100_40Total, a100_40)
+	hw.add("NVIDIA A30", a30Total, a30)
+	gpus, _, err := capability.Discover(context.Background(), &hw, capability.DefaultAllowlist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := capability.NewMIGNodeDevices(gpus, func(g *capability.GPU) bool { return g.Index == 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 2 || !devs[0].Health || devs[1].Health || devs[1].Count != 4 || devs[0].Count != 7 {
+		t.Errorf("got %+v", devs)
+	}
+	if devs, err := capability.NewMIGNodeDevices(gpus, nil); err != nil || !devs[1].Health {
+		t.Errorf("nil healthy: got %+v %v, want all healthy", devs, err)
+	}
+	t4 := capability.GPU{UUID: "GPU-t4", Index: 2, Name: "Tesla T4", MIGMode: capability.MIGDisabled}
+	tests := []struct {
+		name  string
+		gpus  []capability.GPU
+		want  int
+		field string
+	}{
+		{name: "not in MIG mode", gpus: []capability.GPU{gpus[0], gpus[1], t4}, want: 2, field: "mode"},
+		{name: "duplicate UUID", gpus: []capability.GPU{gpus[0], gpus[1], gpus[0]}, want: 2, field: "id"},
+	}
+	for _, tc := range tests {
+		_, err := capability.NewMIGNodeDevices(tc.gpus, nil)
+		var re *capability.RegistrationError
+		if !errors.As(err, &re) || re.Device != tc.want || re.Field != tc.field {
+			t.Errorf("%s: got %v, want device %d field %s", tc.name, err, tc.want, tc.field)
+		}
+	}
+}
