@@ -2,6 +2,7 @@ package reservation_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/dynmig/dynmig/capability"
@@ -13,6 +14,7 @@ const (
 	gpuB = "GPU-11111111-2222-4333-8444-555555555555"
 	migA = "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
 	migB = "MIG-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
+	migC = "MIG-cccccccc-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 )
 
 func alloc(ci, di int, gpu, profile string, start, size uint32) reservation.Allocation {
@@ -21,30 +23,241 @@ func alloc(ci, di int, gpu, profile string, start, size uint32) reservation.Allo
 }
 
 func pod(uid string, phase reservation.PodPhase, allocs ...reservation.Allocation) reservation.Pod {
-	return reservation.Pod{UID: uid, Namespace: "ns", Name: "pod-" + uid, Phase: phase,
-		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(allocs)}}
+	return rawPod(uid, phase, reservation.EncodeString(allocs))
 }
 
-func TestDesiredSmoke(t *testing.T) {
+func rawPod(uid string, phase reservation.PodPhase, value string) reservation.Pod {
+	return reservation.Pod{UID: uid, Namespace: "ns", Name: "pod-" + uid, Phase: phase,
+		Annotations: map[string]string{reservation.AnnotationKey: value}}
+}
+
+func uids(entries []reservation.Entry) []string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.PodUID)
+	}
+	return out
+}
+
+func refs(pods []reservation.PodRef) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.UID)
+	}
+	return out
+}
+
+func TestDesiredActivity(t *testing.T) {
+	deleting := pod("del", reservation.PodRunning, alloc(0, 0, gpuA, "1g.5gb", 0, 1))
+	deleting.Deleting = true
 	snap := reservation.Snapshot{Complete: true, Pods: []reservation.Pod{
-		pod("a", reservation.PodRunning, alloc(0, 0, gpuA, "2g.10gb", 2, 2).WithRuntime(reservation.RuntimeIdentity{MIGUUID: migA, GPUInstanceID: 4})),
-		pod("b", reservation.PodPending, alloc(0, 0, gpuA, "1g.5gb", 0, 1)),
-		pod("c", reservation.PodSucceeded, alloc(0, 0, gpuA, "1g.5gb", 0, 1)),
+		pod("run", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 2, 2), migA, 4, 0)),
+		pod("pend", reservation.PodPending, alloc(0, 0, gpuA, "1g.5gb", 0, 1)),
+		pod("unk", reservation.PodUnknown, alloc(1, 0, gpuB, "1g.5gb", 6, 1)),
+		pod("done", reservation.PodSucceeded, alloc(0, 0, gpuA, "1g.5gb", 0, 1)),
+		pod("failed", reservation.PodFailed, alloc(0, 0, gpuA, "2g.10gb", 2, 2)),
+		deleting,
+		rawPod("ended-bad", reservation.PodFailed, "garbage"),
+		{UID: "plain", Namespace: "ns", Name: "no-annotation", Phase: reservation.PodRunning},
+		rawPod("empty", reservation.PodRunning, ""),
 	}}
 	set := reservation.Desired(snap)
-	if !set.Authorized || len(set.Active) != 2 {
-		t.Fatalf("Desired = %+v, want 2 active and authorised", set)
+	if !set.Authorized || len(set.Reasons) != 0 || set.Verdict() != nil {
+		t.Fatalf("Desired not authorised: %v", set.Verdict())
 	}
-	if _, ok := set.Lookup("a", 0, 0); !ok {
-		t.Fatalf("Lookup(a,0,0) missing")
+	if got, want := uids(set.Active), []string{"unk", "pend", "run"}; !slices.Equal(got, want) {
+		t.Fatalf("active pods = %v, want %v (sorted by GPU UUID, placement)", got, want)
 	}
-	snap.Pods = append(snap.Pods, reservation.Pod{UID: "d", Namespace: "ns", Name: "bad", Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: "[{]"}})
-	set = reservation.Desired(snap)
-	if set.Authorized || len(set.Active) != 2 || !set.IsUnknown("d") {
-		t.Fatalf("Desired = %+v, want 2 active, unauthorised, d unknown", set)
+	if len(set.Unknown) != 0 || len(set.Withheld) != 0 {
+		t.Fatalf("unknown %v withheld %v, want none", set.Unknown, set.Withheld)
 	}
-	if !errors.Is(set.Verdict(), reservation.ErrMalformed) {
-		t.Fatalf("Verdict = %v, want ErrMalformed", set.Verdict())
+}
+
+func TestDesiredIncompleteListing(t *testing.T) {
+	set := reservation.Desired(reservation.Snapshot{Pods: []reservation.Pod{
+		pod("a", reservation.PodRunning, alloc(0, 0, gpuA, "1g.5gb", 0, 1)),
+	}})
+	if set.Authorized || !errors.Is(set.Verdict(), reservation.ErrIncompleteSnapshot) || !errors.Is(set.Verdict(), reservation.ErrNotAuthorized) {
+		t.Fatalf("Verdict = %v, want ErrIncompleteSnapshot", set.Verdict())
+	}
+	if len(set.Active) != 1 {
+		t.Fatalf("active = %v, want the listed pod's reservation", set.Active)
+	}
+}
+
+func TestDesiredWithholds(t *testing.T) {
+	good := pod("good", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 3, 0))
+	tests := []struct {
+		name         string
+		pods         []reservation.Pod
+		wantReason   error
+		wantUnknown  []string
+		wantActive   []string
+		wantWithheld []string
+		wantIndex    int // PodError entry index; -2 when the reason is not a PodError
+	}{
+		{
+			name:        "malformed record",
+			pods:        []reservation.Pod{good, rawPod("bad", reservation.PodRunning, `[{"containerIndex":0,`)},
+			wantReason:  reservation.ErrMalformed,
+			wantUnknown: []string{"bad"}, wantActive: []string{"good"}, wantIndex: 0,
+		},
+		{
+			name: "partial runtime identity",
+			pods: []reservation.Pod{good, pod("partial", reservation.PodRunning,
+				alloc(0, 0, gpuB, "1g.5gb", 0, 1),
+				reservation.Allocation{ContainerIndex: 0, DeviceIndex: 1, GPUUUID: gpuB, Profile: "1g.5gb", Placement: capability.Placement{Start: 1, Size: 1}, MIGUUID: migB})},
+			wantReason:  reservation.ErrPartialRuntime,
+			wantUnknown: []string{"partial"}, wantActive: []string{"good"}, wantWithheld: []string{"partial", "partial"}, wantIndex: 1,
+		},
+		{
+			name:        "invalid record",
+			pods:        []reservation.Pod{good, pod("sizeless", reservation.PodPending, alloc(0, 0, gpuB, "1g.5gb", 0, 0))},
+			wantReason:  reservation.ErrPlacement,
+			wantUnknown: []string{"sizeless"}, wantActive: []string{"good"}, wantWithheld: []string{"sizeless"}, wantIndex: 0,
+		},
+		{
+			name:        "overlap across pods",
+			pods:        []reservation.Pod{good, pod("thief", reservation.PodPending, alloc(0, 0, gpuA, "1g.5gb", 1, 1))},
+			wantReason:  reservation.ErrOverlap,
+			wantUnknown: []string{"good", "thief"}, wantWithheld: []string{"good", "thief"}, wantIndex: -2,
+		},
+		{
+			name:        "same MIG UUID across pods",
+			pods:        []reservation.Pod{good, pod("copy", reservation.PodRunning, realized(alloc(0, 0, gpuB, "2g.10gb", 0, 2), migA, 3, 0))},
+			wantReason:  reservation.ErrRuntimeConflict,
+			wantUnknown: []string{"copy", "good"}, wantWithheld: []string{"copy", "good"}, wantIndex: -2,
+		},
+		{
+			name:        "same GPU instance across pods",
+			pods:        []reservation.Pod{good, pod("gi", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 4, 2), migB, 3, 0))},
+			wantReason:  reservation.ErrRuntimeConflict,
+			wantUnknown: []string{"gi", "good"}, wantWithheld: []string{"good", "gi"}, wantIndex: -2,
+		},
+		{
+			name: "legacy identifiers",
+			pods: []reservation.Pod{good, {UID: "old", Namespace: "ns", Name: "v29", Phase: reservation.PodRunning,
+				Annotations: map[string]string{reservation.LegacyDevicesAnnotationKey: gpuB + "[1-3],NVIDIA,4864,0:;"}}},
+			wantReason:  reservation.ErrLegacyIdentifier,
+			wantUnknown: []string{"old"}, wantActive: []string{"good"}, wantIndex: -1,
+		},
+		{
+			name:       "duplicate pod UID",
+			pods:       []reservation.Pod{good, pod("good", reservation.PodRunning, alloc(0, 0, gpuB, "1g.5gb", 0, 1))},
+			wantReason: reservation.ErrPodIdentity,
+			// Which of the two owns what cannot be told: both are withheld.
+			wantUnknown: []string{"good"}, wantWithheld: []string{"good", "good"}, wantIndex: -1,
+		},
+		{
+			name:        "empty pod UID",
+			pods:        []reservation.Pod{good, pod("", reservation.PodRunning, alloc(0, 0, gpuB, "1g.5gb", 0, 1))},
+			wantReason:  reservation.ErrPodIdentity,
+			wantUnknown: []string{""}, wantActive: []string{"good"}, wantWithheld: []string{""}, wantIndex: -1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: tt.pods})
+			if set.Authorized {
+				t.Fatalf("authorised, want withheld")
+			}
+			if v := set.Verdict(); !errors.Is(v, tt.wantReason) || !errors.Is(v, reservation.ErrNotAuthorized) {
+				t.Fatalf("Verdict = %v, want %v", v, tt.wantReason)
+			}
+			if got := refs(set.Unknown); !slices.Equal(got, tt.wantUnknown) {
+				t.Errorf("unknown = %v, want %v", got, tt.wantUnknown)
+			}
+			if got := uids(set.Active); !slices.Equal(got, tt.wantActive) {
+				t.Errorf("active = %v, want %v", got, tt.wantActive)
+			}
+			if got := uids(set.Withheld); !slices.Equal(got, tt.wantWithheld) {
+				t.Errorf("withheld = %v, want %v", got, tt.wantWithheld)
+			}
+			for _, r := range set.Reasons {
+				if !errors.Is(r, tt.wantReason) {
+					continue
+				}
+				var pe *reservation.PodError
+				var ce *reservation.ConflictError
+				switch {
+				case errors.As(r, &pe):
+					if pe.Index != tt.wantIndex || pe.Pod.Namespace != "ns" || pe.Pod.Name == "" {
+						t.Errorf("PodError %+v, want entry %d naming the pod", pe, tt.wantIndex)
+					}
+				case errors.As(r, &ce):
+					if tt.wantIndex != -2 || !errors.Is(r, reservation.ErrConflict) || ce.First.PodUID == ce.Second.PodUID {
+						t.Errorf("ConflictError %+v unexpected", ce)
+					}
+				default:
+					t.Errorf("reason %T %v is neither a PodError nor a ConflictError", r, r)
+				}
+				return
+			}
+			t.Fatalf("no reason matches %v: %v", tt.wantReason, set.Reasons)
+		})
+	}
+}
+
+func TestDesiredIgnoresEndedPodsInConflicts(t *testing.T) {
+	set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: []reservation.Pod{
+		pod("old", reservation.PodSucceeded, realized(alloc(0, 0, gpuA, "2g.10gb", 2, 2), migA, 4, 0)),
+		pod("new", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 2, 2), migB, 4, 0)),
+	}})
+	if !set.Authorized || len(set.Active) != 1 || set.Active[0].PodUID != "new" {
+		t.Fatalf("Desired = %+v, want only the running pod, authorised", set)
+	}
+}
+
+func TestDesiredLookups(t *testing.T) {
+	set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: []reservation.Pod{
+		pod("a", reservation.PodRunning,
+			realized(alloc(1, 1, gpuA, "1g.5gb", 6, 1), migB, 13, 0),
+			realized(alloc(1, 0, gpuA, "2g.10gb", 2, 2), migA, 4, 0),
+			alloc(0, 0, gpuB, "3g.20gb", 4, 4)),
+		pod("b", reservation.PodPending, alloc(0, 0, gpuB, "1g.5gb", 0, 1)),
+		rawPod("bad", reservation.PodRunning, `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"`+gpuB+`","profile":"1g.5gb","placement":{"start":1,"size":1},"migUUID":"`+migC+`"}]`),
+	}})
+	if e, ok := set.Lookup("a", 1, 0); !ok || e.Placement != (capability.Placement{Start: 2, Size: 2}) || e.Index != 1 || e.Name != "pod-a" {
+		t.Fatalf("Lookup(a,1,0) = %+v, %v", e, ok)
+	}
+	if _, ok := set.Lookup("a", 2, 0); ok {
+		t.Fatalf("Lookup(a,2,0) found an entry")
+	}
+	if got := set.Container("a", 1); len(got) != 2 || got[0].DeviceIndex != 0 || got[1].DeviceIndex != 1 {
+		t.Fatalf("Container(a,1) = %+v", got)
+	}
+	if got := set.Pod("a"); len(got) != 3 || got[0].ContainerIndex != 0 {
+		t.Fatalf("Pod(a) = %+v", got)
+	}
+	if e, ok := set.At(gpuB, capability.Placement{Start: 0, Size: 1}); !ok || e.PodUID != "b" {
+		t.Fatalf("At(gpuB,[0,1)) = %+v, %v", e, ok)
+	}
+	if _, ok := set.At(gpuB, capability.Placement{Start: 4, Size: 2}); ok {
+		t.Fatalf("At matched a placement that is not exactly reserved")
+	}
+	if !set.Claimed(gpuB, capability.Placement{Start: 5, Size: 1}) {
+		t.Fatalf("slot 5 of the 3g reservation not claimed")
+	}
+	if !set.Claimed(gpuB, capability.Placement{Start: 1, Size: 1}) || !set.ClaimedMIG(migC) {
+		t.Fatalf("the malformed pod's claims are not respected")
+	}
+	if set.Claimed(gpuB, capability.Placement{Start: 2, Size: 2}) || set.ClaimedMIG("") {
+		t.Fatalf("unclaimed placement reported as claimed")
+	}
+	if !set.IsUnknown("bad") || set.IsUnknown("a") {
+		t.Fatalf("IsUnknown wrong: %v", set.Unknown)
+	}
+	if _, ok := set.Lookup("bad", 0, 0); ok {
+		t.Fatalf("a malformed pod's entry was handed out")
+	}
+}
+
+func TestDesiredZeroValue(t *testing.T) {
+	var set reservation.DesiredSet
+	if !errors.Is(set.Verdict(), reservation.ErrNotAuthorized) {
+		t.Fatalf("zero DesiredSet Verdict = %v, want ErrNotAuthorized", set.Verdict())
+	}
+	if _, ok := set.Lookup("x", 0, 0); ok || set.Claimed(gpuA, capability.Placement{Size: 8}) {
+		t.Fatalf("zero DesiredSet claims something")
 	}
 }

@@ -127,13 +127,22 @@ func TestValidateDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// places builds placements from start, size pairs.
+func places(pairs ...uint32) []capability.Placement {
+	var out []capability.Placement
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, capability.Placement{Start: pairs[i], Size: pairs[i+1]})
+	}
+	return out
+}
+
 func a100() reservation.GPUs {
 	return reservation.GPUs{{
 		UUID: gpuA, Index: 0, Name: "NVIDIA A100-SXM4-40GB",
 		Profiles: []capability.Profile{
-			{Name: "1g.5gb", SliceCount: 1, Placements: []capability.Placement{{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
-			{Name: "2g.10gb", SliceCount: 2, Placements: []capability.Placement{{0, 2}, {2, 2}, {4, 2}}},
-			{Name: "3g.20gb", SliceCount: 3, Placements: []capability.Placement{{0, 4}, {4, 4}}},
+			{Name: "1g.5gb", SliceCount: 1, Placements: places(0, 1, 1, 1, 2, 1, 3, 1, 4, 1, 5, 1, 6, 1)},
+			{Name: "2g.10gb", SliceCount: 2, Placements: places(0, 2, 2, 2, 4, 2)},
+			{Name: "3g.20gb", SliceCount: 3, Placements: places(0, 4, 4, 4)},
 		},
 	}}
 }
