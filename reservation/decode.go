@@ -219,7 +219,10 @@ func (d *decoder[T]) array() ([]Allocation, error) {
 }
 
 // estimateEntries guesses the entry count from the number of '{' (two per
-// entry: the entry and its placement) so the result is allocated once.
+// entry: the entry and its placement) so the result is allocated once. The
+// guess is capped by the input length (an entry takes at least 64 bytes),
+// so that a flood of braces cannot make Decode allocate far more than the
+// input's size.
 func estimateEntries[T input](data T) int {
 	n := 0
 	for i := 0; i < len(data); i++ {
@@ -227,7 +230,7 @@ func estimateEntries[T input](data T) int {
 			n++
 		}
 	}
-	return (n + 1) / 2
+	return min((n+1)/2, len(data)/64+1)
 }
 
 func (d *decoder[T]) end() error {

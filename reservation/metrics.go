@@ -65,6 +65,8 @@ type Collector struct {
 }
 
 // NewCollector returns a collector that calls source once per collection.
+// A registry may collect concurrently, so source must be safe for
+// concurrent use; it should return a snapshot, not block on the API.
 func NewCollector(source func() []NodeReservations, opts CollectorOptions) *Collector {
 	c := &Collector{
 		source: source,
