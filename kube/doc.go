@@ -1,0 +1,44 @@
+// Package kube adapts dynmig to Kubernetes through client-go: it turns
+// corev1 pods into the reservation pod view and the placement request
+// model, keeps an informer-backed snapshot of one node's pods for the device
+// plugin, writes the runtime identity and the node registration back with
+// JSON merge patches, drives periodic and event-driven reconciliation, and
+// guards a node against concurrent mutation by NVIDIA MIG Manager. It is the
+// only package of the library (examples aside) that imports Kubernetes.
+//
+// # Model
+//
+// Containers are indexed as the deployed scheduler and device plugin index
+// them in hami.io/vgpu-mig-allocations: init containers first, then regular
+// containers ([ContainerAt]); ephemeral containers never hold devices.
+// Memory quantities are MiB (nvidia.com/gpumem) or a percentage of the
+// physical GPU (nvidia.com/gpumem-percentage). Placements are half-open slot
+// intervals [start, start+size), as everywhere in dynmig.
+//
+// # Failure semantics
+//
+// Anything that authorises destroying hardware state is conservative:
+//
+//   - A [NodePodSource] snapshot is Complete only while the source runs,
+//     after its first full listing, and while its last list or watch call
+//     succeeded. Otherwise reservation and realize skip destructive
+//     reconciliation.
+//   - The [AnnotationWriter] patches the runtime identity with a
+//     resourceVersion precondition; on a conflict it re-reads the pod and
+//     re-validates the reservation, and refuses (without writing) when the
+//     reservation it realized is no longer the one in the pod.
+//   - The [OwnershipGuard] fails closed: if the node or its pods cannot be
+//     read, ownership is unknown and mutation is refused.
+//
+// # Concurrency
+//
+// Every exported type is safe for concurrent use unless its documentation
+// says otherwise. [NodePodSource.Run] and [ReconcileRunner.Run] block until
+// their ctx is done and own every goroutine they start; no other function in
+// the package leaves a goroutine running. A ctx is never stored.
+//
+// # Zero values
+//
+// Option structs work as zero values. The adapters themselves are built by
+// their constructors; their zero values are not usable.
+package kube

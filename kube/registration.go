@@ -1,0 +1,139 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// RegistrationPublisher publishes a node's GPUs in the
+// hami.io/node-nvidia-register node annotation. It is safe for concurrent
+// use and keeps no state between calls.
+type RegistrationPublisher struct {
+	client kubernetes.Interface
+	node   string
+	log    *slog.Logger
+}
+
+// RegistrationPublisherOptions configures a [RegistrationPublisher]. The
+// zero value works.
+type RegistrationPublisherOptions struct {
+	// Logger receives published changes; nil discards.
+	Logger *slog.Logger
+}
+
+// NewRegistrationPublisher returns a publisher for node.
+func NewRegistrationPublisher(client kubernetes.Interface, node string, opts RegistrationPublisherOptions) *RegistrationPublisher {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &RegistrationPublisher{client: client, node: node, log: log}
+}
+
+// Publish encodes devs ([capability.EncodeNodeRegistration], which
+// validates them) and patches the node annotation with a JSON merge patch,
+// but only when the node's current value differs: it reads the node first,
+// and reports whether it wrote. Encoding errors are capability's
+// [*capability.RegistrationError]; API errors are returned as they come.
+func (p *RegistrationPublisher) Publish(ctx context.Context, devs []capability.NodeDevice) (changed bool, err error) {
+	value, err := capability.EncodeNodeRegistration(devs)
+	if err != nil {
+		return false, err
+	}
+	node, err := p.client.CoreV1().Nodes().Get(ctx, p.node, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	if cur, ok := node.Annotations[capability.NodeRegisterAnnotation]; ok && cur == string(value) {
+		return false, nil
+	}
+	patch := annotationPatch(capability.NodeRegisterAnnotation, string(value))
+	if _, err := p.client.CoreV1().Nodes().Patch(ctx, p.node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return false, err
+	}
+	p.log.Info("published node registration", "node", p.node, "devices", len(devs))
+	return true, nil
+}
+
+// PublishGPUs publishes the MIG-enabled GPUs of gpus, all reported
+// healthy, with [capability.NewMIGNodeDevice]. GPUs that are not in MIG
+// mode are left out and returned as joined errors alongside the result of
+// publishing the rest.
+func (p *RegistrationPublisher) PublishGPUs(ctx context.Context, gpus []capability.GPU) (changed bool, err error) {
+	devs := make([]capability.NodeDevice, 0, len(gpus))
+	var skipped []error
+	for _, g := range gpus {
+		d, err := capability.NewMIGNodeDevice(g, true)
+		if err != nil {
+			skipped = append(skipped, fmt.Errorf("kube: GPU %d (%s) not published: %w", g.Index, g.UUID, err))
+			continue
+		}
+		devs = append(devs, d)
+	}
+	changed, err = p.Publish(ctx, devs)
+	return changed, errors.Join(append([]error{err}, skipped...)...)
+}
+
+// annotationPatch returns {"metadata":{"annotations":{key:value}}}.
+func annotationPatch(key, value string) []byte {
+	// reservation.AnnotationPatch only writes its own key; build the same
+	// shape for any key with encoding that cannot fail on strings.
+	b := []byte(`{"metadata":{"annotations":{`)
+	b = appendQuoted(b, key)
+	b = append(b, ':')
+	b = appendQuoted(b, value)
+	return append(b, "}}}"...)
+}
+
+// NodeGPUs decodes a node's registration into the capability the scheduler
+// works with (only devices in MIG mode). A node without the annotation has
+// no GPUs. Malformed values fail with capability's registration errors.
+func NodeGPUs(node *corev1.Node) ([]capability.GPU, error) {
+	v, ok := node.Annotations[capability.NodeRegisterAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	devs, err := capability.DecodeNodeRegistration([]byte(v))
+	if err != nil {
+		return nil, fmt.Errorf("kube: node %q annotation %s: %w", node.Name, capability.NodeRegisterAnnotation, err)
+	}
+	gpus := make([]capability.GPU, 0, len(devs))
+	for i, d := range devs {
+		if d.Mode != capability.ModeMIG {
+			continue
+		}
+		g, err := d.GPU()
+		if err != nil {
+			return nil, fmt.Errorf("kube: node %q annotation %s device %d: %w", node.Name, capability.NodeRegisterAnnotation, i, err)
+		}
+		gpus = append(gpus, g)
+	}
+	return gpus, nil
+}
+
+// PodAllocations decodes and validates a pod's hami.io/vgpu-mig-allocations
+// annotation; a pod without it has none.
+func PodAllocations(pod *corev1.Pod) ([]reservation.Allocation, error) {
+	v, ok := pod.Annotations[reservation.AnnotationKey]
+	if !ok {
+		return nil, nil
+	}
+	allocs, err := reservation.DecodeString(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := reservation.Validate(allocs); err != nil {
+		return nil, err
+	}
+	return allocs, nil
+}
