@@ -1,7 +1,6 @@
 package nvmlhal
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -152,13 +151,4 @@ func (e *ArgumentError) Error() string { return "nvmlhal: " + e.Field + ": " + e
 // placementError explains an unpublished placement.
 func placementError(profile capability.GIProfileIndex, at capability.Placement) error {
 	return &ArgumentError{Field: "placement", Reason: "profile index " + strconv.Itoa(int(profile)) + " has no placement " + at.String()}
-}
-
-// returnOf extracts the NVML code from err, or SUCCESS when it carries none.
-func returnOf(err error) nvml.Return {
-	var re *ReturnError
-	if errors.As(err, &re) {
-		return re.Return
-	}
-	return nvml.SUCCESS
 }

@@ -125,6 +125,7 @@ func TestCreateRefusals(t *testing.T) {
 			b, _ := newBackend(t, model, nvmlmock.Options{})
 			mustCreate(t, b, 0, p3g, at(4, 4))
 			mustCreate(t, b, 0, p1gR2, at(0, 2))
+			mustCreate(t, b, 0, p1gME, at(2, 1))
 			for _, tc := range []struct {
 				name    string
 				profile capability.GIProfileIndex
@@ -136,6 +137,7 @@ func TestCreateRefusals(t *testing.T) {
 				{name: "2g over 1g.REV2", profile: p2g, at: at(0, 2), kind: realize.ErrOccupied, code: nvml.ERROR_INSUFFICIENT_RESOURCES},
 				{name: "7g over everything", profile: p7g, at: at(0, 8), kind: realize.ErrOccupied, code: nvml.ERROR_INSUFFICIENT_RESOURCES},
 				{name: "second 4g over 1g.REV2", profile: p4g, at: at(0, 4), kind: realize.ErrOccupied, code: nvml.ERROR_INSUFFICIENT_RESOURCES},
+				{name: "second 1g+me (instance count 1)", profile: p1gME, at: at(3, 1), kind: realize.ErrOccupied, code: nvml.ERROR_INSUFFICIENT_RESOURCES},
 				{name: "1g at slot 7", profile: p1g, at: at(7, 1), kind: realize.ErrInvalidPlacement},
 				{name: "3g at start 2", profile: p3g, at: at(2, 4), kind: realize.ErrInvalidPlacement},
 				{name: "3g with size 3", profile: p3g, at: at(0, 3), kind: realize.ErrInvalidPlacement},
@@ -153,8 +155,8 @@ func TestCreateRefusals(t *testing.T) {
 					}
 				})
 			}
-			if got := len(mustInstances(t, b, 0)); got != 2 {
-				t.Errorf("instances after refusals = %d, want 2", got)
+			if got := len(mustInstances(t, b, 0)); got != 3 {
+				t.Errorf("instances after refusals = %d, want 3", got)
 			}
 		})
 	}
