@@ -322,14 +322,21 @@ func (m *Manager) reuse(ctx context.Context, s step, rec *record, rt reservation
 	if rec.Owner != s.owner {
 		return Device{}, false, &ConflictError{Key: s.key, Owner: s.owner, Holder: rec.Owner, Reason: "key is managed for another reservation"}
 	}
-	if hasRT && rt != rec.Runtime {
-		return Device{}, false, &ConflictError{Key: s.key, Owner: s.owner,
-			Reason: fmt.Sprintf("annotation names %s (GI %d, CI %d) but the key holds %s (GI %d, CI %d)",
-				rt.MIGUUID, rt.GPUInstanceID, rt.ComputeInstanceID, rec.Runtime.MIGUUID, rec.Runtime.GPUInstanceID, rec.Runtime.ComputeInstanceID)}
-	}
 	insts, err := m.hw.Instances(ctx, s.key.GPU)
 	if err != nil {
 		return Device{}, false, err
+	}
+	if hasRT && rt != rec.Runtime {
+		// An annotation naming a live instance other than the managed one
+		// is refused. One naming nothing live is stale: the instance was
+		// recreated and the patch that recorded it was lost.
+		if gi, ok := findGI(insts, rt.GPUInstanceID); ok && hasMIG(gi, rt.MIGUUID) {
+			return Device{}, false, &ConflictError{Key: s.key, Owner: s.owner,
+				Reason: fmt.Sprintf("annotation names live instance %s (GI %d, CI %d) but the key holds %s (GI %d, CI %d)",
+					rt.MIGUUID, rt.GPUInstanceID, rt.ComputeInstanceID, rec.Runtime.MIGUUID, rec.Runtime.GPUInstanceID, rec.Runtime.ComputeInstanceID)}
+		}
+		m.log.InfoContext(ctx, "annotation holds a stale identity; the patch will replace it",
+			append(instanceAttrs(rec), "stale_mig_uuid", rt.MIGUUID)...)
 	}
 	if gi, ok := findGI(insts, rec.Runtime.GPUInstanceID); ok && verify(gi, rec.GIIndex, s.key.Placement, rec.Runtime) == "" {
 		return device(s, rec.Runtime, OriginManaged), true, nil
@@ -494,6 +501,17 @@ func findGI(insts []Instance, id uint32) (Instance, bool) {
 		}
 	}
 	return Instance{}, false
+}
+
+// hasMIG reports whether one of gi's compute instances is the MIG device
+// uuid.
+func hasMIG(gi Instance, uuid string) bool {
+	for _, ci := range gi.ComputeInstances {
+		if ci.MIGUUID == uuid {
+			return true
+		}
+	}
+	return false
 }
 
 // findAt returns the live GI at exactly placement p.

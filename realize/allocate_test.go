@@ -472,3 +472,36 @@ func TestAllocateRefusesInstanceOfEndedPod(t *testing.T) {
 		t.Errorf("live = %v, want the victim's instance untouched", got)
 	}
 }
+
+func TestAllocateReplacesStaleIdentity(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 2, 1))
+	first := f.mustAllocate("a", 0)
+	// The instance disappears (a GPU reset); the next Allocate recreates
+	// it, but its patch is lost.
+	rt := first.Devices[0].Runtime
+	ctx := context.Background()
+	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.node.DestroyGPUInstance(ctx, 0, rt.GPUInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	p := *f.pod("a")
+	second, err := f.m.Allocate(ctx, realize.AllocateRequest{Pod: p, Snapshot: f.snapshot()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Devices[0].Origin != realize.OriginCreated || second.Devices[0].Runtime == rt {
+		t.Fatalf("second = %+v, want a new instance", second.Devices[0])
+	}
+	// The annotation still names the vanished instance.
+	third := f.mustAllocate("a", 0)
+	if third.Devices[0].Runtime != second.Devices[0].Runtime || third.Devices[0].Origin != realize.OriginManaged || third.Patch == nil {
+		t.Errorf("third = %+v patch %s, want the managed %v and a patch", third.Devices[0], third.Patch, second.Devices[0].Runtime)
+	}
+	entries, _ := reservation.DecodeString(f.pod("a").Annotations[reservation.AnnotationKey])
+	if got, _ := entries[0].Runtime(); got != second.Devices[0].Runtime {
+		t.Errorf("annotation runtime = %v, want %v", got, second.Devices[0].Runtime)
+	}
+}

@@ -13,6 +13,8 @@ type desiredSet struct {
 	// owners. A live instance they name may still be in use by the ended
 	// pod and is never handed to another pod.
 	ended map[string]Owner
+	// listed holds the UID of every pod in the listing, in any phase.
+	listed map[string]bool
 }
 
 // desired builds the desired set of snap. extra, when not nil, is a pod
@@ -22,7 +24,11 @@ func desired(snap reservation.Snapshot, extra *reservation.Pod) desiredSet {
 	if extra != nil && !listed(snap.Pods, extra.UID) {
 		snap.Pods = append(snap.Pods[:len(snap.Pods):len(snap.Pods)], *extra)
 	}
-	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap.Pods)}
+	listed := make(map[string]bool, len(snap.Pods))
+	for i := range snap.Pods {
+		listed[snap.Pods[i].UID] = true
+	}
+	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap.Pods), listed: listed}
 }
 
 // endedClaims collects the runtime identities named by pods that are no

@@ -60,7 +60,7 @@ func Example() {
 	// allocate: gpu0/2g.10gb@[2,4) created GI 4 CI 0
 	// adopt: 1 adopted, 0 leaks
 	// allocate again: managed same MIG UUID: true
-	// reconcile: authorised: released 1, kept 0, vanished 0 <nil>
+	// reconcile: authorised: released 1, kept 0, vanished 0, deferred 0 <nil>
 	// live instances: 0
 	// stats: adoptions 1 destroys 1 managed 0
 }

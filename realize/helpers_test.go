@@ -3,7 +3,9 @@ package realize_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -26,12 +28,35 @@ type fixture struct {
 	pods []*reservation.Pod
 	// incomplete marks the listing as incomplete (an API failure).
 	incomplete bool
+	clock      *fakeClock
+}
+
+// fakeClock is a manual clock for Options.Now.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 func newFixture(t testing.TB, gpus int) *fixture {
 	t.Helper()
 	node := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(gpus, fakehal.DefaultModel), Seed: 7})
-	return &fixture{t: t, node: node, m: realize.NewManager(node, realize.Options{})}
+	f := &fixture{t: t, node: node, clock: newClock()}
+	f.restart()
+	return f
 }
 
 func (f *fixture) gpuUUID(i int) string {
@@ -100,7 +125,7 @@ func (f *fixture) terminate(uid string) { f.pod(uid).Phase = reservation.PodSucc
 // restart replaces the manager, as a device-plugin restart does: the
 // hardware keeps its state, the manager's memory is lost.
 func (f *fixture) restart() {
-	f.m = realize.NewManager(f.node, realize.Options{})
+	f.m = realize.NewManager(f.node, realize.Options{Now: f.clock.Now})
 }
 
 // live returns the MIG UUIDs of every live compute instance.

@@ -29,6 +29,18 @@ type Options struct {
 	// so it runs on a context detached from the request's cancellation
 	// with this timeout. Zero means 30 seconds.
 	CleanupTimeout time.Duration
+
+	// AbsentPodGrace protects newly realized or adopted instances from an
+	// informer that lags: when an instance's pod is missing from an
+	// otherwise complete listing (rather than listed as ended), reconcile
+	// releases it only once the instance has been managed this long. Pods
+	// listed as deleting, Succeeded or Failed are released at once. Zero
+	// means 1 minute; a negative value disables the grace.
+	AbsentPodGrace time.Duration
+
+	// Now returns the current time, for AbsentPodGrace. Nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // Manager realizes scheduler reservations as MIG instances on one node and
@@ -39,6 +51,8 @@ type Manager struct {
 	log     *slog.Logger
 	opts    Options
 	cleanup time.Duration
+	grace   time.Duration
+	now     func() time.Time
 
 	// mu guards managed and locks. It is never held during a hardware
 	// call; hardware mutation is serialised per GPU by locks.
@@ -55,6 +69,7 @@ type Manager struct {
 // read earlier is still current.
 type record struct {
 	ManagedInstance
+	since time.Time // when the manager took it over
 }
 
 type counters struct {
@@ -87,11 +102,21 @@ func NewManager(hw Realizer, opts Options) *Manager {
 	if cleanup <= 0 {
 		cleanup = 30 * time.Second
 	}
+	grace := opts.AbsentPodGrace
+	if grace == 0 {
+		grace = time.Minute
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
 	return &Manager{
 		hw:      hw,
 		log:     log,
 		opts:    opts,
 		cleanup: cleanup,
+		grace:   grace,
+		now:     now,
 		managed: make(map[Key]*record),
 		locks:   make(map[int]chan struct{}),
 	}
@@ -174,8 +199,10 @@ func (m *Manager) lookup(key Key) *record {
 	return m.managed[key]
 }
 
-// store publishes r. The caller holds the GPU's lock.
+// store stamps and publishes a new record. The caller holds the GPU's
+// lock.
 func (m *Manager) store(r *record) {
+	r.since = m.now()
 	m.mu.Lock()
 	m.managed[r.Key] = r
 	m.mu.Unlock()

@@ -28,6 +28,10 @@ type ReconcileReport struct {
 	// (or whose GI ID now names a different instance); the manager forgot
 	// them without destroying anything.
 	Vanished []ManagedInstance
+	// Deferred are managed instances whose pod is missing from the
+	// listing but that are younger than [Options.AbsentPodGrace]: the
+	// listing may lag behind the pod. A later pass releases them.
+	Deferred []ManagedInstance
 }
 
 // KeptInstance is a managed instance a reconcile pass could not release.
@@ -67,6 +71,10 @@ func (m *Manager) reconcile(ctx context.Context, want *desiredSet) (ReconcileRep
 		if want.wants(r) {
 			continue
 		}
+		if m.young(want, r) {
+			rep.Deferred = append(rep.Deferred, r.ManagedInstance)
+			continue
+		}
 		if err := m.reconcileOne(ctx, want, r, &rep); err != nil {
 			errs = append(errs, err)
 			if ctx.Err() != nil {
@@ -75,6 +83,12 @@ func (m *Manager) reconcile(ctx context.Context, want *desiredSet) (ReconcileRep
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// young reports whether r's pod is absent from the listing and r is
+// still within the grace period for a lagging listing.
+func (m *Manager) young(want *desiredSet, r *record) bool {
+	return !want.listed[r.Owner.PodUID] && m.grace > 0 && m.now().Sub(r.since) < m.grace
 }
 
 // reconcileOne releases r under its GPU lock if it is still managed and
@@ -153,10 +167,10 @@ func (m *Manager) destroyGI(ctx context.Context, key Key, owner Owner, gi uint32
 }
 
 // String summarises the report, e.g. "authorised: released 1, kept 0,
-// vanished 0".
+// vanished 0, deferred 0".
 func (r ReconcileReport) String() string {
 	if !r.Authorized {
 		return fmt.Sprintf("not authorised (%d reasons): nothing destroyed", len(r.Reasons))
 	}
-	return fmt.Sprintf("authorised: released %d, kept %d, vanished %d", len(r.Released), len(r.Kept), len(r.Vanished))
+	return fmt.Sprintf("authorised: released %d, kept %d, vanished %d, deferred %d", len(r.Released), len(r.Kept), len(r.Vanished), len(r.Deferred))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
@@ -18,6 +19,7 @@ func TestReconcile(t *testing.T) {
 		change         func(f *fixture)
 		wantAuthorized bool
 		wantReleased   int
+		wantDeferred   int
 		wantLive       int
 		wantReason     error
 	}{
@@ -37,8 +39,13 @@ func TestReconcile(t *testing.T) {
 			wantAuthorized: true, wantReleased: 1, wantLive: 1,
 		},
 		{
-			name:           "pod gone from a complete listing",
-			change:         func(f *fixture) { f.pods = f.pods[1:] },
+			name:           "pod gone from a complete listing, within the grace for a lagging listing",
+			change:         func(f *fixture) { f.pods = f.pods[1:]; f.clock.Advance(59 * time.Second) },
+			wantAuthorized: true, wantDeferred: 1, wantLive: 2,
+		},
+		{
+			name:           "pod gone from a complete listing, grace passed",
+			change:         func(f *fixture) { f.pods = f.pods[1:]; f.clock.Advance(time.Minute) },
 			wantAuthorized: true, wantReleased: 1, wantLive: 1,
 		},
 		{
@@ -83,8 +90,8 @@ func TestReconcile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Authorized != tt.wantAuthorized || len(rep.Released) != tt.wantReleased {
-				t.Errorf("report = %v, want authorised %t, released %d", rep, tt.wantAuthorized, tt.wantReleased)
+			if rep.Authorized != tt.wantAuthorized || len(rep.Released) != tt.wantReleased || len(rep.Deferred) != tt.wantDeferred {
+				t.Errorf("report = %v, want authorised %t, released %d, deferred %d", rep, tt.wantAuthorized, tt.wantReleased, tt.wantDeferred)
 			}
 			if tt.wantReason != nil && !errors.Is(errors.Join(rep.Reasons...), tt.wantReason) {
 				t.Errorf("reasons %v do not include %v", rep.Reasons, tt.wantReason)

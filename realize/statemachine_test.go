@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -73,6 +74,7 @@ type machine struct {
 	owners map[string]string
 	procs  map[uint32]string // pid -> pod UID
 	faults []*fakehal.Injected
+	clock  *fakeClock
 }
 
 func newMachine(t *rapid.T) *machine {
@@ -88,8 +90,9 @@ func newMachine(t *rapid.T) *machine {
 		}
 	}
 	node := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(smGPUs, fakehal.DefaultModel), Seed: 11})
-	return &machine{node: node, m: realize.NewManager(node, realize.Options{}), profiles: profiles,
-		owners: map[string]string{}, procs: map[uint32]string{}}
+	clock := newClock()
+	return &machine{node: node, m: realize.NewManager(node, realize.Options{Now: clock.Now}), profiles: profiles,
+		owners: map[string]string{}, procs: map[uint32]string{}, clock: clock}
 }
 
 func (s *machine) gpuUUID(i int) string {
@@ -245,6 +248,9 @@ func (s *machine) stopProcess(t *rapid.T) {
 }
 
 func (s *machine) reconcile(t *rapid.T) {
+	if rapid.Bool().Draw(t, "grace passes") {
+		s.clock.Advance(time.Hour)
+	}
 	snap := s.snapshot()
 	snap.Complete = rapid.IntRange(0, 3).Draw(t, "complete") > 0
 	armed := s.armed()
@@ -279,7 +285,7 @@ func (s *machine) reconcile(t *rapid.T) {
 }
 
 func (s *machine) restart(t *rapid.T) {
-	s.m = realize.NewManager(s.node, realize.Options{})
+	s.m = realize.NewManager(s.node, realize.Options{Now: s.clock.Now})
 	armed := s.armed()
 	rep, err := s.m.Adopt(context.Background(), s.snapshot())
 	if err != nil {
@@ -428,6 +434,7 @@ func (s *machine) drain(t *rapid.T) {
 		p.pod.Phase = reservation.PodSucceeded
 	}
 	ctx := context.Background()
+	s.clock.Advance(time.Hour) // past the grace for pods gone from the listing
 	if _, err := s.m.Reconcile(ctx, s.snapshot()); err != nil {
 		t.Fatalf("final Reconcile: %v", err)
 	}
