@@ -86,3 +86,42 @@ func ExampleNode_StartProcess() {
 	// true
 	// <nil> <nil>
 }
+
+func ExampleNew() {
+	node, err := fakehal.New(fakehal.Options{GPUs: []string{"A30", "RTX PRO 6000", "H200"}, Seed: 1})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	devs, _ := node.Devices(context.Background())
+	for _, d := range devs {
+		fmt.Println(d.Index, d.Name, d.MemoryMB, d.MIGMode)
+	}
+
+	_, err = fakehal.New(fakehal.Options{GPUs: []string{"V100"}})
+	fmt.Println(errors.Is(err, fakehal.ErrUnknownModel))
+	// Output:
+	// 0 NVIDIA A30 24576 enabled
+	// 1 NVIDIA RTX PRO 6000 Blackwell Server Edition 97887 enabled
+	// 2 NVIDIA H200 143771 enabled
+	// true
+}
+
+func ExampleNode_EnableMIG() {
+	ctx := context.Background()
+	node := fakehal.MustNew(fakehal.Options{MIGDisabled: true})
+
+	// A process holds the GPU, so the change waits for a reset.
+	pid, _ := node.StartProcess(0, "")
+	err := node.EnableMIG(ctx, 0)
+	dev, _ := node.Device(0)
+	fmt.Println(errors.Is(err, realize.ErrResetRequired), dev.MIGMode, dev.PendingMIGMode)
+
+	_ = node.StopProcess(pid)
+	_ = node.ResetGPU(0)
+	dev, _ = node.Device(0)
+	fmt.Println(dev.MIGMode, dev.PendingMIGMode)
+	// Output:
+	// true disabled enabled
+	// enabled enabled
+}

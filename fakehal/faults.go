@@ -45,8 +45,8 @@ func (o Op) String() string { return string(o) }
 // right after the hardware acted (Crash on OpCreateGI leaves a GPU instance
 // without a compute instance and skips the rollback).
 //
-// The zero Fault (with an Op) matches nothing useful: it fires on every
-// call and does nothing.
+// A Fault with only Op set fires on every call of Op and changes nothing;
+// set Latency, Err or Crash to give it an effect.
 type Fault struct {
 	Op Op
 	// GPUs limits the fault to these GPU indexes; nil matches every GPU and
