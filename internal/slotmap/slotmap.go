@@ -88,9 +88,13 @@ func (l *Legend) Owners() []string { return append([]string(nil), l.order...) }
 
 // Draw returns the row as "LABEL [..|..]" without a newline.
 func (l *Legend) Draw(r Row) string {
+	return r.Label + " " + l.Slots(r)
+}
+
+// Slots returns the row's map alone, "[..|..]", ignoring the label.
+func (l *Legend) Slots(r Row) string {
 	var b strings.Builder
-	b.WriteString(r.Label)
-	b.WriteString(" [")
+	b.WriteByte('[')
 	l.drawSlots(&b, r)
 	b.WriteByte(']')
 	return b.String()
