@@ -172,18 +172,26 @@ func (b *Backend) v3Query(dev nvml.Device) func(capability.GIProfileIndex) strin
 			return profileName(info.Name)
 		}
 	}
-	// The versioned query exists from R470 on; calling it on an older
-	// library would jump to an unresolved symbol, so look it up first.
+	// Calling the versioned query on a library that lacks it would jump to
+	// an unresolved symbol (go-nvml links lazily), so look it up first.
 	ext := b.lib.Extensions()
 	if !isLibraryDevice(dev) || ext == nil || ext.LookupSymbol("nvmlDeviceGetGpuInstanceProfileInfoV") != nil {
 		return func(capability.GIProfileIndex) string { return "" }
 	}
 	return func(p capability.GIProfileIndex) string {
-		info, ret := dev.GetGpuInstanceProfileInfoV(int(p)).V3()
-		if ret != nvml.SUCCESS {
-			return ""
+		h := dev.GetGpuInstanceProfileInfoV(int(p))
+		info, ret := h.V3()
+		if ret == nvml.SUCCESS {
+			return profileName(info.Name)
 		}
-		return profileName(info.Name)
+		// Drivers that know only the V2 struct (which has Name too)
+		// reject V3 with a version mismatch.
+		if ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH {
+			if v2, ret := h.V2(); ret == nvml.SUCCESS {
+				return profileName(v2.Name)
+			}
+		}
+		return ""
 	}
 }
 

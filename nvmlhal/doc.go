@@ -16,7 +16,7 @@
 // every index and skipping those NVML reports as not supported, so
 // variants such as 1g.5gb+me, 1g.10gb (the REV2 index on A100-40GB),
 // +gfx, -me and +me.all are distinct profiles and are created exactly.
-// Canonical names come from the driver's V3 profile info (R535 and later)
+// Canonical names come from the driver's versioned (V3, else V2) profile info
 // when it has one; otherwise [capability.GIProfileInfo].Name is empty and
 // [capability.DeriveProfileName] names the profile by NVIDIA's rule.
 //
@@ -45,12 +45,18 @@
 // # Supported drivers and GPUs
 //
 // MIG-capable datacenter GPUs (A30, A100, H100, H20, H200, B200, GB200,
-// RTX PRO 6000 Blackwell Server Edition) on Linux with an R470 or newer
-// driver; R535 or newer reports canonical profile names itself. Every
-// call that changes hardware needs the privileges NVML demands (root or
+// RTX PRO 6000 Blackwell Server Edition) on Linux, with a driver whose
+// NVML has CreateGpuInstanceWithPlacement and the placement queries (R470
+// and later). Drivers with the versioned profile query
+// (nvmlDeviceGetGpuInstanceProfileInfoV, V3 or V2 struct) report the
+// canonical profile names; on older ones the names are derived. The
+// backend looks the symbol up before calling it, so an old library is
+// never called through a missing symbol. Calls that create or destroy
+// instances or change MIG mode need the privileges NVML demands (root or
 // CAP_SYS_ADMIN). The unit tests run against the strict mocks of package
-// nvmlmock (A100, H100, H200, B200); the hardware tests behind the
-// nvml_hardware build tag are the only check against a real driver.
+// nvmlmock (A100, H100, H200, B200 tables from the facts file); only the
+// hardware tests behind the nvml_hardware build tag check a real driver,
+// and none has run in this project's CI.
 //
 // # Init and Shutdown ownership
 //
