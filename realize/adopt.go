@@ -106,6 +106,10 @@ func (l Leak) String() string {
 //     are reported in Reasons and nothing of theirs is adopted.
 //  4. Unmanaged instances left on GPUs that were not cleaned are Leaks.
 //
+// Adoption itself destroys nothing, so it runs on any snapshot; only idle
+// GPU cleanup needs authorisation. Call Adopt again once an authorised
+// snapshot is available if the first call had none.
+//
 // The error joins the per-GPU failures (also in GPUReport.Err); Adopt fails
 // as a whole only when the GPUs cannot be listed or ctx ends.
 func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptReport, error) {
@@ -126,6 +130,9 @@ func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptRe
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	if ctx.Err() == nil {
+		m.stats.leaks.Store(int64(len(rep.Leaks)))
 	}
 	m.log.InfoContext(ctx, "adoption finished", "authorized", rep.Authorized, "adopted", len(rep.Adopted),
 		"pending", len(rep.Pending), "rejected", len(rep.Rejected), "leaks", len(rep.Leaks))
@@ -380,6 +387,9 @@ func (m *Manager) CollectLeaks(ctx context.Context, snap reservation.Snapshot) (
 		}
 	}
 	rep.Err = errors.Join(errs...)
+	if ctx.Err() == nil {
+		m.stats.leaks.Store(int64(len(rep.Left)))
+	}
 	return rep, rep.Err
 }
 

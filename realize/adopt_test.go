@@ -279,7 +279,7 @@ func TestCollectLeaks(t *testing.T) {
 	if len(rep.Left) != 2 {
 		t.Errorf("left = %v, want the claimed and the busy instance", rep.Left)
 	}
-	if got := f.m.Stats(); got.LeaksCollected != 1 || got.Managed != 1 {
+	if got := f.m.Stats(); got.LeaksCollected != 1 || got.Managed != 1 || got.Leaks != 2 {
 		t.Errorf("stats = %+v, want 1 collected and a's instance still managed", got)
 	}
 	if got := len(f.node.Snapshot()); got != 3 {

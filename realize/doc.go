@@ -32,7 +32,10 @@
 //     why ([ReconcileReport.Reasons], Stats.SkippedReconciles).
 //   - Reconcile destroys only managed instances whose reservation is gone,
 //     and exactly their recorded CI, then GI. An instance that is in use
-//     stays managed and is retried on the next pass.
+//     stays managed and is retried on the next pass. A pod listed as
+//     deleting, Succeeded or Failed is released at once; a pod merely
+//     missing from the listing only after [Options.AbsentPodGrace], since
+//     an informer may not list a pod yet when kubelet allocates for it.
 //   - Allocate checks the reserved profile and placement against the GPU's
 //     capability before creating anything, and creates only the reserved
 //     placement.

@@ -75,6 +75,7 @@ type record struct {
 type counters struct {
 	creates, destroys, adoptions, conflicts, skippedReconciles,
 	rollbacks, leaksCollected, reconciles atomic.Uint64
+	leaks atomic.Int64 // unmanaged instances left by the latest Adopt or CollectLeaks
 }
 
 // Stats is a snapshot of a manager's counters since it was created. The
@@ -89,6 +90,9 @@ type Stats struct {
 	Rollbacks         uint64 // Allocate attempts rolled back
 	LeaksCollected    uint64 // unmanaged instances destroyed by CollectLeaks
 	Managed           int    // instances managed now
+	// Leaks counts the unmanaged instances the latest Adopt or
+	// CollectLeaks found and left on the hardware.
+	Leaks int
 }
 
 // NewManager returns a manager driving hw. It touches no hardware: call
@@ -137,6 +141,7 @@ func (m *Manager) Stats() Stats {
 		Rollbacks:         m.stats.rollbacks.Load(),
 		LeaksCollected:    m.stats.leaksCollected.Load(),
 		Managed:           n,
+		Leaks:             int(m.stats.leaks.Load()),
 	}
 }
 
