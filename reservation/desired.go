@@ -139,18 +139,21 @@ func Desired(snap Snapshot) DesiredSet {
 	if !snap.Complete {
 		set.Reasons = append(set.Reasons, ErrIncompleteSnapshot)
 	}
-	seen := make(map[string]bool, len(snap.Pods))
+	// A UID listed twice cannot say which pod owns what, whatever the
+	// order or phase of the two.
+	listed := make(map[string]int, len(snap.Pods))
+	for i := range snap.Pods {
+		listed[snap.Pods[i].UID]++
+	}
 	unknown := make(map[string]PodRef)
 	var trusted []Entry
 	for i := range snap.Pods {
 		pod := &snap.Pods[i]
-		dup := pod.UID != "" && seen[pod.UID]
-		seen[pod.UID] = true
 		if !pod.Active() {
 			continue
 		}
 		entries, reasons := podEntries(pod)
-		if dup || pod.UID == "" {
+		if listed[pod.UID] > 1 || pod.UID == "" {
 			reasons = append(reasons, &PodError{Pod: pod.Ref(), Index: -1, Err: ErrPodIdentity})
 		}
 		if len(reasons) == 0 {
