@@ -11,7 +11,8 @@ package capability
 // Real NVML names come first in each entry; the HAMi chart's strings follow
 // as aliases so configs written for the chart keep matching. Profile lists
 // are the chart's (plain profiles only), plus the names other drivers
-// report for the same profile (7g.80gb next to the chart's 7g.79gb). The
+// report for the same profile (7g.80gb next to the chart's 7g.79gb); the
+// alias a GPU does not report shows up as a FindingUnresolved. The
 // REV2 double-memory 1g profiles, 4g profiles on 7-slice parts and the
 // +me/+gfx/-me variants are deliberately not allowed by default: allowing
 // them changes which profile the "smallest that fits" rule picks (an A100's
@@ -46,10 +47,12 @@ var defaultAllowlist = Allowlist{
 		Models:   []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "H100-PCIE-80GB", "H100-SXM5-80GB"},
 		Profiles: []string{"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"},
 	},
-	{ // A100 80GB; 7g is "7g.80gb" by NVIDIA's naming rule, "7g.79gb" in the chart.
+	{ // A100 80GB. By NVIDIA's naming rule 7g is "7g.80gb" and 3g "3g.40gb";
+		// the chart's "7g.79gb" and the "3g.39gb" some drivers report are the
+		// same profiles under naive rounding, kept so either driver works.
 		Models: []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM-80GB",
 			"A100-SXM4-80GB", "A100-80GB-PCIe", "A100-PCIE-80GB"},
-		Profiles: []string{"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb", "7g.79gb"},
+		Profiles: []string{"1g.10gb", "2g.20gb", "3g.40gb", "3g.39gb", "7g.80gb", "7g.79gb"},
 	},
 	{ // A100 40GB.
 		Models:   []string{"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "A100-SXM4-40GB", "A100-40GB-PCIe", "A100-PCIE-40GB"},

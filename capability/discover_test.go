@@ -134,11 +134,16 @@ func TestDiscoverDefaultPolicy(t *testing.T) {
 			t.Errorf("GPU %d: got width %d, want %d", tc.gpu, got, tc.width)
 		}
 	}
-	// The chart's 7g.79gb alias does not resolve on a driver naming 7g.80gb:
+	// The 3g.39gb and 7g.79gb aliases do not resolve on a driver naming
+	// 3g.40gb and 7g.80gb:
 	// reported, not silent.
+	a100_80Entry := entryOf(t, "NVIDIA A100-SXM4-80GB")
 	want := []capability.Finding{{
 		Kind: capability.FindingUnresolved, GPU: 1, UUID: "GPU-00000001",
-		Model: "NVIDIA A100-SXM4-80GB", Entry: entryOf(t, "NVIDIA A100-SXM4-80GB"), Profile: "7g.79gb",
+		Model: "NVIDIA A100-SXM4-80GB", Entry: a100_80Entry, Profile: "3g.39gb",
+	}, {
+		Kind: capability.FindingUnresolved, GPU: 1, UUID: "GPU-00000001",
+		Model: "NVIDIA A100-SXM4-80GB", Entry: a100_80Entry, Profile: "7g.79gb",
 	}}
 	if !reflect.DeepEqual(report.Findings, want) {
 		t.Errorf("got findings %v, want %v", report.Findings, want)
@@ -338,5 +343,31 @@ func TestFindingStrings(t *testing.T) {
 	f := capability.Finding{Kind: capability.FindingUnresolved, GPU: 1, UUID: "GPU-1", Model: "NVIDIA A30", Entry: 2, Profile: "1g.6gb"}
 	if got, want := f.String(), `GPU 1 (GPU-1, "NVIDIA A30"): unresolved entry 2 profile 1g.6gb`; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestDiscoverDefaultPolicyOlderDriverNames(t *testing.T) {
+	// A driver that names the A100-80GB's profiles by naive rounding still
+	// publishes them under the default policy.
+	table := append([]capability.GIProfileInfo(nil), a100_80...)
+	table[4].Name, table[6].Name = "3g.39gb", "7g.79gb"
+	var hw fakeView
+	hw.add("NVIDIA A100 80GB PCIe", a100_80Total, table)
+	gpus, report, err := capability.Discover(context.Background(), &hw, capability.DefaultAllowlist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names, unresolved []string
+	for _, p := range gpus[0].Profiles {
+		names = append(names, p.Name)
+	}
+	for _, f := range report.Of(capability.FindingUnresolved) {
+		unresolved = append(unresolved, f.Profile)
+	}
+	if want := []string{"1g.10gb", "2g.20gb", "3g.39gb", "7g.79gb"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("got %v, want %v", names, want)
+	}
+	if want := []string{"3g.40gb", "7g.80gb"}; !reflect.DeepEqual(unresolved, want) {
+		t.Errorf("got unresolved %v, want %v", unresolved, want)
 	}
 }
