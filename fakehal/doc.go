@@ -59,7 +59,9 @@
 // [Node.Inject] adds a [Fault] for one [Op]: fail the Nth matching call
 // with an error, delay calls, or let the hardware act and then fail the call
 // with [ErrCrashed] (a caller that died mid-operation; [Node.CrashAfterGI]
-// leaves a GPU instance without a compute instance). Faults count matching
+// leaves a GPU instance without a compute instance), or keep listing a
+// destroyed GPU instance for a while (Fault.Linger, the stale listings some
+// H100 drivers show). Faults count matching
 // calls from their injection, so they are deterministic; [Injected] reports
 // how often one fired and [Node.Calls] counts calls per operation. Latency
 // sleeps on the real clock without holding the node's lock and ends early

@@ -67,6 +67,12 @@ type Fault struct {
 	Err error
 	// Crash performs the call, then fails it with [ErrCrashed].
 	Crash bool
+	// Linger applies to OpDestroyGI, as the stale listings some drivers
+	// show (H100): the destroy succeeds and frees the range, but Instances
+	// keeps listing the destroyed GPU instance, without compute instances,
+	// for the next Linger calls on that GPU. Destroying it again is
+	// ErrNotFound; Snapshot and Check see only the real hardware.
+	Linger int
 }
 
 // Injected is a fault added to a node. Its methods are safe for concurrent
@@ -153,9 +159,9 @@ func (n *Node) Calls(op Op) int {
 
 // enter counts a call of op on gpu, applies the faults that fire on it and
 // checks ctx. It reports whether the call must crash after acting.
-func (n *Node) enter(ctx context.Context, op Op, gpu int) (crash bool, err error) {
+func (n *Node) enter(ctx context.Context, op Op, gpu int) (eff effect, err error) {
 	if err := ctx.Err(); err != nil {
-		return false, hwErr(op, gpu, nil, err)
+		return effect{}, hwErr(op, gpu, nil, err)
 	}
 	var latency time.Duration
 	var injected error
@@ -175,12 +181,13 @@ func (n *Node) enter(ctx context.Context, op Op, gpu int) (crash bool, err error
 			n.faults = slices.DeleteFunc(n.faults, func(x *Injected) bool { return x == f })
 		}
 		latency += f.fault.Latency
-		if injected == nil && !crash {
+		eff.linger = max(eff.linger, f.fault.Linger)
+		if injected == nil && !eff.crash {
 			switch {
 			case f.fault.Err != nil:
 				injected = injectedErr(op, gpu, f.fault.Err)
 			case f.fault.Crash:
-				crash = true
+				eff.crash = true
 			}
 		}
 	}
@@ -190,12 +197,19 @@ func (n *Node) enter(ctx context.Context, op Op, gpu int) (crash bool, err error
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false, hwErr(op, gpu, nil, ctx.Err())
+			return effect{}, hwErr(op, gpu, nil, ctx.Err())
 		case <-t.C:
 		}
 	}
 	if injected != nil {
-		return false, injected
+		return effect{}, injected
 	}
-	return crash, nil
+	return eff, nil
+}
+
+// effect is what the faults that fired on a call ask of it once it has
+// acted.
+type effect struct {
+	crash  bool // fail with ErrCrashed
+	linger int  // OpDestroyGI: keep listing the destroyed GI this many times
 }

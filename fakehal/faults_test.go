@@ -344,3 +344,39 @@ func TestConcurrentCreatesOnOneRange(t *testing.T) {
 		t.Errorf("%d creates won, want exactly 1", won)
 	}
 }
+
+func TestLingeringGIListing(t *testing.T) {
+	n := newNode(t, fakehal.Options{GPUs: fakehal.Repeat(2, "H100")})
+	inst, err := n.CreateInstance(ctx, 0, p3g, pl(0, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DestroyComputeInstance(ctx, 0, inst.GIID, 0); err != nil {
+		t.Fatal(err)
+	}
+	n.Inject(fakehal.Fault{Op: fakehal.OpDestroyGI, Nth: 1, Linger: 2})
+	if err := n.DestroyGPUInstance(ctx, 0, inst.GIID); err != nil {
+		t.Fatalf("destroy with a lingering listing: %v, want success", err)
+	}
+	if got := n.Snapshot(); len(got) != 0 {
+		t.Errorf("Snapshot = %+v, want the hardware empty", got)
+	}
+	// The range is free again, although listings still show the ghost.
+	if _, err := n.CreateInstance(ctx, 0, p2g, pl(0, 2)); err != nil {
+		t.Fatalf("create on the freed range: %v", err)
+	}
+	err = n.DestroyGPUInstance(ctx, 0, inst.GIID)
+	checkHWErr(t, err, realize.ErrNotFound, fakehal.ReturnNotFound)
+	for i, want := range []int{2, 2, 1} {
+		got, err := n.Instances(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != want {
+			t.Errorf("listing %d: %d instances, want %d", i, len(got), want)
+		}
+	}
+	if got, _ := n.Instances(ctx, 1); len(got) != 0 {
+		t.Errorf("GPU 1 lists %d instances, want 0", len(got))
+	}
+}

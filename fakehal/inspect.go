@@ -84,7 +84,7 @@ func (n *Node) AddInstance(gpu int, profile capability.GIProfileIndex, at capabi
 	}
 	g, gi, _ := n.findGI(OpSetup, gpu, id)
 	if _, err := n.createCI(OpSetup, g, gi, gi.profile.SliceCount); err != nil {
-		_ = n.destroyGI(OpSetup, gpu, id)
+		_, _ = n.destroyGI(OpSetup, gpu, id)
 		return realize.Instance{}, err
 	}
 	return gi.instance(gpu), nil
@@ -104,7 +104,7 @@ func (n *Node) ForceMIGMode(gpu int, mode capability.MIGMode) error {
 		return hwErr(OpSetup, gpu, realize.ErrInUse, ReturnInUse)
 	}
 	g.info.MIGMode, g.info.PendingMIGMode = mode, mode
-	g.gis = nil
+	g.gis, g.ghosts = nil, nil
 	return nil
 }
 

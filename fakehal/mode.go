@@ -62,6 +62,6 @@ func (n *Node) ResetGPU(gpu int) error {
 		return hwErr(OpResetGPU, gpu, realize.ErrInUse, ReturnInUse)
 	}
 	g.info.MIGMode = g.info.PendingMIGMode
-	g.gis = nil
+	g.gis, g.ghosts = nil, nil
 	return nil
 }

@@ -79,6 +79,25 @@ type gpuState struct {
 	compute uint32 // compute slices: the largest SliceCount of any profile
 	gis     []*gpuInstance
 	seq     uint64 // compute instances ever created: feeds MIG UUIDs
+	// ghosts are destroyed GIs still listed (Fault.Linger).
+	ghosts []ghost
+}
+
+// ghost is a destroyed GPU instance a stale listing still shows.
+type ghost struct {
+	inst     realize.Instance
+	listings int // Instances calls left that list it
+}
+
+// listGhosts returns the lingering GIs for one listing and counts it.
+func (g *gpuState) listGhosts() []realize.Instance {
+	var out []realize.Instance
+	for i := range g.ghosts {
+		out = append(out, g.ghosts[i].inst)
+		g.ghosts[i].listings--
+	}
+	g.ghosts = slices.DeleteFunc(g.ghosts, func(x ghost) bool { return x.listings <= 0 })
+	return out
 }
 
 type gpuInstance struct {
@@ -251,9 +270,11 @@ func (n *Node) GIProfiles(ctx context.Context, gpu int) ([]capability.GIProfileI
 
 // Instances lists the GPU's live GPU instances, GIs without compute
 // instances included, ordered by placement start. MIG disabled is
-// ErrMIGDisabled.
+// ErrMIGDisabled, as NVML's GetGpuInstances answers NOT_SUPPORTED. A
+// Fault with Linger on OpDestroyGI adds destroyed GPU instances to the
+// listing for a few calls.
 func (n *Node) Instances(ctx context.Context, gpu int) ([]realize.Instance, error) {
-	crash, err := n.enter(ctx, OpInstances, gpu)
+	eff, err := n.enter(ctx, OpInstances, gpu)
 	if err != nil {
 		return nil, err
 	}
@@ -261,13 +282,14 @@ func (n *Node) Instances(ctx context.Context, gpu int) ([]realize.Instance, erro
 	g, err := n.migEnabledGPU(OpInstances, gpu)
 	var out []realize.Instance
 	if err == nil {
-		out = g.instances()
+		out = append(g.instances(), g.listGhosts()...)
+		slices.SortStableFunc(out, func(a, b realize.Instance) int { return cmp.Compare(a.Placement.Start, b.Placement.Start) })
 	}
 	n.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if crash {
+	if eff.crash {
 		return nil, hwErr(OpInstances, gpu, nil, ErrCrashed)
 	}
 	return out, nil
@@ -305,7 +327,7 @@ func (ci *computeInstance) public() realize.ComputeInstance {
 // Faults: OpCreateGI applies before the GPU instance is created, OpCreateCI
 // before the compute instance, OpDestroyGI to the rollback destroy.
 func (n *Node) CreateInstance(ctx context.Context, gpu int, profile capability.GIProfileIndex, at capability.Placement) (realize.Instance, error) {
-	crash, err := n.enter(ctx, OpCreateGI, gpu)
+	eff, err := n.enter(ctx, OpCreateGI, gpu)
 	if err != nil {
 		return realize.Instance{}, err
 	}
@@ -315,10 +337,10 @@ func (n *Node) CreateInstance(ctx context.Context, gpu int, profile capability.G
 	if err != nil {
 		return realize.Instance{}, err
 	}
-	if crash {
+	if eff.crash {
 		return realize.Instance{}, hwErr(OpCreateGI, gpu, nil, ErrCrashed)
 	}
-	inst, crash, err := n.createFullCI(ctx, gpu, gi)
+	inst, ciCrash, err := n.createFullCI(ctx, gpu, gi)
 	if err != nil {
 		// Roll back even when ctx is done: the caller must not be left
 		// with a GI it never learnt about.
@@ -327,7 +349,7 @@ func (n *Node) CreateInstance(ctx context.Context, gpu int, profile capability.G
 		}
 		return realize.Instance{}, err
 	}
-	if crash {
+	if ciCrash {
 		return realize.Instance{}, hwErr(OpCreateCI, gpu, nil, ErrCrashed)
 	}
 	return inst, nil
@@ -335,7 +357,7 @@ func (n *Node) CreateInstance(ctx context.Context, gpu int, profile capability.G
 
 // createFullCI is the compute-instance half of CreateInstance.
 func (n *Node) createFullCI(ctx context.Context, gpu int, giID uint32) (realize.Instance, bool, error) {
-	crash, err := n.enter(ctx, OpCreateCI, gpu)
+	eff, err := n.enter(ctx, OpCreateCI, gpu)
 	if err != nil {
 		return realize.Instance{}, false, err
 	}
@@ -348,7 +370,7 @@ func (n *Node) createFullCI(ctx context.Context, gpu int, giID uint32) (realize.
 	if _, err := n.createCI(OpCreateCI, g, gi, gi.profile.SliceCount); err != nil {
 		return realize.Instance{}, false, err
 	}
-	return gi.instance(gpu), crash, nil
+	return gi.instance(gpu), eff.crash, nil
 }
 
 // createGI validates and creates a GPU instance. Callers hold n.mu.
@@ -478,14 +500,14 @@ func (n *Node) findGI(op Op, gpu int, giID uint32) (*gpuState, *gpuInstance, err
 // DestroyComputeInstance destroys compute instance ci of GPU instance gi.
 // Processes on it are ErrInUse; a missing GPU, GI or CI is ErrNotFound.
 func (n *Node) DestroyComputeInstance(ctx context.Context, gpu int, gi, ci uint32) error {
-	crash, err := n.enter(ctx, OpDestroyCI, gpu)
+	eff, err := n.enter(ctx, OpDestroyCI, gpu)
 	if err != nil {
 		return err
 	}
 	n.mu.Lock()
 	err = n.destroyCI(OpDestroyCI, gpu, gi, ci)
 	n.mu.Unlock()
-	if err == nil && crash {
+	if err == nil && eff.crash {
 		return hwErr(OpDestroyCI, gpu, nil, ErrCrashed)
 	}
 	return err
@@ -510,27 +532,32 @@ func (n *Node) destroyCI(op Op, gpu int, giID, ciID uint32) error {
 // DestroyGPUInstance destroys GPU instance gi. Live compute instances or
 // processes are ErrInUse; a missing GPU or GI is ErrNotFound.
 func (n *Node) DestroyGPUInstance(ctx context.Context, gpu int, gi uint32) error {
-	crash, err := n.enter(ctx, OpDestroyGI, gpu)
+	eff, err := n.enter(ctx, OpDestroyGI, gpu)
 	if err != nil {
 		return err
 	}
 	n.mu.Lock()
-	err = n.destroyGI(OpDestroyGI, gpu, gi)
+	gone, err := n.destroyGI(OpDestroyGI, gpu, gi)
+	if err == nil && eff.linger > 0 {
+		n.gpus[gpu].ghosts = append(n.gpus[gpu].ghosts, ghost{inst: gone, listings: eff.linger})
+	}
 	n.mu.Unlock()
-	if err == nil && crash {
+	if err == nil && eff.crash {
 		return hwErr(OpDestroyGI, gpu, nil, ErrCrashed)
 	}
 	return err
 }
 
-func (n *Node) destroyGI(op Op, gpu int, giID uint32) error {
+// destroyGI destroys a GPU instance without compute instances and returns
+// what it was. Callers hold n.mu.
+func (n *Node) destroyGI(op Op, gpu int, giID uint32) (realize.Instance, error) {
 	g, gi, err := n.findGI(op, gpu, giID)
 	if err != nil {
-		return err
+		return realize.Instance{}, err
 	}
 	if len(gi.cis) > 0 {
-		return hwErr(op, gpu, realize.ErrInUse, ReturnInUse)
+		return realize.Instance{}, hwErr(op, gpu, realize.ErrInUse, ReturnInUse)
 	}
 	g.gis = slices.DeleteFunc(g.gis, func(x *gpuInstance) bool { return x == gi })
-	return nil
+	return gi.instance(gpu), nil
 }

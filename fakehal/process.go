@@ -91,7 +91,7 @@ func (n *Node) processesOn(gpu int, migUUID string) int {
 // them, ByGPUInstance those on MIG devices by GPU instance ID (nil when
 // there are none).
 func (n *Node) Processes(ctx context.Context, gpu int) (realize.ProcessReport, error) {
-	crash, err := n.enter(ctx, OpProcesses, gpu)
+	eff, err := n.enter(ctx, OpProcesses, gpu)
 	if err != nil {
 		return realize.ProcessReport{}, err
 	}
@@ -100,7 +100,7 @@ func (n *Node) Processes(ctx context.Context, gpu int) (realize.ProcessReport, e
 	if _, err := n.gpu(OpProcesses, gpu); err != nil {
 		return realize.ProcessReport{}, err
 	}
-	if crash {
+	if eff.crash {
 		return realize.ProcessReport{}, hwErr(OpProcesses, gpu, nil, ErrCrashed)
 	}
 	var r realize.ProcessReport
