@@ -373,18 +373,13 @@ func EncodeDeviceConfig(a Allowlist, f Format) ([]byte, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
-	type nvidia struct {
-		Allowlist Allowlist `json:"migProfileAllowlist,omitempty"`
+	// A nil Allowlist is an absent key, an empty one an explicit empty list:
+	// they differ on reading back.
+	nvidia := map[string]Allowlist{}
+	if a != nil {
+		nvidia[keyAllowlist] = a
 	}
-	doc := struct {
-		Nvidia nvidia `json:"nvidia"`
-	}{nvidia{a}}
-	if a != nil && len(a) == 0 {
-		// Keep an explicit empty list: it differs from an absent one.
-		doc := map[string]map[string][]AllowlistEntry{"nvidia": {keyAllowlist: {}}}
-		return encode(doc, f)
-	}
-	return encode(doc, f)
+	return encode(map[string]any{"nvidia": nvidia}, f)
 }
 
 func encode(v any, f Format) ([]byte, error) {
