@@ -298,9 +298,15 @@ func (m *Manager) realizeOne(ctx context.Context, want *desiredSet, s step) (Dev
 		return Device{}, nil, err
 	}
 	if hasRT {
-		if gi, ok := findGI(insts, rt.GPUInstanceID); ok && gi.Placement != s.key.Placement {
+		if gi, ok := findMIG(insts, rt.MIGUUID); !ok {
+			// The annotated instance no longer exists (a GPU reset, a lost
+			// patch): the identity is stale and the patch replaces it.
+			m.log.InfoContext(ctx, "annotated instance no longer exists; creating it again",
+				"key", s.key.String(), "owner", s.owner.String(), "stale_mig_uuid", rt.MIGUUID)
+			hasRT = false
+		} else if gi.Placement != s.key.Placement {
 			return Device{}, nil, &ConflictError{Key: s.key, Owner: s.owner,
-				Reason: fmt.Sprintf("runtime identity names GI %d at %v, not this key's placement", rt.GPUInstanceID, gi.Placement)}
+				Reason: fmt.Sprintf("runtime identity names live GI %d at %v, not this key's placement", gi.GIID, gi.Placement)}
 		}
 	}
 	if gi, ok := findAt(insts, s.key.Placement); ok {
@@ -308,9 +314,6 @@ func (m *Manager) realizeOne(ctx context.Context, want *desiredSet, s step) (Dev
 		if err != nil || done {
 			return d, rec, err
 		}
-	} else if hasRT {
-		m.log.InfoContext(ctx, "annotated instance no longer exists; creating it again",
-			"key", s.key.String(), "owner", s.owner.String(), "stale_mig_uuid", rt.MIGUUID)
 	}
 	return m.create(ctx, s)
 }
@@ -330,7 +333,7 @@ func (m *Manager) reuse(ctx context.Context, s step, rec *record, rt reservation
 		// An annotation naming a live instance other than the managed one
 		// is refused. One naming nothing live is stale: the instance was
 		// recreated and the patch that recorded it was lost.
-		if gi, ok := findGI(insts, rt.GPUInstanceID); ok && hasMIG(gi, rt.MIGUUID) {
+		if _, ok := findMIG(insts, rt.MIGUUID); ok {
 			return Device{}, false, &ConflictError{Key: s.key, Owner: s.owner,
 				Reason: fmt.Sprintf("annotation names live instance %s (GI %d, CI %d) but the key holds %s (GI %d, CI %d)",
 					rt.MIGUUID, rt.GPUInstanceID, rt.ComputeInstanceID, rec.Runtime.MIGUUID, rec.Runtime.GPUInstanceID, rec.Runtime.ComputeInstanceID)}
@@ -370,7 +373,8 @@ func (m *Manager) checkClaims(want *desiredSet, s step, rt reservation.RuntimeId
 // false means the placement is free again and the caller creates.
 //
 // An instance the pod's annotation names exactly is adopted (the plugin
-// restarted without adopting it). Any other unmanaged instance at the key
+// restarted without adopting it); hasRT is true only when the annotated
+// MIG device is live at this key. Any other unmanaged instance at the key
 // is the remnant of a create that crashed before the pod was patched; no
 // one can prove who used it, so it is destroyed and created afresh rather
 // than handed out: a GI without a CI at once (nothing can run on it), a
@@ -503,15 +507,16 @@ func findGI(insts []Instance, id uint32) (Instance, bool) {
 	return Instance{}, false
 }
 
-// hasMIG reports whether one of gi's compute instances is the MIG device
-// uuid.
-func hasMIG(gi Instance, uuid string) bool {
-	for _, ci := range gi.ComputeInstances {
-		if ci.MIGUUID == uuid {
-			return true
+// findMIG returns the live GI holding the MIG device uuid.
+func findMIG(insts []Instance, uuid string) (Instance, bool) {
+	for _, in := range insts {
+		for _, ci := range in.ComputeInstances {
+			if ci.MIGUUID == uuid {
+				return in, true
+			}
 		}
 	}
-	return false
+	return Instance{}, false
 }
 
 // findAt returns the live GI at exactly placement p.

@@ -505,3 +505,33 @@ func TestAllocateReplacesStaleIdentity(t *testing.T) {
 		t.Errorf("annotation runtime = %v, want %v", got, second.Devices[0].Runtime)
 	}
 }
+
+func TestAllocateStaleIdentityWithRemnantAtKey(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "3g.20gb", 0, 4))
+	first := f.mustAllocate("a", 0)
+	rt := first.Devices[0].Runtime
+	ctx := context.Background()
+	// The instance vanishes, a re-create crashes after its CI and the
+	// plugin restarts: the annotation names a dead instance and an
+	// unpatched remnant sits at the key.
+	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.node.DestroyGPUInstance(ctx, 0, rt.GPUInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	remnant, err := f.node.AddInstance(0, capability.GIProfile3Slice, capability.Placement{Start: 0, Size: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	res := f.mustAllocate("a", 0)
+	got := res.Devices[0].Runtime
+	if got == rt || got.MIGUUID == remnant.ComputeInstances[0].MIGUUID || res.Devices[0].Origin != realize.OriginCreated {
+		t.Errorf("device = %+v, want a fresh instance (not %s nor the remnant)", res.Devices[0], rt.MIGUUID)
+	}
+	if live := f.live(); len(live) != 1 || live[0] != got.MIGUUID {
+		t.Errorf("live = %v, want only %s", live, got.MIGUUID)
+	}
+}
