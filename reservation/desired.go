@@ -114,7 +114,7 @@ type DesiredSet struct {
 	// conflict-free. Reasons is empty exactly when Authorized is true.
 	Authorized bool
 	// Reasons explain a withheld authorisation: [ErrIncompleteSnapshot],
-	// [*PodError] and [*ConflictError] values, in pod listing order.
+	// [*PodError] values in pod listing order, then [*ConflictError] values.
 	Reasons []error
 	// Unknown are active pods whose records cannot be trusted (malformed,
 	// invalid, legacy identifiers, conflicting), sorted by UID. What they

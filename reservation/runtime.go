@@ -69,6 +69,18 @@ func (o OptionalID) String() string {
 	return strconv.FormatUint(uint64(o.ID), 10)
 }
 
+// String returns a short description such as
+// "container 0 device 1: 2g.10gb [2,4) on GPU-... as MIG-... gi=4 ci=0";
+// the runtime part is left out when the identity is not complete.
+func (a Allocation) String() string {
+	s := "container " + strconv.Itoa(a.ContainerIndex) + " device " + strconv.Itoa(a.DeviceIndex) + ": " +
+		a.Profile + " " + a.Placement.String() + " on " + a.GPUUUID
+	if id, ok := a.Runtime(); ok {
+		s += " as " + id.String()
+	}
+	return s
+}
+
 // WithRuntime returns a with the runtime identity id set.
 func (a Allocation) WithRuntime(id RuntimeIdentity) Allocation {
 	a.MIGUUID = id.MIGUUID

@@ -150,3 +150,24 @@ func TestApplyRuntimeInPlace(t *testing.T) {
 		t.Fatalf("Scheduled() = %+v", got)
 	}
 }
+
+func TestStrings(t *testing.T) {
+	a := alloc(0, 1, gpuA, "2g.10gb", 2, 2)
+	if got, want := a.String(), "container 0 device 1: 2g.10gb [2,4) on "+gpuA; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	r := a.WithRuntime(exampleIdentity)
+	if got, want := r.String(), "container 0 device 1: 2g.10gb [2,4) on "+gpuA+" as "+exampleIdentity.MIGUUID+" gi=4 ci=0"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if got := (reservation.OptionalID{}).String(); got != "absent" {
+		t.Errorf("absent ID = %q", got)
+	}
+	if got := reservation.SomeID(0).String(); got != "0" {
+		t.Errorf("SomeID(0) = %q", got)
+	}
+	e := reservation.Entry{PodUID: "u", Namespace: "ns", Name: "p", Index: 2, Allocation: a}
+	if got, want := e.String(), "ns/p (u) entry 2"; got != want {
+		t.Errorf("Entry.String() = %q, want %q", got, want)
+	}
+}
