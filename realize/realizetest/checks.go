@@ -12,7 +12,7 @@ import (
 	"github.com/dynmig/dynmig/realize"
 )
 
-var checkDiscovery = checkFunc(func(e *env) error {
+var checkDiscovery = checkFunc(func(ctx context.Context, e *env) error {
 	uuids := map[string]bool{}
 	for i, d := range e.devs {
 		if d.Index != i {
@@ -26,7 +26,7 @@ var checkDiscovery = checkFunc(func(e *env) error {
 			e.failf("Devices()[%d].MIGMode is unknown", i)
 		}
 	}
-	again, err := e.r.Devices(e.ctx)
+	again, err := e.r.Devices(ctx)
 	if err != nil || !slices.Equal(again, e.devs) {
 		e.failf("Devices() not stable: %v then %v (err %v)", e.devs, again, err)
 	}
@@ -51,11 +51,11 @@ var checkDiscovery = checkFunc(func(e *env) error {
 			}
 		}
 	}
-	profAgain, err := e.r.GIProfiles(e.ctx, e.gpu)
+	profAgain, err := e.r.GIProfiles(ctx, e.gpu)
 	if err != nil || !slices.EqualFunc(profAgain, e.profiles, sameProfile) {
 		e.failf("GIProfiles(%d) not stable between calls (err %v)", e.gpu, err)
 	}
-	_, err = e.r.GIProfiles(e.ctx, len(e.devs))
+	_, err = e.r.GIProfiles(ctx, len(e.devs))
 	e.expectKind(fmt.Sprintf("GIProfiles(%d), past the last GPU", len(e.devs)), err, len(e.devs), realize.ErrNotFound)
 	return nil
 })
@@ -66,16 +66,16 @@ func sameProfile(a, b capability.GIProfileInfo) bool {
 		a.MemoryMB == b.MemoryMB && slices.Equal(a.Placements, b.Placements)
 }
 
-var checkCreateEveryPlacement = checkFunc(func(e *env) error {
+var checkCreateEveryPlacement = checkFunc(func(ctx context.Context, e *env) error {
 	for _, p := range e.profiles {
 		for _, at := range p.Placements {
-			inst, ok := e.mustCreate(p, at)
+			inst, ok := e.mustCreate(ctx, p, at)
 			if !ok {
 				continue
 			}
-			e.expectListed(inst)
-			e.mustDestroy(inst)
-			if left := e.list(); len(left) != 0 {
+			e.expectListed(ctx, inst)
+			e.mustDestroy(ctx, inst)
+			if left := e.list(ctx); len(left) != 0 {
 				e.failf("after destroying %s at %v, Instances lists %d instances", p.Name, at, len(left))
 				return nil
 			}
@@ -84,12 +84,12 @@ var checkCreateEveryPlacement = checkFunc(func(e *env) error {
 	return nil
 })
 
-var checkExactPlacement = checkFunc(func(e *env) error {
+var checkExactPlacement = checkFunc(func(ctx context.Context, e *env) error {
 	p := e.smallest()
 	ats := e.disjoint(p)
 	var made []realize.Instance
 	for _, at := range slices.Backward(ats) {
-		if inst, ok := e.mustCreate(p, at); ok {
+		if inst, ok := e.mustCreate(ctx, p, at); ok {
 			made = append(made, inst)
 		}
 	}
@@ -99,41 +99,41 @@ var checkExactPlacement = checkFunc(func(e *env) error {
 			e.failf("GI ID %d given to two live instances", inst.GIID)
 		}
 		ids[inst.GIID] = true
-		e.expectListed(inst)
+		e.expectListed(ctx, inst)
 	}
-	if got := len(e.list()); got != len(made) {
+	if got := len(e.list(ctx)); got != len(made) {
 		e.failf("Instances lists %d instances, want %d", got, len(made))
 	}
 	return nil
 })
 
-var checkOverlap = checkFunc(func(e *env) error {
+var checkOverlap = checkFunc(func(ctx context.Context, e *env) error {
 	for _, p := range e.profiles {
 		at := p.Placements[0]
-		inst, ok := e.mustCreate(p, at)
+		inst, ok := e.mustCreate(ctx, p, at)
 		if !ok {
 			continue
 		}
-		before := e.list()
+		before := e.list(ctx)
 		for _, q := range e.profiles {
 			for _, b := range q.Placements {
 				if !b.Overlaps(at) {
 					continue
 				}
-				_, err := e.create(q, b)
+				_, err := e.create(ctx, q, b)
 				e.expectKind(fmt.Sprintf("CreateInstance(%s at %v) over %s at %v", q.Name, b, p.Name, at), err, e.gpu, realize.ErrOccupied)
 			}
 		}
-		e.expectUnchanged("refused overlapping creates", before)
-		e.mustDestroy(inst)
+		e.expectUnchanged(ctx, "refused overlapping creates", before)
+		e.mustDestroy(ctx, inst)
 	}
 	return nil
 })
 
-var checkDisjointPairs = checkFunc(func(e *env) error {
+var checkDisjointPairs = checkFunc(func(ctx context.Context, e *env) error {
 	for _, p := range e.profiles {
 		for _, a := range p.Placements {
-			first, ok := e.mustCreate(p, a)
+			first, ok := e.mustCreate(ctx, p, a)
 			if !ok {
 				continue
 			}
@@ -142,19 +142,19 @@ var checkDisjointPairs = checkFunc(func(e *env) error {
 					if b.Overlaps(a) {
 						continue
 					}
-					e.pair(p, a, q, b)
+					e.pair(ctx, p, a, q, b)
 				}
 			}
-			e.mustDestroy(first)
+			e.mustDestroy(ctx, first)
 		}
 	}
 	return nil
 })
 
 // pair creates q at b next to p at a and checks the outcome.
-func (e *env) pair(p capability.GIProfileInfo, a capability.Placement, q capability.GIProfileInfo, b capability.Placement) {
+func (e *env) pair(ctx context.Context, p capability.GIProfileInfo, a capability.Placement, q capability.GIProfileInfo, b capability.Placement) {
 	what := fmt.Sprintf("CreateInstance(%s at %v) next to %s at %v", q.Name, b, p.Name, a)
-	inst, err := e.create(q, b)
+	inst, err := e.create(ctx, q, b)
 	overBudget := p.SliceCount+q.SliceCount > e.budget
 	plain := p.Index.Variant() == capability.VariantNone && q.Index.Variant() == capability.VariantNone
 	withinCount := p.Index != q.Index || q.InstanceCount >= 2
@@ -168,21 +168,21 @@ func (e *env) pair(p capability.GIProfileInfo, a capability.Placement, q capabil
 		e.expectKind(what, err, e.gpu, realize.ErrOccupied)
 	}
 	if err == nil {
-		e.mustDestroy(inst)
+		e.mustDestroy(ctx, inst)
 	}
 }
 
-var checkInstanceCount = checkFunc(func(e *env) error {
+var checkInstanceCount = checkFunc(func(ctx context.Context, e *env) error {
 	for _, p := range e.profiles {
 		free := disjointAll(p.Placements)
 		if uint32(len(free)) <= p.InstanceCount || (p.InstanceCount+1)*p.SliceCount > e.budget {
 			continue
 		}
 		for _, at := range free[:p.InstanceCount] {
-			e.mustCreate(p, at)
+			e.mustCreate(ctx, p, at)
 		}
 		next := free[p.InstanceCount]
-		_, err := e.create(p, next)
+		_, err := e.create(ctx, p, next)
 		e.expectKind(fmt.Sprintf("CreateInstance(%s at %v) beyond its instance count %d", p.Name, next, p.InstanceCount), err, e.gpu, realize.ErrOccupied)
 		return nil
 	}
@@ -201,7 +201,7 @@ func disjointAll(ats []capability.Placement) []capability.Placement {
 	return out
 }
 
-var checkUnpublished = checkFunc(func(e *env) error {
+var checkUnpublished = checkFunc(func(ctx context.Context, e *env) error {
 	for _, p := range e.profiles {
 		size := p.Placements[0].Size
 		var bad []capability.Placement
@@ -220,22 +220,22 @@ var checkUnpublished = checkFunc(func(e *env) error {
 			if slices.Contains(p.Placements, at) {
 				continue
 			}
-			_, err := e.create(p, at)
+			_, err := e.create(ctx, p, at)
 			e.expectKind(fmt.Sprintf("CreateInstance(%s at unpublished %v)", p.Name, at), err, e.gpu, realize.ErrInvalidPlacement)
 		}
 	}
-	if left := e.list(); len(left) != 0 {
+	if left := e.list(ctx); len(left) != 0 {
 		e.failf("refused creates left %d instances", len(left))
 	}
 	return nil
 })
 
-var checkUnsupportedProfile = checkFunc(func(e *env) error {
+var checkUnsupportedProfile = checkFunc(func(ctx context.Context, e *env) error {
 	for idx := range capability.GIProfileCount {
 		if slices.ContainsFunc(e.profiles, func(p capability.GIProfileInfo) bool { return p.Index == idx }) {
 			continue
 		}
-		_, err := e.r.CreateInstance(e.ctx, e.gpu, idx, capability.Placement{Start: 0, Size: e.width})
+		_, err := e.r.CreateInstance(ctx, e.gpu, idx, capability.Placement{Start: 0, Size: e.width})
 		e.expectKind(fmt.Sprintf("CreateInstance(unsupported profile index %d)", idx), err, e.gpu, realize.ErrNotSupported)
 		if err == nil {
 			e.failf("CreateInstance(unsupported profile index %d) created an instance", idx)
@@ -245,80 +245,80 @@ var checkUnsupportedProfile = checkFunc(func(e *env) error {
 	return skip("GPU %d supports every profile index", e.gpu)
 })
 
-var checkDestroyInUse = checkFunc(func(e *env) error {
+var checkDestroyInUse = checkFunc(func(ctx context.Context, e *env) error {
 	p := e.smallest()
-	inst, ok := e.mustCreate(p, p.Placements[len(p.Placements)-1])
+	inst, ok := e.mustCreate(ctx, p, p.Placements[len(p.Placements)-1])
 	if !ok {
 		return nil
 	}
-	err := e.r.DestroyGPUInstance(e.ctx, e.gpu, inst.GIID)
+	err := e.r.DestroyGPUInstance(ctx, e.gpu, inst.GIID)
 	e.expectKind("DestroyGPUInstance of a GI with a compute instance", err, e.gpu, realize.ErrInUse)
-	e.expectListed(inst)
+	e.expectListed(ctx, inst)
 	ci := inst.ComputeInstances[0]
-	if err := e.r.DestroyComputeInstance(e.ctx, e.gpu, inst.GIID, ci.ID); err != nil {
+	if err := e.r.DestroyComputeInstance(ctx, e.gpu, inst.GIID, ci.ID); err != nil {
 		e.failf("DestroyComputeInstance(GI %d, CI %d): %v", inst.GIID, ci.ID, err)
 		return nil
 	}
 	bare := inst
 	bare.ComputeInstances = nil
-	e.expectListed(bare)
-	if err := e.r.DestroyGPUInstance(e.ctx, e.gpu, inst.GIID); err != nil {
+	e.expectListed(ctx, bare)
+	if err := e.r.DestroyGPUInstance(ctx, e.gpu, inst.GIID); err != nil {
 		e.failf("DestroyGPUInstance(GI %d) without CIs: %v", inst.GIID, err)
 		return nil
 	}
 	delete(e.created, inst.GIID)
-	if left := e.list(); len(left) != 0 {
+	if left := e.list(ctx); len(left) != 0 {
 		e.failf("destroyed GI still listed: %+v", left)
 	}
 	return nil
 })
 
-var checkNotFound = checkFunc(func(e *env) error {
+var checkNotFound = checkFunc(func(ctx context.Context, e *env) error {
 	p := e.smallest()
-	live, ok := e.mustCreate(p, p.Placements[0])
+	live, ok := e.mustCreate(ctx, p, p.Placements[0])
 	if !ok {
 		return nil
 	}
-	gone, ok := e.mustCreate(p, p.Placements[len(p.Placements)-1])
+	gone, ok := e.mustCreate(ctx, p, p.Placements[len(p.Placements)-1])
 	if !ok || gone.GIID == live.GIID {
 		return nil
 	}
-	e.mustDestroy(gone)
+	e.mustDestroy(ctx, gone)
 	ci := gone.ComputeInstances[0].ID
-	err := e.r.DestroyComputeInstance(e.ctx, e.gpu, gone.GIID, ci)
+	err := e.r.DestroyComputeInstance(ctx, e.gpu, gone.GIID, ci)
 	e.expectKind("DestroyComputeInstance of a destroyed GI", err, e.gpu, realize.ErrNotFound)
-	err = e.r.DestroyGPUInstance(e.ctx, e.gpu, gone.GIID)
+	err = e.r.DestroyGPUInstance(ctx, e.gpu, gone.GIID)
 	e.expectKind("DestroyGPUInstance of a destroyed GI", err, e.gpu, realize.ErrNotFound)
-	err = e.r.DestroyComputeInstance(e.ctx, e.gpu, live.GIID, live.ComputeInstances[0].ID+1)
+	err = e.r.DestroyComputeInstance(ctx, e.gpu, live.GIID, live.ComputeInstances[0].ID+1)
 	e.expectKind("DestroyComputeInstance of an unknown CI in a live GI", err, e.gpu, realize.ErrNotFound)
 	unused := uint32(0)
 	for unused == live.GIID {
 		unused++
 	}
-	err = e.r.DestroyGPUInstance(e.ctx, e.gpu, unused)
+	err = e.r.DestroyGPUInstance(ctx, e.gpu, unused)
 	e.expectKind(fmt.Sprintf("DestroyGPUInstance of unused GI ID %d", unused), err, e.gpu, realize.ErrNotFound)
-	e.expectListed(live)
+	e.expectListed(ctx, live)
 
 	for _, gpu := range []int{len(e.devs), -1} {
-		_, err := e.r.Instances(e.ctx, gpu)
+		_, err := e.r.Instances(ctx, gpu)
 		e.expectKind(fmt.Sprintf("Instances(%d)", gpu), err, gpu, realize.ErrNotFound)
-		_, err = e.r.CreateInstance(e.ctx, gpu, p.Index, p.Placements[0])
+		_, err = e.r.CreateInstance(ctx, gpu, p.Index, p.Placements[0])
 		e.expectKind(fmt.Sprintf("CreateInstance(GPU %d)", gpu), err, gpu, realize.ErrNotFound)
-		err = e.r.DestroyComputeInstance(e.ctx, gpu, live.GIID, 0)
+		err = e.r.DestroyComputeInstance(ctx, gpu, live.GIID, 0)
 		e.expectKind(fmt.Sprintf("DestroyComputeInstance(GPU %d)", gpu), err, gpu, realize.ErrNotFound)
-		err = e.r.DestroyGPUInstance(e.ctx, gpu, live.GIID)
+		err = e.r.DestroyGPUInstance(ctx, gpu, live.GIID)
 		e.expectKind(fmt.Sprintf("DestroyGPUInstance(GPU %d)", gpu), err, gpu, realize.ErrNotFound)
-		_, err = e.r.Processes(e.ctx, gpu)
+		_, err = e.r.Processes(ctx, gpu)
 		e.expectKind(fmt.Sprintf("Processes(%d)", gpu), err, gpu, realize.ErrNotFound)
 	}
 	return nil
 })
 
-var checkMIGUUIDs = checkFunc(func(e *env) error {
+var checkMIGUUIDs = checkFunc(func(ctx context.Context, e *env) error {
 	p := e.smallest()
 	var made []realize.Instance
 	for _, at := range e.disjoint(p) {
-		if inst, ok := e.mustCreate(p, at); ok {
+		if inst, ok := e.mustCreate(ctx, p, at); ok {
 			made = append(made, inst)
 		}
 	}
@@ -334,7 +334,7 @@ var checkMIGUUIDs = checkFunc(func(e *env) error {
 		}
 		return m
 	}
-	first := uuidsOf(e.list())
+	first := uuidsOf(e.list(ctx))
 	seen := map[string]uint32{}
 	for gi, u := range first {
 		if other, dup := seen[u]; dup {
@@ -349,12 +349,12 @@ var checkMIGUUIDs = checkFunc(func(e *env) error {
 	}
 	// Destroy and recreate the last one; the others must not change.
 	last := made[len(made)-1]
-	e.mustDestroy(last)
-	again, ok := e.mustCreate(p, last.Placement)
+	e.mustDestroy(ctx, last)
+	again, ok := e.mustCreate(ctx, p, last.Placement)
 	if !ok {
 		return nil
 	}
-	second := uuidsOf(e.list())
+	second := uuidsOf(e.list(ctx))
 	for _, inst := range made[:len(made)-1] {
 		if second[inst.GIID] != first[inst.GIID] {
 			e.failf("GI %d: MIG UUID changed from %s to %s when a neighbour was recreated", inst.GIID, first[inst.GIID], second[inst.GIID])
@@ -366,8 +366,8 @@ var checkMIGUUIDs = checkFunc(func(e *env) error {
 	return nil
 })
 
-var checkProcesses = checkFunc(func(e *env) error {
-	idle, err := e.r.Processes(e.ctx, e.gpu)
+var checkProcesses = checkFunc(func(ctx context.Context, e *env) error {
+	idle, err := e.r.Processes(ctx, e.gpu)
 	if err != nil || idle.Total != 0 || len(idle.ByGPUInstance) != 0 {
 		e.failf("Processes(%d) on the idle GPU = %+v, %v; want none", e.gpu, idle, err)
 	}
@@ -382,13 +382,13 @@ var checkProcesses = checkFunc(func(e *env) error {
 	if len(ats) < 2 {
 		return skip("the smallest profile fits only once")
 	}
-	busy, ok1 := e.mustCreate(p, ats[0])
-	calm, ok2 := e.mustCreate(p, ats[1])
+	busy, ok1 := e.mustCreate(ctx, p, ats[0])
+	calm, ok2 := e.mustCreate(ctx, p, ats[1])
 	if !ok1 || !ok2 {
 		return nil
 	}
 	ci := busy.ComputeInstances[0]
-	stop, err := e.b.StartProcess(e.ctx, e.gpu, ci.MIGUUID)
+	stop, err := e.b.StartProcess(ctx, e.gpu, ci.MIGUUID)
 	if err != nil {
 		e.failf("StartProcess(%s): %v", ci.MIGUUID, err)
 		return nil
@@ -399,34 +399,34 @@ var checkProcesses = checkFunc(func(e *env) error {
 			_ = stop()
 		}
 	}()
-	r, err := e.r.Processes(e.ctx, e.gpu)
+	r, err := e.r.Processes(ctx, e.gpu)
 	if err != nil || r.Total != 1 || r.ByGPUInstance[busy.GIID] != 1 || r.ByGPUInstance[calm.GIID] != 0 || !r.Busy() {
 		e.failf("Processes with one process on GI %d = %+v, %v; want Total 1, GI %d: 1", busy.GIID, r, err, busy.GIID)
 	}
-	err = e.r.DestroyComputeInstance(e.ctx, e.gpu, busy.GIID, ci.ID)
+	err = e.r.DestroyComputeInstance(ctx, e.gpu, busy.GIID, ci.ID)
 	e.expectKind("DestroyComputeInstance with a process", err, e.gpu, realize.ErrInUse)
-	err = e.r.DestroyGPUInstance(e.ctx, e.gpu, busy.GIID)
+	err = e.r.DestroyGPUInstance(ctx, e.gpu, busy.GIID)
 	e.expectKind("DestroyGPUInstance with a process", err, e.gpu, realize.ErrInUse)
-	e.expectListed(busy)
+	e.expectListed(ctx, busy)
 	stopped = true
 	if err := stop(); err != nil {
 		e.failf("stopping the process: %v", err)
 		return nil
 	}
-	if r, err := e.r.Processes(e.ctx, e.gpu); err != nil || r.Total != 0 {
+	if r, err := e.r.Processes(ctx, e.gpu); err != nil || r.Total != 0 {
 		e.failf("Processes after the process stopped = %+v, %v; want none", r, err)
 	}
 	return nil
 })
 
-var checkConcurrency = checkFunc(func(e *env) error {
+var checkConcurrency = checkFunc(func(ctx context.Context, e *env) error {
 	p := e.smallest()
 	ats := e.disjoint(p)
 	insts := make([]realize.Instance, len(ats))
 	errs := make([]error, len(ats))
 	var wg sync.WaitGroup
 	for i, at := range ats {
-		wg.Go(func() { insts[i], errs[i] = e.r.CreateInstance(e.ctx, e.gpu, p.Index, at) })
+		wg.Go(func() { insts[i], errs[i] = e.r.CreateInstance(ctx, e.gpu, p.Index, at) })
 	}
 	wg.Wait()
 	ids := map[uint32]bool{}
@@ -444,7 +444,7 @@ var checkConcurrency = checkFunc(func(e *env) error {
 	destroyErrs := make([]error, len(ats))
 	for i, err := range errs {
 		if err == nil {
-			wg.Go(func() { destroyErrs[i] = e.destroyConcurrently(insts[i]) })
+			wg.Go(func() { destroyErrs[i] = e.destroyConcurrently(ctx, insts[i]) })
 		}
 	}
 	wg.Wait()
@@ -466,7 +466,7 @@ var checkConcurrency = checkFunc(func(e *env) error {
 	var mu sync.Mutex
 	for i := range racers {
 		wg.Go(func() {
-			inst, err := e.r.CreateInstance(e.ctx, e.gpu, big.Index, big.Placements[0])
+			inst, err := e.r.CreateInstance(ctx, e.gpu, big.Index, big.Placements[0])
 			mu.Lock()
 			defer mu.Unlock()
 			won[i], raceErrs[i] = inst, err
@@ -491,8 +491,8 @@ var checkConcurrency = checkFunc(func(e *env) error {
 	return nil
 })
 
-var checkCanceled = checkFunc(func(e *env) error {
-	done, cancel := context.WithCancel(e.ctx)
+var checkCanceled = checkFunc(func(ctx context.Context, e *env) error {
+	done, cancel := context.WithCancel(ctx)
 	cancel()
 	p := e.smallest()
 	inst, err := e.r.CreateInstance(done, e.gpu, p.Index, p.Placements[0])
@@ -505,25 +505,25 @@ var checkCanceled = checkFunc(func(e *env) error {
 	if _, err := e.r.Instances(done, e.gpu); !errors.Is(err, context.Canceled) {
 		e.failf("Instances with a done context: %v, want context.Canceled", err)
 	}
-	if left := e.list(); len(left) != 0 {
+	if left := e.list(ctx); len(left) != 0 {
 		e.failf("a create with a done context left %d instances", len(left))
 	}
 	return nil
 })
 
-var checkMIGDisabled = checkFunc(func(e *env) error {
+var checkMIGDisabled = checkFunc(func(ctx context.Context, e *env) error {
 	for _, d := range e.devs {
 		if d.MIGMode != capability.MIGDisabled {
 			continue
 		}
-		profs, err := e.r.GIProfiles(e.ctx, d.Index)
+		profs, err := e.r.GIProfiles(ctx, d.Index)
 		if err != nil || len(profs) == 0 {
 			profs = e.profiles // NVML may not list profiles without MIG; try ours
 		}
 		p := profs[0]
-		_, err = e.r.CreateInstance(e.ctx, d.Index, p.Index, p.Placements[0])
+		_, err = e.r.CreateInstance(ctx, d.Index, p.Index, p.Placements[0])
 		e.expectKind(fmt.Sprintf("CreateInstance on MIG-disabled GPU %d", d.Index), err, d.Index, realize.ErrMIGDisabled)
-		insts, err := e.r.Instances(e.ctx, d.Index)
+		insts, err := e.r.Instances(ctx, d.Index)
 		if err != nil {
 			e.expectKind(fmt.Sprintf("Instances on MIG-disabled GPU %d", d.Index), err, d.Index, realize.ErrMIGDisabled)
 		} else if len(insts) != 0 {
@@ -536,13 +536,13 @@ var checkMIGDisabled = checkFunc(func(e *env) error {
 
 // destroyConcurrently is destroy without bookkeeping, safe to call from
 // several goroutines.
-func (e *env) destroyConcurrently(inst realize.Instance) error {
+func (e *env) destroyConcurrently(ctx context.Context, inst realize.Instance) error {
 	for _, ci := range inst.ComputeInstances {
-		if err := e.r.DestroyComputeInstance(e.ctx, e.gpu, inst.GIID, ci.ID); err != nil {
+		if err := e.r.DestroyComputeInstance(ctx, e.gpu, inst.GIID, ci.ID); err != nil {
 			return fmt.Errorf("DestroyComputeInstance(GPU %d, GI %d, CI %d): %w", e.gpu, inst.GIID, ci.ID, err)
 		}
 	}
-	if err := e.r.DestroyGPUInstance(e.ctx, e.gpu, inst.GIID); err != nil {
+	if err := e.r.DestroyGPUInstance(ctx, e.gpu, inst.GIID); err != nil {
 		return fmt.Errorf("DestroyGPUInstance(GPU %d, GI %d): %w", e.gpu, inst.GIID, err)
 	}
 	return nil

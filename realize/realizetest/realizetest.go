@@ -125,7 +125,6 @@ func skip(format string, args ...any) error {
 
 // env is one check's view of the GPU under test and its findings.
 type env struct {
-	ctx      context.Context
 	b        Backend
 	r        realize.Realizer
 	devs     []capability.DeviceInfo
@@ -142,7 +141,7 @@ func setup(ctx context.Context, b Backend) (*env, error) {
 	if b.Realizer == nil {
 		return nil, errors.New("Backend.Realizer is nil")
 	}
-	e := &env{ctx: ctx, b: b, r: b.Realizer, gpu: -1, created: map[uint32]bool{}}
+	e := &env{b: b, r: b.Realizer, gpu: -1, created: map[uint32]bool{}}
 	devs, err := e.r.Devices(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("Devices: %w", err)
@@ -185,19 +184,19 @@ func setup(ctx context.Context, b Backend) (*env, error) {
 
 // checkFunc adapts a check body to Check.Run: setup, body, cleanup, and a
 // final check that the GPU is idle again.
-func checkFunc(body func(e *env) error) func(context.Context, Backend) error {
+func checkFunc(body func(ctx context.Context, e *env) error) func(context.Context, Backend) error {
 	return func(ctx context.Context, b Backend) error {
 		e, err := setup(ctx, b)
 		if err != nil {
 			return err
 		}
-		if err := body(e); isSkip(err) {
-			e.cleanup()
+		if err := body(ctx, e); isSkip(err) {
+			e.cleanup(ctx)
 			return err
 		} else if err != nil {
 			e.errs = append(e.errs, err)
 		}
-		e.cleanup()
+		e.cleanup(ctx)
 		return errors.Join(e.errs...)
 	}
 }
@@ -207,8 +206,8 @@ func (e *env) failf(format string, args ...any) {
 }
 
 // create creates an instance and checks its shape when it succeeds.
-func (e *env) create(p capability.GIProfileInfo, at capability.Placement) (realize.Instance, error) {
-	inst, err := e.r.CreateInstance(e.ctx, e.gpu, p.Index, at)
+func (e *env) create(ctx context.Context, p capability.GIProfileInfo, at capability.Placement) (realize.Instance, error) {
+	inst, err := e.r.CreateInstance(ctx, e.gpu, p.Index, at)
 	if err != nil {
 		return inst, err
 	}
@@ -233,8 +232,8 @@ func (e *env) create(p capability.GIProfileInfo, at capability.Placement) (reali
 }
 
 // mustCreate is create that records an unexpected failure.
-func (e *env) mustCreate(p capability.GIProfileInfo, at capability.Placement) (realize.Instance, bool) {
-	inst, err := e.create(p, at)
+func (e *env) mustCreate(ctx context.Context, p capability.GIProfileInfo, at capability.Placement) (realize.Instance, bool) {
+	inst, err := e.create(ctx, p, at)
 	if err != nil {
 		e.failf("CreateInstance(GPU %d, %s index %d, %v) on a free range: %v", e.gpu, p.Name, p.Index, at, err)
 		return inst, false
@@ -243,42 +242,39 @@ func (e *env) mustCreate(p capability.GIProfileInfo, at capability.Placement) (r
 }
 
 // destroy destroys an instance's compute instances, then its GI.
-func (e *env) destroy(inst realize.Instance) error {
+func (e *env) destroy(ctx context.Context, inst realize.Instance) error {
 	for _, ci := range inst.ComputeInstances {
-		if err := e.r.DestroyComputeInstance(e.ctx, e.gpu, inst.GIID, ci.ID); err != nil {
+		if err := e.r.DestroyComputeInstance(ctx, e.gpu, inst.GIID, ci.ID); err != nil {
 			return fmt.Errorf("DestroyComputeInstance(GPU %d, GI %d, CI %d): %w", e.gpu, inst.GIID, ci.ID, err)
 		}
 	}
-	if err := e.r.DestroyGPUInstance(e.ctx, e.gpu, inst.GIID); err != nil {
+	if err := e.r.DestroyGPUInstance(ctx, e.gpu, inst.GIID); err != nil {
 		return fmt.Errorf("DestroyGPUInstance(GPU %d, GI %d): %w", e.gpu, inst.GIID, err)
 	}
 	delete(e.created, inst.GIID)
 	return nil
 }
 
-func (e *env) mustDestroy(inst realize.Instance) {
-	if err := e.destroy(inst); err != nil {
+func (e *env) mustDestroy(ctx context.Context, inst realize.Instance) {
+	if err := e.destroy(ctx, inst); err != nil {
 		e.failf("%v", err)
 	}
 }
 
 // cleanup destroys whatever the check created and is still listed, then
 // requires the GPU to be empty again.
-func (e *env) cleanup() {
-	ctx := context.WithoutCancel(e.ctx)
+func (e *env) cleanup(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
 	insts, err := e.r.Instances(ctx, e.gpu)
 	if err != nil {
 		e.failf("cleanup: Instances(%d): %v", e.gpu, err)
 		return
 	}
-	saved := e.ctx
-	e.ctx = ctx
-	defer func() { e.ctx = saved }()
 	for _, inst := range insts {
 		if !e.created[inst.GIID] {
 			continue
 		}
-		if err := e.destroy(inst); err != nil {
+		if err := e.destroy(ctx, inst); err != nil {
 			e.failf("cleanup: %v", err)
 		}
 	}
@@ -288,8 +284,8 @@ func (e *env) cleanup() {
 }
 
 // list returns the GPU's instances, recording a failure.
-func (e *env) list() []realize.Instance {
-	insts, err := e.r.Instances(e.ctx, e.gpu)
+func (e *env) list(ctx context.Context) []realize.Instance {
+	insts, err := e.r.Instances(ctx, e.gpu)
 	if err != nil {
 		e.failf("Instances(%d): %v", e.gpu, err)
 	}
@@ -297,8 +293,8 @@ func (e *env) list() []realize.Instance {
 }
 
 // expectListed requires Instances to list inst exactly.
-func (e *env) expectListed(inst realize.Instance) {
-	for _, got := range e.list() {
+func (e *env) expectListed(ctx context.Context, inst realize.Instance) {
+	for _, got := range e.list(ctx) {
 		if got.GIID == inst.GIID {
 			if !sameInstance(got, inst) {
 				e.failf("Instances lists GI %d as %+v, want %+v", inst.GIID, got, inst)
@@ -337,8 +333,8 @@ func (e *env) expectKind(what string, err error, gpu int, kind error) {
 }
 
 // expectUnchanged requires the listing to equal before.
-func (e *env) expectUnchanged(what string, before []realize.Instance) {
-	after := e.list()
+func (e *env) expectUnchanged(ctx context.Context, what string, before []realize.Instance) {
+	after := e.list(ctx)
 	if !slices.EqualFunc(before, after, sameInstance) {
 		e.failf("%s changed the hardware: %d instances before, %d after", what, len(before), len(after))
 	}
