@@ -106,7 +106,7 @@ func TestDiscoveryEightSlotModels(t *testing.T) {
 		nvmlmock.DGXH200: {"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
 		nvmlmock.DGXB200: {"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"},
 	}
-	for _, model := range nvmlmock.Models {
+	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
 			ctx := context.Background()
 			var named [2][]string
@@ -148,6 +148,50 @@ func TestDiscoveryEightSlotModels(t *testing.T) {
 			}
 			if !slices.Equal(named[1], want[model]) {
 				t.Errorf("derived names = %v, want %v", named[1], want[model])
+			}
+		})
+	}
+}
+
+// The 4-slot A30 and the 12-slot RTX PRO 6000 with every variant: names
+// from V3 and derived ones agree, and each variant is its own profile.
+func TestDiscoveryOtherGrids(t *testing.T) {
+	for _, tc := range []struct {
+		model nvmlmock.Model
+		width uint32
+		names []string
+	}{
+		{nvmlmock.A30, 4, []string{"1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"}},
+		{nvmlmock.RTXPro6000, 12, []string{
+			"1g.24gb", "1g.24gb+gfx", "1g.24gb+me", "1g.24gb+me.all", "1g.24gb-me",
+			"2g.48gb", "2g.48gb+gfx", "2g.48gb+me.all", "2g.48gb-me", "4g.96gb", "4g.96gb+gfx"}},
+	} {
+		t.Run(tc.model.String(), func(t *testing.T) {
+			ctx := context.Background()
+			for _, opts := range []nvmlmock.Options{{}, {NoV3: true}} {
+				b, _ := newBackend(t, tc.model, opts)
+				devs, err := b.Devices(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				infos, err := b.GIProfiles(ctx, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gpu, errs := capability.GPUFromDevice(devs[0], infos)
+				if len(errs) > 0 {
+					t.Fatal(errs)
+				}
+				var names []string
+				for _, p := range gpu.Profiles {
+					names = append(names, p.Name)
+				}
+				if !slices.Equal(names, tc.names) {
+					t.Errorf("NoV3=%v: names = %v, want %v", opts.NoV3, names, tc.names)
+				}
+				if gpu.Width() != tc.width {
+					t.Errorf("width = %d, want %d", gpu.Width(), tc.width)
+				}
 			}
 		})
 	}

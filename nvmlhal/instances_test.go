@@ -119,7 +119,7 @@ func equalInstance(a, b realize.Instance) bool {
 }
 
 func TestCreateRefusals(t *testing.T) {
-	for _, model := range nvmlmock.Models {
+	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
 			ctx := context.Background()
 			b, _ := newBackend(t, model, nvmlmock.Options{})
@@ -188,7 +188,7 @@ func TestCreateMIGDisabled(t *testing.T) {
 }
 
 func TestDestroyRefusals(t *testing.T) {
-	for _, model := range nvmlmock.Models {
+	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
 			ctx := context.Background()
 			b, srv := newBackend(t, model, nvmlmock.Options{})
@@ -232,7 +232,7 @@ func TestDestroyRefusals(t *testing.T) {
 // A GPU instance left without a compute instance (a crash between the two
 // creates, or another tool) is listed, and can be destroyed.
 func TestGPUInstanceWithoutComputeInstance(t *testing.T) {
-	for _, model := range nvmlmock.Models {
+	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
 			ctx := context.Background()
 			b, srv := newBackend(t, model, nvmlmock.Options{})

@@ -113,7 +113,7 @@ func sorted(s ...[]string) []string {
 // The realize Manager's lifecycle over the real backend: allocate,
 // idempotent re-allocate, reclaim on termination, restart adoption.
 func TestManagerLifecycle(t *testing.T) {
-	for _, model := range nvmlmock.Models {
+	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
 			ctx := context.Background()
 			n := newNode(t, model)

@@ -209,6 +209,9 @@ func (d *Device) GetGpuInstanceProfileInfoV3(index int) (nvml.GpuInstanceProfile
 	if in.IsP2pSupported != 0 {
 		v3.Capabilities |= nvml.GPU_INSTANCE_PROFILE_CAPS_P2P
 	}
+	if strings.HasSuffix(p.spec.name, "+gfx") {
+		v3.Capabilities |= nvml.GPU_INSTANCE_PROFILE_CAPS_GFX
+	}
 	return v3, nvml.SUCCESS
 }
 

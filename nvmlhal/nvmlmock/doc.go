@@ -1,6 +1,9 @@
 // Package nvmlmock makes go-nvml's DGX mock servers (pkg/nvml/mock/dgxa100,
 // dgxh100, dgxh200, dgxb200) strict enough to test an NVML MIG backend
-// without a GPU. It is a test helper: only tests and examples import it.
+// without a GPU, and adds two grids go-nvml's servers lack: the 4-slot A30
+// (on go-nvml's A30 GPU config) and the 12-slot RTX PRO 6000 Blackwell
+// Server Edition with its +gfx, -me and +me.all variants. It is a test
+// helper: only tests and examples import it.
 //
 // go-nvml's servers are lax: overlapping or illegal placements succeed, a
 // GPU instance with live compute instances can be destroyed, MIG device
@@ -13,11 +16,12 @@
 //
 //   - profile Ids differ from indexes (1g is Id 19 at index 0, 7g Id 0 at
 //     index 4), so a caller that confuses them fails;
-//   - placements are half-open slot intervals [Start, Start+Size) on an
-//     8-slot grid: 3g has size 4, 7g size 8, 1g REV2 size 2;
+//   - placements are half-open slot intervals [Start, Start+Size) on the
+//     model's grid: on the 8-slot parts 3g has size 4, 7g size 8, 1g REV2
+//     size 2;
 //   - creating at a placement the profile does not list is
 //     ERROR_INVALID_ARGUMENT; overlapping a live GPU instance, exceeding
-//     the profile's instance count or the GPU's 7 compute slices is
+//     the profile's instance count or the GPU's compute slices is
 //     ERROR_INSUFFICIENT_RESOURCES; MIG off is ERROR_NOT_SUPPORTED;
 //   - destroying a GPU instance with compute instances or processes, or a
 //     compute instance with processes, is ERROR_IN_USE; destroyed handles

@@ -18,10 +18,20 @@ const (
 	DGXH200
 	// DGXB200: 8 × B200 180GB (go-nvml's dgxb200).
 	DGXB200
+	// A30: 8 × A30 24GB on the 4-slot grid (go-nvml's A30 GPU config).
+	A30
+	// RTXPro6000: 8 × RTX PRO 6000 Blackwell Server Edition on the
+	// 12-slot grid, with the +gfx, -me and +me.all variants. go-nvml has
+	// no such GPU; identity and compute instance profiles are made up
+	// here.
+	RTXPro6000
 )
 
+// DGXModels are the four servers go-nvml ships, all on the 8-slot grid.
+var DGXModels = []Model{DGXA100, DGXH100, DGXH200, DGXB200}
+
 // Models lists every model, for table tests over all of them.
-var Models = []Model{DGXA100, DGXH100, DGXH200, DGXB200}
+var Models = []Model{DGXA100, DGXH100, DGXH200, DGXB200, A30, RTXPro6000}
 
 func (m Model) String() string {
 	switch m {
@@ -33,6 +43,10 @@ func (m Model) String() string {
 		return "dgxh200"
 	case DGXB200:
 		return "dgxb200"
+	case A30:
+		return "a30"
+	case RTXPro6000:
+		return "rtxpro6000"
 	}
 	return "Model(?)"
 }
@@ -56,7 +70,7 @@ type modelSpec struct {
 	totalMB uint64
 	slices  uint32 // compute slices on the GPU
 	slots   uint32 // memory slots (placement grid width)
-	// profiles, in index order.
+	// profiles of the GPU.
 	profiles []profileSpec
 }
 
@@ -124,6 +138,89 @@ var specs = map[Model]modelSpec{
 	},
 }
 
+func (m Model) spec() (modelSpec, bool) {
+	switch m {
+	case A30:
+		return a30Spec, true
+	case RTXPro6000:
+		return rtxPro6000Spec, true
+	}
+	s, ok := specs[m]
+	return s, ok
+}
+
+// a30Spec is the A30 table of the facts file on go-nvml's A30 config.
+var a30Spec = modelSpec{
+	base: gpus.A30_PCIE_24GB, totalMB: 24576, slices: 4, slots: 4,
+	profiles: []profileSpec{
+		{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE, id: 14, name: "1g.6gb", memMB: 5952, sms: 14, instances: 4, size: 1, starts: []uint32{0, 1, 2, 3}},
+		{index: nvml.GPU_INSTANCE_PROFILE_2_SLICE, id: 5, name: "2g.12gb", memMB: 11968, sms: 28, instances: 2, size: 2, starts: []uint32{0, 2}},
+		{index: nvml.GPU_INSTANCE_PROFILE_4_SLICE, id: 0, name: "4g.24gb", memMB: 24000, sms: 56, instances: 1, size: 4, starts: zero},
+		{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, id: 21, name: "1g.6gb+me", memMB: 5952, sms: 14, instances: 1, size: 1, starts: []uint32{0, 1, 2, 3}},
+		{index: nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1, id: 6, name: "2g.12gb+me", memMB: 11968, sms: 28, instances: 1, size: 2, starts: []uint32{0, 2}},
+	},
+}
+
+// rtxPro6000Spec is the RTX PRO 6000 Blackwell Server Edition table of the
+// facts file. The total memory (97887 MiB) is a best guess (?); derived
+// names agree with the table for it.
+var rtxPro6000Spec = func() modelSpec {
+	q := []uint32{0, 3, 6, 9}
+	h := []uint32{0, 6}
+	one := func(index int, id uint32, suffix string, instances uint32) profileSpec {
+		return profileSpec{index: index, id: id, name: "1g.24gb" + suffix, memMB: 24192, sms: 46, instances: instances, size: 3, starts: q}
+	}
+	two := func(index int, id uint32, suffix string, instances uint32) profileSpec {
+		return profileSpec{index: index, id: id, name: "2g.48gb" + suffix, memMB: 48512, sms: 94, instances: instances, size: 6, starts: h}
+	}
+	four := func(index int, id uint32, suffix string) profileSpec {
+		return profileSpec{index: index, id: id, name: "4g.96gb" + suffix, memMB: 97408, sms: 188, instances: 1, size: 12, starts: zero}
+	}
+	return modelSpec{
+		base: gpus.Config{
+			Name: "NVIDIA RTX PRO 6000 Blackwell Server Edition", Architecture: nvml.DEVICE_ARCH_BLACKWELL,
+			Brand: nvml.BRAND_NVIDIA, MemoryMB: 97887, CudaMajor: 12, CudaMinor: 0,
+		},
+		totalMB: 97887, slices: 4, slots: 12,
+		profiles: []profileSpec{
+			one(nvml.GPU_INSTANCE_PROFILE_1_SLICE, 14, "", 4),
+			two(nvml.GPU_INSTANCE_PROFILE_2_SLICE, 5, "", 2),
+			four(nvml.GPU_INSTANCE_PROFILE_4_SLICE, 0, ""),
+			one(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 21, "+me", 1),
+			one(nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, 47, "+gfx", 4),
+			two(nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX, 35, "+gfx", 2),
+			four(nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, 32, "+gfx"),
+			one(nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, 67, "-me", 4),
+			two(nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, 66, "-me", 2),
+			one(nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, 65, "+me.all", 1),
+			two(nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME, 64, "+me.all", 1),
+		},
+	}
+}()
+
+// ciIndexes are the CI profile indexes by slice count.
+var ciIndexes = map[uint32]int{
+	1: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 2: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE,
+	3: nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, 4: nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE,
+	7: nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE, 8: nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE,
+}
+
+// synthCI makes compute instance profiles for a GI profile go-nvml has no
+// table for: CIs of 1, 2 and all of the GI's slices.
+func synthCI(slices, sms uint32) map[int]nvml.ComputeInstanceProfileInfo {
+	out := make(map[int]nvml.ComputeInstanceProfileInfo)
+	for _, k := range []uint32{1, 2, slices} {
+		idx, ok := ciIndexes[k]
+		if !ok || k > slices {
+			continue
+		}
+		out[idx] = nvml.ComputeInstanceProfileInfo{
+			Id: uint32(idx), SliceCount: k, InstanceCount: slices / k, MultiprocessorCount: sms * k / slices,
+		}
+	}
+	return out
+}
+
 // profile is one supported GPU instance profile of a device, ready to serve.
 type profile struct {
 	spec       profileSpec
@@ -138,6 +235,9 @@ func buildProfiles(m modelSpec) map[int]*profile {
 	out := make(map[int]*profile, len(m.profiles))
 	for _, s := range m.profiles {
 		info := m.base.MIGProfiles.GpuInstanceProfiles[s.index] // engine counts
+		if info.SliceCount == 0 {
+			info.SliceCount = sliceCountOf(s)
+		}
 		info.Id = s.id
 		info.MemorySizeMB = s.memMB
 		info.MultiprocessorCount = s.sms
@@ -146,7 +246,11 @@ func buildProfiles(m modelSpec) map[int]*profile {
 		for _, st := range s.starts {
 			p.placements = append(p.placements, nvml.GpuInstancePlacement{Start: st, Size: s.size})
 		}
-		for idx, ci := range m.base.MIGProfiles.ComputeInstanceProfiles[s.index] {
+		cis := m.base.MIGProfiles.ComputeInstanceProfiles[s.index]
+		if cis == nil {
+			cis = synthCI(info.SliceCount, s.sms)
+		}
+		for idx, ci := range cis {
 			if ci.SliceCount == info.SliceCount {
 				// The full-size CI has all of the GI's SMs.
 				ci.MultiprocessorCount = s.sms
@@ -156,6 +260,11 @@ func buildProfiles(m modelSpec) map[int]*profile {
 		out[s.index] = p
 	}
 	return out
+}
+
+// sliceCountOf reads the compute slice count from the profile name.
+func sliceCountOf(s profileSpec) uint32 {
+	return uint32(s.name[0] - '0')
 }
 
 // v3Name encodes a canonical name the way the V3 struct carries it.

@@ -72,7 +72,7 @@ type Server struct {
 
 // New returns a strict server of the given model.
 func New(model Model, opts Options) *Server {
-	spec, ok := specs[model]
+	spec, ok := model.spec()
 	if !ok {
 		panic(fmt.Sprintf("nvmlmock: unknown model %d", int(model)))
 	}

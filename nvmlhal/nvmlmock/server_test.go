@@ -53,7 +53,7 @@ func TestUninitialised(t *testing.T) {
 }
 
 func TestProfileTables(t *testing.T) {
-	for _, model := range nvmlmock.Models {
+	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
 			_, dev := started(t, model, nvmlmock.Options{})
 			found := 0
