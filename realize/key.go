@@ -44,7 +44,8 @@ func ownerOf(podUID string, a reservation.Allocation) Owner {
 	return Owner{PodUID: podUID, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex}
 }
 
-// Origin says how an instance came under the manager's control.
+// Origin says how an instance came under the manager's control. The zero
+// value is unknown and never reported by the manager.
 type Origin uint8
 
 const (
