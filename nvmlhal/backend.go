@@ -139,13 +139,13 @@ func (b *Backend) begin(ctx context.Context, op string, gpu int) (nvml.Device, f
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	unlock, err := b.lockGPU(ctx, gpu)
+	// Resolve the handle first so that only real GPUs get a lock.
+	dev, err := b.device(op, gpu)
 	if err != nil {
 		return nil, nil, err
 	}
-	dev, err := b.device(op, gpu)
+	unlock, err := b.lockGPU(ctx, gpu)
 	if err != nil {
-		unlock()
 		return nil, nil, err
 	}
 	return dev, unlock, nil
