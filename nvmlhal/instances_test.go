@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -478,4 +479,22 @@ func TestConcurrentUse(t *testing.T) {
 			t.Errorf("GPU %d left %+v", gpu, left)
 		}
 	}
+}
+
+// A call waiting for a GPU's lock gives up when its context ends; other
+// GPUs are not blocked.
+func TestLockWaitHonoursContext(t *testing.T) {
+	b, _ := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
+	unlock, err := b.LockGPU(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := b.CreateInstance(ctx, 0, p1g, at(0, 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("CreateInstance on a locked GPU = %v, want context.DeadlineExceeded", err)
+	}
+	mustCreate(t, b, 1, p1g, at(0, 1))
+	unlock()
+	mustCreate(t, b, 0, p1g, at(0, 1))
 }
