@@ -82,7 +82,6 @@ type Injected struct {
 	fault   Fault
 	matched int // matching calls since injection
 	fired   int
-	removed bool
 }
 
 // Fired reports how many calls the fault has fired on.
@@ -104,7 +103,6 @@ func (f *Injected) Matched() int {
 func (f *Injected) Remove() {
 	f.node.mu.Lock()
 	defer f.node.mu.Unlock()
-	f.removed = true
 	f.node.faults = slices.DeleteFunc(f.node.faults, func(x *Injected) bool { return x == f })
 }
 
@@ -142,9 +140,6 @@ func (n *Node) CrashAfterGI(nth int) *Injected {
 func (n *Node) ClearFaults() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, f := range n.faults {
-		f.removed = true
-	}
 	n.faults = nil
 }
 
@@ -177,7 +172,6 @@ func (n *Node) enter(ctx context.Context, op Op, gpu int) (eff effect, err error
 		}
 		f.fired++
 		if f.fault.Nth != 0 { // one-shot: done
-			f.removed = true
 			n.faults = slices.DeleteFunc(n.faults, func(x *Injected) bool { return x == f })
 		}
 		latency += f.fault.Latency

@@ -30,7 +30,8 @@ const DefaultModel = "NVIDIA A100-SXM4-40GB"
 type Options struct {
 	// GPUs names the model of each GPU in NVML index order, by Model.Name
 	// or one of its aliases (case-insensitive). Nil means one
-	// [DefaultModel]. [Repeat] builds the usual "8 x model" node.
+	// [DefaultModel]; an empty non-nil slice builds a node without GPUs.
+	// [Repeat] builds the usual "8 x model" node.
 	GPUs []string
 	// Models are custom models looked up, by Name and Aliases, before the
 	// built-in ones, for tests that need an unusual profile table.
@@ -61,15 +62,14 @@ func Repeat(n int, model string) []string {
 // [realize.MIGModeSetter] and [capability.HardwareView]. A Node is safe for
 // concurrent use; see the package documentation for its rules.
 type Node struct {
-	seed           uint64
-	needsReset     bool
-	mu             sync.Mutex
-	gpus           []*gpuState
-	procs          []*process // live processes, in start order
-	nextPID        uint32
-	calls          map[Op]int
-	faults         []*Injected
-	nextInjectedID int
+	seed       uint64
+	needsReset bool
+	mu         sync.Mutex
+	gpus       []*gpuState
+	procs      []*process // live processes, in start order
+	nextPID    uint32
+	calls      map[Op]int
+	faults     []*Injected
 }
 
 type gpuState struct {
@@ -471,11 +471,11 @@ func (n *Node) createCI(op Op, g *gpuState, gi *gpuInstance, slices uint32) (*co
 		uuid: "MIG-" + n.uuid("mig", uint64(g.info.Index), g.seq),
 	}
 	gi.cis = append(gi.cis, ci)
-	slicesSortCIs(gi.cis)
+	sortCIs(gi.cis)
 	return ci, nil
 }
 
-func slicesSortCIs(cis []*computeInstance) {
+func sortCIs(cis []*computeInstance) {
 	slices.SortFunc(cis, func(a, b *computeInstance) int { return cmp.Compare(a.id, b.id) })
 }
 
