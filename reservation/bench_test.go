@@ -111,3 +111,27 @@ func BenchmarkEncodingJSONMarshal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDesired measures the desired set of a busy node: 8 GPUs with 7
+// single-device pods each, all realized.
+func BenchmarkDesired(b *testing.B) {
+	var snap reservation.Snapshot
+	snap.Complete = true
+	for g := range 8 {
+		gpu := fmt.Sprintf("GPU-%08x-2222-4333-8444-555555555555", g)
+		for s := range 7 {
+			a := reservation.Allocation{GPUUUID: gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: uint32(s), Size: 1},
+				MIGUUID:       fmt.Sprintf("MIG-%08x-5e6f-4a7b-8c9d-0e1f2a3b4c5d", g*7+s),
+				GPUInstanceID: reservation.SomeID(uint32(7 + s)), ComputeInstanceID: reservation.SomeID(0)}
+			uid := fmt.Sprintf("pod-%d-%d", g, s)
+			snap.Pods = append(snap.Pods, reservation.Pod{UID: uid, Namespace: "ns", Name: uid, Phase: reservation.PodRunning,
+				Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{a})}})
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if set := reservation.Desired(snap); !set.Authorized || len(set.Active) != 56 {
+			b.Fatalf("unexpected set: %v", set.Verdict())
+		}
+	}
+}
