@@ -287,7 +287,13 @@ func (s *machine) reconcile(t *rapid.T) {
 func (s *machine) restart(t *rapid.T) {
 	s.m = realize.NewManager(s.node, realize.Options{Now: s.clock.Now})
 	armed := s.armed()
-	rep, err := s.m.Adopt(context.Background(), s.snapshot())
+	snap := s.snapshot()
+	snap.Complete = rapid.IntRange(0, 3).Draw(t, "complete at startup") > 0
+	before := len(s.node.Snapshot())
+	rep, err := s.m.Adopt(context.Background(), snap)
+	if !snap.Complete && len(s.node.Snapshot()) != before {
+		t.Fatalf("Adopt on an incomplete listing destroyed instances")
+	}
 	if err != nil {
 		if !armed {
 			t.Fatalf("Adopt without faults: %v", err)
