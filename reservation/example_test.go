@@ -148,3 +148,30 @@ func ExampleCollector() {
 	// # TYPE hami_node_gpu_mig_instance_info gauge
 	// hami_node_gpu_mig_instance_info{compute_instance_id="0",device_index="0",device_uuid="GPU-xxxxxxxx",gpu_instance_id="4",mig_uuid="MIG-xxxxxxxx",node="MIG-NODE-A",placement_size="2",placement_start="2",profile="2g.10gb"} 1
 }
+
+func ExampleValidateAgainst() {
+	node := reservation.GPUs{{
+		UUID: "GPU-a",
+		Profiles: []capability.Profile{{
+			Name:       "2g.10gb",
+			Placements: []capability.Placement{{Start: 0, Size: 2}, {Start: 2, Size: 2}, {Start: 4, Size: 2}},
+		}},
+	}}
+	allocs := []reservation.Allocation{
+		{GPUUUID: "GPU-a", Profile: "2g.10gb", Placement: capability.Placement{Start: 2, Size: 2}},
+		{DeviceIndex: 1, GPUUUID: "GPU-a", Profile: "2g.10gb", Placement: capability.Placement{Start: 5, Size: 2}},
+		{DeviceIndex: 2, GPUUUID: "GPU-b", Profile: "2g.10gb", Placement: capability.Placement{Start: 0, Size: 2}},
+	}
+	err := reservation.ValidateAgainst(allocs, node)
+	fmt.Println(errors.Is(err, reservation.ErrUnpublishedPlacement), errors.Is(err, reservation.ErrUnknownGPU))
+	// Output:
+	// true true
+}
+
+func ExampleDesiredSet_Verdict() {
+	set := reservation.Desired(reservation.Snapshot{Complete: false})
+	err := set.Verdict()
+	fmt.Println(errors.Is(err, reservation.ErrNotAuthorized), errors.Is(err, reservation.ErrIncompleteSnapshot))
+	// Output:
+	// true true
+}
