@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dynmig/dynmig/capability"
 )
@@ -76,6 +77,7 @@ type shape struct {
 	width    uint32
 	full     uint64
 	profiles []gridProfile
+	src      []capability.Profile // the input table, in input order, for interning
 	caps     []capability.Profile // sorted copies; gridProfile.p points here
 	frag     []weightedMask
 	byEnd    [][]uint64 // per profile, placement masks ordered by end
@@ -120,18 +122,99 @@ func NewGrid(gpu *capability.GPU) (*Grid, error) {
 	if gpu.UUID == "" {
 		return nil, &GridError{Reason: "empty GPU UUID"}
 	}
-	sh, err := newShape(gpu)
+	sh, err := internShape(gpu)
 	if err != nil {
 		return nil, err
 	}
 	return &Grid{uuid: gpu.UUID, name: gpu.Name, memoryMB: gpu.MemoryMB, index: gpu.Index, shape: sh}, nil
 }
 
+// shapes interns compiled profile tables, so GPUs of one model share one
+// table (and its lookup tables) process-wide: a map from the table's hash to
+// the shapes with that hash, each compared in full before reuse. It only
+// grows; a cluster has a handful of distinct tables (models x allowlists x
+// driver memory drift).
+var shapes struct {
+	sync.RWMutex
+	m map[uint64][]*shape
+}
+
+func internShape(gpu *capability.GPU) (*shape, error) {
+	h := tableHash(gpu.Profiles)
+	shapes.RLock()
+	for _, sh := range shapes.m[h] {
+		if sameTable(sh.src, gpu.Profiles) {
+			shapes.RUnlock()
+			return sh, nil
+		}
+	}
+	shapes.RUnlock()
+	sh, err := newShape(gpu)
+	if err != nil {
+		return nil, err
+	}
+	shapes.Lock()
+	defer shapes.Unlock()
+	for _, old := range shapes.m[h] {
+		if sameTable(old.src, gpu.Profiles) {
+			return old, nil
+		}
+	}
+	if shapes.m == nil {
+		shapes.m = map[uint64][]*shape{}
+	}
+	shapes.m[h] = append(shapes.m[h], sh)
+	return sh, nil
+}
+
+// tableHash is an FNV-1a hash of what a shape depends on.
+func tableHash(ps []capability.Profile) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		for range 8 {
+			h ^= v & 0xff
+			h *= 1099511628211
+			v >>= 8
+		}
+	}
+	for i := range ps {
+		p := &ps[i]
+		for j := 0; j < len(p.Name); j++ {
+			h ^= uint64(p.Name[j])
+			h *= 1099511628211
+		}
+		mix(p.MemoryMB)
+		mix(uint64(p.SliceCount))
+		for _, pl := range p.Placements {
+			mix(uint64(pl.Start)<<32 | uint64(pl.Size))
+		}
+	}
+	return h
+}
+
+// sameTable compares the fields a shape depends on, in input order.
+func sameTable(a, b []capability.Profile) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].MemoryMB != b[i].MemoryMB || a[i].SliceCount != b[i].SliceCount ||
+			!slices.Equal(a[i].Placements, b[i].Placements) {
+			return false
+		}
+	}
+	return true
+}
+
 func newShape(gpu *capability.GPU) (*shape, error) {
-	caps := make([]capability.Profile, len(gpu.Profiles))
-	copy(caps, gpu.Profiles)
+	src := make([]capability.Profile, len(gpu.Profiles))
+	for i, p := range gpu.Profiles {
+		p.Placements = slices.Clone(p.Placements)
+		src[i] = p
+	}
+	caps := slices.Clone(src)
 	capability.SortProfiles(caps)
-	sh := &shape{caps: caps, profiles: make([]gridProfile, len(caps))}
+	sh := &shape{src: src, caps: caps, profiles: make([]gridProfile, len(caps))}
 	seen := make(map[string]bool, len(caps))
 	for i := range caps {
 		pr := &caps[i]
@@ -209,27 +292,6 @@ func fragMasks(ps []gridProfile) []weightedMask {
 	}
 	slices.SortFunc(out, func(a, b weightedMask) int { return cmp.Compare(a.mask, b.mask) })
 	return out
-}
-
-// shapeKey is a canonical text of a profile table, used to share shapes.
-func shapeKey(gpu *capability.GPU) string {
-	var b strings.Builder
-	for i := range gpu.Profiles {
-		p := &gpu.Profiles[i]
-		b.WriteString(p.Name)
-		b.WriteByte('|')
-		b.WriteString(strconv.FormatUint(p.MemoryMB, 10))
-		b.WriteByte('|')
-		b.WriteString(strconv.FormatUint(uint64(p.SliceCount), 10))
-		for _, pl := range p.Placements {
-			b.WriteByte('|')
-			b.WriteString(strconv.FormatUint(uint64(pl.Start), 10))
-			b.WriteByte(':')
-			b.WriteString(strconv.FormatUint(uint64(pl.Size), 10))
-		}
-		b.WriteByte(';')
-	}
-	return b.String()
 }
 
 // UUID returns the GPU UUID.

@@ -10,7 +10,7 @@ import (
 
 // plainGPU builds the capability of one GPU of a built-in model, keeping
 // only plain (VariantNone) profiles, as a realistic allowlist would.
-func plainGPU(t testing.TB, model string, index int) capability.GPU {
+func plainGPU(t fataler, model string, index int) capability.GPU {
 	t.Helper()
 	m, ok := fakehal.LookupModel(model)
 	if !ok {
@@ -29,6 +29,13 @@ func plainGPU(t testing.TB, model string, index int) capability.GPU {
 	}
 	gpu.Profiles = kept
 	return gpu
+}
+
+// fataler is what the helpers need from testing.TB and *rapid.T.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
 }
 
 func uuidOf(model string, i int) string {

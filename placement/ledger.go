@@ -63,9 +63,8 @@ type LedgerOptions struct {
 type Ledger struct {
 	opts LedgerOptions
 
-	mu     sync.RWMutex // guards nodes and shapes
-	nodes  map[string]*nodeLedger
-	shapes map[string]*shape
+	mu    sync.RWMutex // guards nodes
+	nodes map[string]*nodeLedger
 
 	idxMu   sync.Mutex // leaf lock: never held while taking another
 	podNode map[string]string
@@ -85,6 +84,7 @@ type nodeLedger struct {
 type podEntry struct {
 	held    []held
 	assumed bool
+	one     [1]held // backing store of held for single-device pods
 }
 
 // held is a reservation with its resolved GPU position (-1 when unknown)
@@ -97,7 +97,7 @@ type held struct {
 
 // NewLedger returns an empty ledger.
 func NewLedger(opts LedgerOptions) *Ledger {
-	l := &Ledger{opts: opts, nodes: map[string]*nodeLedger{}, shapes: map[string]*shape{}, podNode: map[string]string{}}
+	l := &Ledger{opts: opts, nodes: map[string]*nodeLedger{}, podNode: map[string]string{}}
 	l.selectors.New = func() any { return NewSelector(SelectorOptions{Policy: opts.Policy, MaxSteps: opts.MaxSteps}) }
 	return l
 }
@@ -110,15 +110,14 @@ func NewLedger(opts LedgerOptions) *Ledger {
 // returned as joined [*ReservationError]s, but the node is updated.
 func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
 	states := make([]GPUState, len(gpus))
-	l.mu.Lock()
 	for i := range gpus {
-		g, err := l.gridLocked(&gpus[i])
+		g, err := NewGrid(&gpus[i])
 		if err != nil {
-			l.mu.Unlock()
 			return err
 		}
 		states[i] = GPUState{Grid: g}
 	}
+	l.mu.Lock()
 	n := l.nodeLocked(name)
 	l.mu.Unlock()
 
@@ -138,23 +137,6 @@ func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// gridLocked compiles gpu, sharing the shape of an identical table.
-func (l *Ledger) gridLocked(gpu *capability.GPU) (*Grid, error) {
-	if gpu.UUID == "" {
-		return nil, &GridError{Reason: "empty GPU UUID"}
-	}
-	key := shapeKey(gpu)
-	sh, ok := l.shapes[key]
-	if !ok {
-		var err error
-		if sh, err = newShape(gpu); err != nil {
-			return nil, err
-		}
-		l.shapes[key] = sh
-	}
-	return &Grid{uuid: gpu.UUID, name: gpu.Name, memoryMB: gpu.MemoryMB, index: gpu.Index, shape: sh}, nil
 }
 
 func (l *Ledger) nodeLocked(name string) *nodeLedger {
@@ -471,7 +453,12 @@ func checkPod(podUID string, rs []Reservation) error {
 // refuses the whole pod; otherwise everything is recorded and problems are
 // returned. It reports whether the pod was recorded.
 func (n *nodeLedger) add(podUID string, rs []Reservation, strict bool) (bool, error) {
-	e := &podEntry{held: make([]held, len(rs)), assumed: strict}
+	e := &podEntry{assumed: strict}
+	if len(rs) == 1 {
+		e.held = e.one[:]
+	} else {
+		e.held = make([]held, len(rs))
+	}
 	for i, r := range rs {
 		r.PodUID = podUID
 		e.held[i] = held{Reservation: r, gpu: -1}

@@ -43,7 +43,9 @@ type TraceError struct {
 	Reason string
 }
 
-func (e *TraceError) Error() string { return "sim: trace line " + strconv.Itoa(e.Line) + ": " + e.Reason }
+func (e *TraceError) Error() string {
+	return "sim: trace line " + strconv.Itoa(e.Line) + ": " + e.Reason
+}
 
 // Unwrap returns [ErrTrace].
 func (e *TraceError) Unwrap() error { return ErrTrace }
