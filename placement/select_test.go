@@ -9,7 +9,9 @@ import (
 	"github.com/dynmig/dynmig/placement"
 )
 
-func pl(start, size uint32) capability.Placement { return capability.Placement{Start: start, Size: size} }
+func pl(start, size uint32) capability.Placement {
+	return capability.Placement{Start: start, Size: size}
+}
 
 func TestSelectChoosesSmallestProfile(t *testing.T) {
 	tests := []struct {
@@ -233,7 +235,7 @@ func TestSelectMultiDevice(t *testing.T) {
 				{ContainerIndex: 1, DeviceIndex: 0, GPU: 1, Profile: "7g.40gb", Placement: pl(0, 8)}}},
 		{name: "greedy would strand the 3g; the search packs it", model: "A100-SXM4-40GB", gpus: 1,
 			used: map[int][]capability.Placement{0: {pl(0, 2)}},
-			req: placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.MiB(9000)}, {Devices: 1, Memory: placement.MiB(19000)}}},
+			req:  placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.MiB(9000)}, {Devices: 1, Memory: placement.MiB(19000)}}},
 			want: []placement.Assignment{{ContainerIndex: 0, DeviceIndex: 0, Profile: "1g.10gb", Placement: pl(2, 2)},
 				{ContainerIndex: 1, DeviceIndex: 0, Profile: "3g.20gb", Placement: pl(4, 4)}}},
 	}
