@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/fakehal"
+)
+
+func discoverCommand() command {
+	return command{
+		name:    "discover",
+		args:    "--fake MODEL[,MODEL...] [--allowlist FILE] [--node NAME] [--seed N]",
+		summary: "node registration a fake node of the given GPU models would publish",
+		help: `Builds an in-memory node of the given GPU models (fakehal presets; "8xA100"
+repeats a model), discovers its MIG capability under the allowlist (the
+built-in one, or nvidia.migProfileAllowlist from a scheduler device config),
+and prints the hami.io/node-nvidia-register value the device plugin would
+publish, byte for byte. With --node it prints a Kubernetes Node carrying the
+annotation instead, ready for place, status and metrics.
+
+Discovery findings (profiles or GPUs left out) go to standard error; exit 1
+when a GPU publishes nothing (no allowlist match, MIG disabled, no profile
+resolved, unusable profile), 0 when only allowlisted aliases did not resolve.`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			fake := fs.String("fake", "", "comma-separated GPU models, each optionally prefixed by a count (\"8xA100-SXM4-40GB\")")
+			allow := fs.String("allowlist", "", "scheduler device config (YAML or JSON) with nvidia.migProfileAllowlist; default: the built-in allowlist")
+			node := fs.String("node", "", "print a Kubernetes Node of this name carrying the registration")
+			seed := fs.Uint64("seed", 1, "seed of the fake GPU UUIDs")
+			return func(e *env, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				return discover(e, *fake, *allow, *node, *seed)
+			}
+		},
+	}
+}
+
+func discover(e *env, fake, allowFile, nodeName string, seed uint64) error {
+	models, err := parseModels(fake)
+	if err != nil {
+		return err
+	}
+	policy, err := loadAllowlist(e, allowFile)
+	if err != nil {
+		return err
+	}
+	hw, err := fakehal.New(fakehal.Options{GPUs: models, Seed: seed})
+	if err != nil {
+		return usageErr("--fake: %v (models: %s)", err, knownModels())
+	}
+	gpus, report, err := capability.Discover(e.ctx, hw, policy)
+	if err != nil {
+		return err
+	}
+	devs := make([]capability.NodeDevice, 0, len(gpus))
+	for _, g := range gpus {
+		d, err := capability.NewMIGNodeDevice(g, true)
+		if err != nil {
+			return fmt.Errorf("GPU %d: %w", g.Index, err)
+		}
+		devs = append(devs, d)
+	}
+	value, err := capability.EncodeNodeRegistration(devs)
+	if err != nil {
+		return err
+	}
+	if nodeName == "" {
+		fmt.Fprintf(e.stdout, "%s\n", value)
+	} else if err := writeNode(e, nodeName, string(value)); err != nil {
+		return err
+	}
+	serious := false
+	for _, f := range report.Findings {
+		fmt.Fprintf(e.stderr, "finding: %s\n", f)
+		if f.Kind != capability.FindingUnresolved && f.Kind != capability.FindingModePending {
+			serious = true
+		}
+	}
+	if serious {
+		return errFindings
+	}
+	return nil
+}
+
+// writeNode prints a Node object carrying the registration annotation.
+func writeNode(e *env, name, value string) error {
+	n := corev1.Node{
+		TypeMeta:   metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{capability.NodeRegisterAnnotation: value}},
+	}
+	out, err := json.MarshalIndent(&n, "", "    ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", out)
+	return err
+}
+
+// parseModels reads "MODEL[,MODEL...]" where a model may be prefixed by a
+// count, "8xA100".
+func parseModels(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, usageErr("--fake is required (models: %s)", knownModels())
+	}
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		n := 1
+		if i := strings.IndexAny(item, "xX"); i > 0 {
+			if c, err := strconv.Atoi(item[:i]); err == nil {
+				if c < 1 || c > 64 {
+					return nil, usageErr("--fake %q: count %d out of 1..64", item, c)
+				}
+				n, item = c, item[i+1:]
+			}
+		}
+		if item == "" {
+			return nil, usageErr("--fake %q: empty model", s)
+		}
+		if _, ok := fakehal.LookupModel(item); !ok {
+			return nil, usageErr("--fake: unknown model %q (models: %s)", item, knownModels())
+		}
+		out = append(out, fakehal.Repeat(n, item)...)
+	}
+	if len(out) > 64 {
+		return nil, usageErr("--fake: %d GPUs, at most 64", len(out))
+	}
+	return out, nil
+}
+
+func knownModels() string {
+	var names []string
+	for _, m := range fakehal.Models() {
+		names = append(names, strconv.Quote(m.Name))
+	}
+	return strings.Join(names, ", ")
+}
+
+// loadAllowlist reads nvidia.migProfileAllowlist from a device config file,
+// or returns the built-in allowlist for "".
+func loadAllowlist(e *env, file string) (capability.Allowlist, error) {
+	if file == "" {
+		return capability.DefaultAllowlist(), nil
+	}
+	data, err := e.readInput(file)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := capability.ParseDeviceConfig(data)
+	if errors.Is(err, capability.ErrLegacyConfig) {
+		return nil, fmt.Errorf("%s: %w (convert it: migctl convert-legacy %s)", displayName(file), err, file)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", displayName(file), err)
+	}
+	if cfg.Allowlist == nil {
+		return nil, fmt.Errorf("%s: no nvidia.migProfileAllowlist", displayName(file))
+	}
+	if cfg.LegacyIgnored {
+		fmt.Fprintf(e.stderr, "migctl: %s: nvidia.knownMigGeometries is ignored next to migProfileAllowlist\n", displayName(file))
+	}
+	return cfg.Allowlist, nil
+}
