@@ -1,6 +1,7 @@
 package reservation
 
 import (
+	"bytes"
 	"math"
 	"strings"
 	"unicode/utf16"
@@ -224,11 +225,12 @@ func (d *decoder[T]) array() ([]Allocation, error) {
 // so that a flood of braces cannot make Decode allocate far more than the
 // input's size.
 func estimateEntries[T input](data T) int {
-	n := 0
-	for i := 0; i < len(data); i++ {
-		if data[i] == '{' {
-			n++
-		}
+	var n int
+	switch v := any(data).(type) {
+	case string:
+		n = strings.Count(v, "{")
+	case []byte:
+		n = bytes.Count(v, []byte{'{'})
 	}
 	return min((n+1)/2, len(data)/64+1)
 }
