@@ -18,6 +18,8 @@ type Realizer interface {
 
 	// Instances lists every live GPU instance on the GPU, including GPU
 	// instances without a compute instance, with their compute instances.
+	// On a GPU whose MIG mode is off it fails with ErrMIGDisabled, as NVML's
+	// GetGpuInstances does (NOT_SUPPORTED); callers check the mode first.
 	Instances(ctx context.Context, gpu int) ([]Instance, error)
 
 	// CreateInstance creates a GPU instance of profile at exactly the given
