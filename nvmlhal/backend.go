@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -42,8 +43,11 @@ type Backend struct {
 	lib nvml.Interface
 	log *slog.Logger
 
-	initMu sync.Mutex
-	inits  int // successful Init calls not yet balanced by Shutdown
+	// owned is true when the backend made the library (Options.NVML nil):
+	// then no one else can have initialised it.
+	owned  bool
+	initMu sync.Mutex   // serialises Init and Shutdown
+	inits  atomic.Int64 // successful Init calls not yet balanced by Shutdown
 
 	locksMu sync.Mutex
 	locks   map[int]chan struct{} // per-GPU mutation lock, a 1-slot semaphore
@@ -60,7 +64,7 @@ func New(opts Options) *Backend {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{lib: lib, log: log, locks: make(map[int]chan struct{})}
+	return &Backend{lib: lib, log: log, owned: opts.NVML == nil, locks: make(map[int]chan struct{})}
 }
 
 // Init initialises NVML (nvmlInit_v2; for nvml.New() this loads the
@@ -77,7 +81,7 @@ func (b *Backend) Init(ctx context.Context) error {
 	if ret := b.lib.Init(); ret != nvml.SUCCESS {
 		return hwError("Init", -1, nil, ret)
 	}
-	b.inits++
+	b.inits.Add(1)
 	return nil
 }
 
@@ -91,13 +95,13 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	}
 	b.initMu.Lock()
 	defer b.initMu.Unlock()
-	if b.inits == 0 {
+	if b.inits.Load() == 0 {
 		return ErrNotInitialized
 	}
 	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
 		return hwError("Shutdown", -1, nil, ret)
 	}
-	b.inits--
+	b.inits.Add(-1)
 	return nil
 }
 
@@ -121,6 +125,9 @@ func (b *Backend) lockGPU(ctx context.Context, gpu int) (unlock func(), err erro
 // device returns the handle of the GPU at NVML index gpu. An index NVML does
 // not know is realize.ErrNotFound.
 func (b *Backend) device(op string, gpu int) (nvml.Device, error) {
+	if err := b.ready(op, gpu); err != nil {
+		return nil, err
+	}
 	if gpu < 0 {
 		return nil, kindError(op, gpu, realize.ErrNotFound, &ArgumentError{Field: "gpu", Reason: "negative index"})
 	}
@@ -132,6 +139,16 @@ func (b *Backend) device(op string, gpu int) (nvml.Device, error) {
 		return nil, hwError(op, gpu, nil, ret)
 	}
 	return dev, nil
+}
+
+// ready refuses calls on a library the backend made and has not
+// initialised: go-nvml links lazily, and calling NVML before Init would end
+// the process on an unresolved symbol instead of returning an error.
+func (b *Backend) ready(op string, gpu int) error {
+	if b.owned && b.inits.Load() == 0 {
+		return hwError(op, gpu, nil, nvml.ERROR_UNINITIALIZED)
+	}
+	return nil
 }
 
 // begin is the common start of a call on one GPU: ctx check, lock, handle.

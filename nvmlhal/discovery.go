@@ -37,6 +37,9 @@ func (b *Backend) Devices(ctx context.Context) ([]capability.DeviceInfo, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := b.ready("DeviceGetCount", -1); err != nil {
+		return nil, err
+	}
 	n, ret := b.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, hwError("DeviceGetCount", -1, nil, ret)

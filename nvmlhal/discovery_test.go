@@ -241,3 +241,23 @@ func TestUninitialisedLibrary(t *testing.T) {
 		t.Errorf("Devices before Init = %v, want ERROR_UNINITIALIZED", err)
 	}
 }
+
+// A backend over the system library refuses calls before Init instead of
+// letting go-nvml call an unresolved symbol (which ends the process). It
+// needs no GPU: no NVML call is made.
+func TestSystemLibraryBeforeInit(t *testing.T) {
+	ctx := context.Background()
+	b := nvmlhal.New(nvmlhal.Options{})
+	if _, err := b.Devices(ctx); returnCode(err) != nvml.ERROR_UNINITIALIZED {
+		t.Errorf("Devices before Init = %v, want ERROR_UNINITIALIZED", err)
+	}
+	if _, err := b.Instances(ctx, 0); returnCode(err) != nvml.ERROR_UNINITIALIZED {
+		t.Errorf("Instances before Init = %v, want ERROR_UNINITIALIZED", err)
+	}
+	if _, err := b.CreateInstance(ctx, 0, capability.GIProfile1Slice, capability.Placement{Start: 0, Size: 1}); returnCode(err) != nvml.ERROR_UNINITIALIZED {
+		t.Errorf("CreateInstance before Init = %v, want ERROR_UNINITIALIZED", err)
+	}
+	if err := b.Shutdown(ctx); !errors.Is(err, nvmlhal.ErrNotInitialized) {
+		t.Errorf("Shutdown before Init = %v, want ErrNotInitialized", err)
+	}
+}

@@ -67,6 +67,12 @@
 // only balances the backend's own Init calls and otherwise returns
 // [ErrNotInitialized] without touching the library.
 //
+// NVML must be initialised before any other call. A backend over the
+// system library it made itself (Options.NVML nil) refuses calls before
+// Init with ERROR_UNINITIALIZED; with an injected library that promise is
+// the caller's: go-nvml resolves NVML's symbols only at Init, and a call
+// before it ends the process.
+//
 // # Concurrency
 //
 // A Backend is safe for concurrent use. Calls that create, destroy or list
