@@ -40,7 +40,9 @@
 // when MIG mode is off, else realize.ErrNotSupported; RESET_REQUIRED:
 // realize.ErrResetRequired) and whose Cause is a [*ReturnError] carrying
 // the raw nvml.Return. Branch with errors.Is on the sentinels; recover the
-// code with errors.As.
+// code with errors.As. Requests refused before NVML is asked (a placement
+// the GPU does not publish, a profile index outside NVML's range, a
+// negative GPU index) carry an [*ArgumentError] as Cause instead.
 //
 // # Supported drivers and GPUs
 //
@@ -54,9 +56,9 @@
 // never called through a missing symbol. Calls that create or destroy
 // instances or change MIG mode need the privileges NVML demands (root or
 // CAP_SYS_ADMIN). The unit tests run against the strict mocks of package
-// nvmlmock (A100, H100, H200, B200 tables from the facts file); only the
-// hardware tests behind the nvml_hardware build tag check a real driver,
-// and none has run in this project's CI.
+// nvmlmock (A100, H100, H200, B200, A30 and RTX PRO 6000 tables from the
+// facts file); only the hardware tests behind the nvml_hardware build tag
+// check a real driver, and none has run in this project's CI.
 //
 // # Init and Shutdown ownership
 //
