@@ -58,9 +58,9 @@ exponential lifetimes, small profiles favoured); --write-trace saves it.`,
 
 type simOptions struct {
 	model, trace, synthetic, policy, mix, writeTrace, allowlist string
-	gpus, arrivals                                             int
-	load                                                       float64
-	json, memory                                               bool
+	gpus, arrivals                                              int
+	load                                                        float64
+	json, memory                                                bool
 }
 
 func simulate(e *env, o simOptions) error {

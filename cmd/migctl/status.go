@@ -238,4 +238,3 @@ func writePending(e *env, nv *nodeView, gpus []placement.GPUState, pol placement
 	}
 	return nil
 }
-
