@@ -1,0 +1,218 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/dynmig/dynmig/placement"
+)
+
+// Features is the DRA feature set [NodeOptions] uses by default: partitionable
+// devices (KEP-4815 counters) and prioritized lists (firstAvailable), which
+// the allocator's "stable" implementation serves.
+var Features = structured.Features{PartitionableDevices: true, PrioritizedList: true}
+
+// ErrDisagree reports a DRA rejection that dynmig's exhaustive scan can place
+// on the same occupancy: the models would not answer the same question.
+var ErrDisagree = errors.New("dra: allocator rejected a request dynmig can place")
+
+// NodeOptions configures a [Node]. The zero value works.
+type NodeOptions struct {
+	// Features are the DRA features the allocator gets; the zero value
+	// means [Features]. Enabling more (e.g. ConsumableCapacity) makes
+	// NewAllocator pick the "incubating" or "experimental" implementation.
+	Features *structured.Features
+	// CELCache is shared between decisions, as the scheduler shares it; nil
+	// means a fresh cache of 64 entries.
+	CELCache *cel.Cache
+}
+
+// Node is the DRA view of one node: the model plus the allocated devices
+// (the scheduler's AllocatedState). It is not safe for concurrent use.
+type Node struct {
+	model     *Model
+	features  structured.Features
+	cache     *cel.Cache
+	allocated sets.Set[structured.DeviceID]
+	node      *v1.Node
+	classes   classLister
+	claims    []*resourceapi.ResourceClaim
+	used      []placement.GPUState
+}
+
+// NewNode returns the node of m with nothing allocated.
+func NewNode(m *Model, opts NodeOptions) *Node {
+	n := &Node{
+		model:     m,
+		features:  Features,
+		cache:     opts.CELCache,
+		allocated: sets.New[structured.DeviceID](),
+		node:      &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.node}},
+		classes:   classLister{m.class},
+		claims:    make([]*resourceapi.ResourceClaim, 1),
+		used:      make([]placement.GPUState, len(m.grids)),
+	}
+	if opts.Features != nil {
+		n.features = *opts.Features
+	}
+	if n.cache == nil {
+		n.cache = cel.NewCache(64, cel.Features{
+			EnableConsumableCapacity: n.features.ConsumableCapacity,
+			EnableListTypeAttributes: n.features.ListTypeAttributes,
+		})
+	}
+	for i, g := range m.grids {
+		n.used[i].Grid = g
+	}
+	return n
+}
+
+// Model returns the node's model.
+func (n *Node) Model() *Model { return n.model }
+
+// NewAllocator returns a structured allocator over the node's current state,
+// as the scheduler builds one per pod. It caches the pool's available
+// counters, so it is only valid until the next Commit or Release.
+func (n *Node) NewAllocator(ctx context.Context) (structured.Allocator, error) {
+	state := structured.AllocatedState{
+		AllocatedDevices:         n.allocated,
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	return structured.NewAllocator(ctx, n.features, state, n.classes, n.model.slices, n.cache)
+}
+
+// AllocateWith asks a for claim on this node and returns the devices chosen,
+// or nil when the claim cannot be allocated. An error is a fatal allocator
+// error (bad CEL, unknown class) or a result naming an unknown device.
+func (n *Node) AllocateWith(ctx context.Context, a structured.Allocator, claim *resourceapi.ResourceClaim) ([]Device, error) {
+	n.claims[0] = claim
+	res, err := a.Allocate(ctx, n.node, n.claims)
+	n.claims[0] = nil
+	if err != nil || len(res) == 0 {
+		return nil, err
+	}
+	var out []Device
+	for _, r := range res[0].Devices.Results {
+		d, ok := n.model.DeviceNamed(r.Device)
+		if !ok || r.Driver != DriverName || r.Pool != n.model.node {
+			return nil, fmt.Errorf("dra: allocator returned unknown device %s/%s/%s", r.Driver, r.Pool, r.Device)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Allocate is one scheduling decision: a fresh allocator over the current
+// state, then Allocate for claim. It does not commit the result.
+func (n *Node) Allocate(ctx context.Context, claim *resourceapi.ResourceClaim) ([]Device, error) {
+	a, err := n.NewAllocator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return n.AllocateWith(ctx, a, claim)
+}
+
+// Commit marks devs allocated. It fails, changing nothing, when one is
+// already allocated or overlaps an allocated device's slots.
+func (n *Node) Commit(devs []Device) error {
+	used := make(map[int]placement.Occupancy)
+	for _, d := range devs {
+		if n.allocated.Has(d.ID) {
+			return fmt.Errorf("dra: device %s already allocated", d.Name)
+		}
+		u, ok := used[d.GPU]
+		if !ok {
+			u = n.used[d.GPU].Used
+		}
+		if !u.Fits(d.Placement) {
+			return fmt.Errorf("dra: device %s overlaps allocated slots %v", d.Name, u)
+		}
+		used[d.GPU] = u.Take(d.Placement)
+	}
+	for _, d := range devs {
+		n.allocated.Insert(d.ID)
+	}
+	for g, u := range used {
+		n.used[g].Used = u
+	}
+	return nil
+}
+
+// Release frees devs (their counters return to the pool).
+func (n *Node) Release(devs []Device) {
+	for _, d := range devs {
+		if n.allocated.Has(d.ID) {
+			n.allocated.Delete(d.ID)
+			n.used[d.GPU].Used = n.used[d.GPU].Used.Release(d.Placement)
+		}
+	}
+}
+
+// Allocated returns how many devices are allocated.
+func (n *Node) Allocated() int { return n.allocated.Len() }
+
+// State returns the node's occupancy as dynmig's selector sees it: one
+// GPUState per GPU with the slots of the allocated devices taken. The
+// caller must not modify it; it changes with Commit and Release.
+func (n *Node) State() []placement.GPUState { return n.used }
+
+// Explain classifies why req cannot be placed on the current occupancy,
+// with dynmig's definitions: the [*placement.UnschedulableError] of an
+// exhaustive first-fit scan. It returns an error wrapping [ErrDisagree]
+// when that scan places req.
+func (n *Node) Explain(req *placement.Request) error {
+	as, err := placement.Select(n.used, req, placement.FirstFit{})
+	if err == nil {
+		return fmt.Errorf("%w: %v", ErrDisagree, as)
+	}
+	return err
+}
+
+// classLister serves the one device class.
+type classLister struct{ class *resourceapi.DeviceClass }
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	return []*resourceapi.DeviceClass{l.class}, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if name != l.class.Name {
+		return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+	}
+	return l.class, nil
+}
+
+// Fill commits randomly chosen free devices, never of a GPU's full-size
+// profile, until about fill (0..1) of each GPU's slots are taken or 64 draws
+// in a row failed on it: a deterministic (for equal seeds) occupancy with
+// the scattered holes churn leaves. It returns the devices committed.
+func (n *Node) Fill(seed uint64, fill float64) []Device {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	var out []Device
+	for g, grid := range n.model.grids {
+		ps := grid.Profiles()
+		target := int(fill * float64(grid.Width()))
+		for miss := 0; miss < 64 && n.used[g].Used.Count() < target; {
+			p := ps[rng.IntN(len(ps)-1)] // the last profile is the largest
+			pl := p.Placements[rng.IntN(len(p.Placements))]
+			d, ok := n.model.Lookup(g, p.Name, pl)
+			if !ok || n.Commit([]Device{d}) != nil {
+				miss++
+				continue
+			}
+			out = append(out, d)
+		}
+	}
+	return out
+}
