@@ -110,3 +110,16 @@ func ExampleFragmentationAware() {
 	// v2.10 [6,7)
 	// frag-aware [1,2)
 }
+
+func ExampleGrid_Stranded() {
+	gpu := exampleA100("GPU-a")
+	grid, _ := placement.NewGrid(&gpu)
+	for _, used := range []placement.Occupancy{0, 0b1, 0b11, 0b101} {
+		fmt.Printf("%-12v capacity %2d stranded %d\n", used, grid.Capacity(used), grid.Stranded(used))
+	}
+	// Output:
+	// {}           capacity 13 stranded 0
+	// {[0,1)}      capacity  9 stranded 3
+	// {[0,2)}      capacity  8 stranded 2
+	// {[0,1) [2,3)} capacity  7 stranded 2
+}

@@ -105,12 +105,11 @@ type gridProfile struct {
 	sliceCount uint32
 }
 
-// weightedMask is one distinct published placement with the weights the
-// fragmentation metric gives it.
+// weightedMask is one distinct published placement with its size, for the
+// [FreePlacements] metric.
 type weightedMask struct {
-	mask     uint64
-	profiles int64 // how many profiles publish this placement
-	size     int64 // slots
+	mask uint64
+	size int64 // slots
 }
 
 // NewGrid compiles gpu for placement. It copies what it keeps, so the caller
@@ -282,12 +281,9 @@ func fragMasks(ps []gridProfile) []weightedMask {
 	var out []weightedMask
 	for i := range ps {
 		for _, m := range ps[i].masks {
-			k := slices.IndexFunc(out, func(w weightedMask) bool { return w.mask == m })
-			if k < 0 {
+			if !slices.ContainsFunc(out, func(w weightedMask) bool { return w.mask == m }) {
 				out = append(out, weightedMask{mask: m, size: int64(bits.OnesCount64(m))})
-				k = len(out) - 1
 			}
-			out[k].profiles++
 		}
 	}
 	slices.SortFunc(out, func(a, b weightedMask) int { return cmp.Compare(a.mask, b.mask) })
@@ -343,20 +339,15 @@ func (g *Grid) Legal(profile string, p capability.Placement) bool {
 	return i >= 0 && g.shape.profiles[i].p.HasPlacement(p)
 }
 
-// FreePlacements returns the number of published placements, over all
-// profiles, that are free under used: the quantity the default policy keeps
-// as large as possible (see [FragmentationAware]).
-func (g *Grid) FreePlacements(used Occupancy) int {
-	n := 0
-	for i := range g.shape.profiles {
-		for _, m := range g.shape.profiles[i].masks {
-			if uint64(used)&m == 0 {
-				n++
-			}
-		}
-	}
-	return n
-}
+// Capacity returns, summed over the grid's profiles, how many more
+// instances of each could still be created under used: the quantity the
+// default policy loses as little of as possible (see [Stranding]).
+func (g *Grid) Capacity(used Occupancy) int { return int(g.shape.capacity(uint64(used))) }
+
+// Stranded returns the free slots under used outside the largest free
+// published placement: free space no single new instance can use. The
+// default policy avoids increasing it (see [Stranding]).
+func (g *Grid) Stranded(used Occupancy) int { return int(g.shape.stranded(uint64(used))) }
 
 // String returns "UUID (name, N slots)".
 func (g *Grid) String() string {
