@@ -1,0 +1,110 @@
+// Command deviceplugin is an example kubelet device plugin that realizes
+// dynmig MIG reservations: it publishes the node's MIG capability in
+// hami.io/node-nvidia-register, creates each container's GPU and compute
+// instances at exactly the scheduler-reserved placements during Allocate,
+// exposes them through NVIDIA_VISIBLE_DEVICES, writes the runtime identity
+// back to the pod, reclaims instances of finished pods and adopts live
+// instances after a restart. The logic lives in package plugin.
+//
+// The default backend is fakehal, in-memory hardware that needs no GPU and
+// no cgo (-fake-gpus chooses its models). -backend=nvml drives real GPUs
+// through nvmlhal; it exists only in binaries built with cgo.
+//
+// It runs in the cluster as a DaemonSet pod with the node's name in
+// NODE_NAME and the kubelet's device-plugin directory mounted.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/realize"
+)
+
+// backend opens a MIG backend and returns it with its close function.
+type backend func(ctx context.Context, log *slog.Logger) (realize.Realizer, func(), error)
+
+// backends maps -backend values to constructors; backend_nvml.go adds
+// "nvml" when built with cgo.
+var backends = map[string]backend{"fake": fakeBackend}
+
+var fakeGPUs = flag.String("fake-gpus", "2x"+fakehal.DefaultModel, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
+
+func fakeBackend(context.Context, *slog.Logger) (realize.Realizer, func(), error) {
+	models := strings.Split(*fakeGPUs, ",")
+	if n, model, ok := strings.Cut(*fakeGPUs, "x"); ok && len(models) == 1 {
+		var count int
+		if _, err := fmt.Sscanf(n, "%d", &count); err == nil {
+			models = fakehal.Repeat(count, model)
+		}
+	}
+	hw, err := fakehal.New(fakehal.Options{GPUs: models})
+	if err != nil {
+		return nil, nil, err
+	}
+	return hw, func() {}, nil
+}
+
+func main() {
+	var names []string
+	for name := range backends {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	node := flag.String("node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(names, ", "))
+	socketDir := flag.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
+	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
+	allowMM := flag.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	open, ok := backends[*backendName]
+	if !ok {
+		log.Error("unknown backend (nvml needs a cgo build)", "backend", *backendName, "available", names)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, open, plugin.Config{
+		Node: *node, ResourceName: *resource, SocketDir: *socketDir,
+		KubeletSocket: *socketDir + "/kubelet.sock", AllowMIGManager: *allowMM, Logger: log,
+	}); err != nil {
+		log.Error("device plugin failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, open backend, cfg plugin.Config) error {
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return fmt.Errorf("in-cluster config: %w", err)
+	}
+	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
+		return err
+	}
+	hw, closeHW, err := open(ctx, cfg.Logger)
+	if err != nil {
+		return fmt.Errorf("open backend: %w", err)
+	}
+	defer closeHW()
+	cfg.Hardware = hw
+	p, err := plugin.New(cfg)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}

@@ -1,0 +1,487 @@
+// Package plugin is the core of the example kubelet device plugin that
+// realizes dynmig reservations: it publishes the node's MIG capability,
+// adopts instances after a restart, realizes each container's reservation
+// in Allocate through realize.Manager, writes the runtime identity back to
+// the pod, and reclaims instances of finished pods.
+//
+// # Which pod is being admitted?
+//
+// The kubelet's Allocate call names only device IDs from the plugin's
+// advertised list, not the pod. The plugin advertises interchangeable IDs
+// (the reservation, not the ID, decides the hardware) and maps a call to a
+// container like HAMi does: among the pods bound to this node that are
+// active and carry a reservation, it takes the earliest-bound pod
+// ([kube.BindTime]) that has a container whose reservation is not realized
+// yet and whose device count equals the number of IDs requested, and in
+// that pod the first such container (init containers first). Containers it
+// realized are remembered, so the next call moves to the next container
+// even before the cache sees the patched annotation. This is unambiguous
+// as long as at most one unrealized MIG pod is bound to a node at a time,
+// which the example scheduler enforces. The cache is consulted first; when
+// it has no candidate the API server is listed directly.
+//
+// # Failure semantics
+//
+//   - Startup refuses to run while NVIDIA MIG Manager owns the node
+//     (kube.OwnershipGuard) unless AllowMIGManager is set; Allocate and
+//     every reconcile pass re-check it and refuse likewise.
+//   - Startup waits for a complete pod listing before adoption; adoption and
+//     reconciliation only destroy instances when the snapshot is complete
+//     and every active reservation is valid (realize decides).
+//   - Allocate realizes exactly the reserved placements or fails; instances
+//     created by a failed attempt are rolled back by the manager. If writing
+//     the runtime identity fails, the instances stay managed and the
+//     Allocate fails: a retry returns the same instances and writes again;
+//     if the reservation changed meanwhile, the orphaned instance is
+//     reclaimed by the next reconcile pass.
+//   - A kubelet that fails admission marks the pod Failed; the pod leaves
+//     the desired set and its instances are reclaimed.
+package plugin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// VisibleDevicesEnv is the container environment variable the NVIDIA
+// container runtime reads; the plugin sets it to the MIG UUIDs.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// ErrNoPendingPod: no pod on the node has an unrealized reservation for a
+// container with the requested number of devices.
+var ErrNoPendingPod = errors.New("plugin: no pending MIG pod matches the allocation")
+
+// Config configures a [Plugin].
+type Config struct {
+	// Node is this node's name; required.
+	Node string
+	// Client talks to the API server; required.
+	Client kubernetes.Interface
+	// Hardware is the MIG backend (fakehal or nvmlhal); required.
+	Hardware realize.Realizer
+	// ResourceName is the extended resource served; "" means
+	// "nvidia.com/gpu".
+	ResourceName string
+	// SocketDir and SocketName locate the plugin's gRPC socket; ""
+	// means v1beta1.DevicePluginPath and "dynmig-mig.sock".
+	SocketDir, SocketName string
+	// KubeletSocket is the kubelet registration socket; "" skips
+	// registration (tests drive the plugin's socket directly).
+	KubeletSocket string
+	// Allowlist is the profile policy; nil means
+	// capability.DefaultAllowlist().
+	Allowlist capability.Allowlist
+	// AllowMIGManager overrides the MIG Manager ownership refusal.
+	AllowMIGManager bool
+	// ReconcileInterval is the reconcile period; 0 means kube's default.
+	ReconcileInterval time.Duration
+	// Clock drives the reconcile timer; nil is the real clock.
+	Clock clock.Clock
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Plugin is a kubelet device plugin over a realize.Manager. Create it with
+// [New] and run it with [Plugin.Run].
+type Plugin struct {
+	v1beta1.UnimplementedDevicePluginServer
+
+	cfg       Config
+	log       *slog.Logger
+	manager   *realize.Manager
+	source    *kube.NodePodSource
+	runner    *kube.ReconcileRunner
+	guard     *kube.OwnershipGuard
+	writer    *kube.AnnotationWriter
+	publisher *kube.RegistrationPublisher
+	ready     chan struct{}
+
+	mu       sync.Mutex // serialises Allocate: selection, realization, write
+	gpus     []capability.GPU
+	realized map[target]bool // containers this plugin realized
+}
+
+type target struct {
+	uid       types.UID
+	container int
+}
+
+// New checks cfg and builds the plugin; it touches neither the API server
+// nor the hardware.
+func New(cfg Config) (*Plugin, error) {
+	switch {
+	case cfg.Node == "":
+		return nil, errors.New("plugin: Config.Node is required")
+	case cfg.Client == nil:
+		return nil, errors.New("plugin: Config.Client is required")
+	case cfg.Hardware == nil:
+		return nil, errors.New("plugin: Config.Hardware is required")
+	}
+	if cfg.ResourceName == "" {
+		cfg.ResourceName = string(kube.ResourceGPU)
+	}
+	if cfg.SocketDir == "" {
+		cfg.SocketDir = v1beta1.DevicePluginPath
+	}
+	if cfg.SocketName == "" {
+		cfg.SocketName = "dynmig-mig.sock"
+	}
+	if cfg.Allowlist == nil {
+		cfg.Allowlist = capability.DefaultAllowlist()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Plugin{
+		cfg:       cfg,
+		log:       log,
+		manager:   realize.NewManager(cfg.Hardware, realize.Options{Logger: log}),
+		guard:     kube.NewOwnershipGuard(cfg.Client, cfg.Node, kube.OwnershipGuardOptions{Override: cfg.AllowMIGManager, Logger: log}),
+		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
+		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
+		ready:     make(chan struct{}),
+		realized:  map[target]bool{},
+	}
+	// A deleted or finished pod triggers a reconcile pass at once.
+	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
+		Logger: log, OnInactive: func(pod reservation.Pod) { p.runner.PodInactive(pod) },
+	})
+	p.runner = kube.NewReconcileRunner(p.source, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
+		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,
+	})
+	return p, nil
+}
+
+// Manager returns the plugin's realization manager, for inspection.
+func (p *Plugin) Manager() *realize.Manager { return p.manager }
+
+// SocketPath returns the path of the plugin's gRPC socket.
+func (p *Plugin) SocketPath() string { return filepath.Join(p.cfg.SocketDir, p.cfg.SocketName) }
+
+// Ready is closed once the plugin serves its socket.
+func (p *Plugin) Ready() <-chan struct{} { return p.ready }
+
+// Reconciles returns the number of reconcile passes run so far.
+func (p *Plugin) Reconciles() uint64 {
+	total, _ := p.runner.Passes()
+	return total
+}
+
+// Run starts the plugin and blocks until ctx is done: it runs the pod
+// source, waits for a complete listing, checks MIG ownership, discovers and
+// publishes capability, adopts live instances, starts reconciliation,
+// serves the gRPC socket and registers with the kubelet. It returns the
+// first startup error, or nil after a clean stop. Every goroutine it starts
+// has stopped when it returns.
+func (p *Plugin) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // runs before wg.Wait
+
+	wg.Go(func() { _ = p.source.Run(ctx) })
+	if !p.source.WaitForSync(ctx) {
+		return fmt.Errorf("plugin: pod cache of node %q never synced: %w", p.cfg.Node, ctx.Err())
+	}
+	if err := p.guard.Check(ctx); err != nil {
+		return err
+	}
+	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, p.cfg.Allowlist)
+	if err != nil {
+		return fmt.Errorf("plugin: discovery: %w", err)
+	}
+	for _, f := range report.Findings {
+		p.log.Info("discovery finding", "finding", f.String())
+	}
+	p.mu.Lock()
+	p.gpus = gpus
+	p.mu.Unlock()
+	if _, err := p.publisher.PublishGPUs(ctx, gpus); err != nil {
+		return fmt.Errorf("plugin: publish node registration: %w", err)
+	}
+	rep, err := p.manager.Adopt(ctx, p.source.Snapshot())
+	p.log.Info("adoption", "authorized", rep.Authorized, "adopted", len(rep.Adopted), "pending", len(rep.Pending),
+		"rejected", len(rep.Rejected), "leaks", len(rep.Leaks), "err", err)
+	wg.Go(func() { _ = p.runner.Run(ctx) })
+
+	srv, err := p.serve(&wg)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	if p.cfg.KubeletSocket != "" {
+		if err := p.register(ctx); err != nil {
+			return err
+		}
+	}
+	close(p.ready)
+	<-ctx.Done()
+	return nil
+}
+
+func (p *Plugin) serve(wg *sync.WaitGroup) (*grpc.Server, error) {
+	path := p.SocketPath()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("plugin: remove stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("plugin: listen: %w", err)
+	}
+	srv := grpc.NewServer()
+	v1beta1.RegisterDevicePluginServer(srv, p)
+	wg.Go(func() { _ = srv.Serve(lis) })
+	return srv, nil
+}
+
+func (p *Plugin) register(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("plugin: dial kubelet: %w", err)
+	}
+	defer conn.Close()
+	_, err = v1beta1.NewRegistrationClient(conn).Register(ctx, &v1beta1.RegisterRequest{
+		Version:      v1beta1.Version,
+		Endpoint:     p.cfg.SocketName,
+		ResourceName: p.cfg.ResourceName,
+		Options:      &v1beta1.DevicePluginOptions{},
+	})
+	if err != nil {
+		return fmt.Errorf("plugin: register with kubelet: %w", err)
+	}
+	return nil
+}
+
+// reconcile is one reconcile pass: ownership check, then the manager.
+func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error {
+	if err := p.guard.Check(ctx); err != nil {
+		return err
+	}
+	rep, err := p.manager.Reconcile(ctx, snap)
+	if len(rep.Released)+len(rep.Kept)+len(rep.Vanished) > 0 || !rep.Authorized {
+		p.log.Info("reconcile", "report", rep.String())
+	}
+	return err
+}
+
+// GetDevicePluginOptions reports that the plugin needs no PreStartContainer
+// and offers no preferred allocation.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *v1beta1.Empty) (*v1beta1.DevicePluginOptions, error) {
+	return &v1beta1.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch sends the advertised devices once and then holds the stream
+// open until the kubelet or the plugin closes it.
+func (p *Plugin) ListAndWatch(_ *v1beta1.Empty, stream grpc.ServerStreamingServer[v1beta1.ListAndWatchResponse]) error {
+	if err := stream.Send(&v1beta1.ListAndWatchResponse{Devices: p.devices()}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// devices advertises, per MIG GPU, as many interchangeable device IDs as
+// the GPU can hold instances: the largest MaxInstances among its profiles.
+func (p *Plugin) devices() []*v1beta1.Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*v1beta1.Device
+	for _, g := range p.gpus {
+		n := uint32(0)
+		for _, pr := range g.Profiles {
+			n = max(n, pr.MaxInstances)
+		}
+		for k := range n {
+			out = append(out, &v1beta1.Device{
+				ID:       g.UUID + "::" + strconv.FormatUint(uint64(k), 10),
+				Health:   v1beta1.Healthy,
+				Topology: &v1beta1.TopologyInfo{Nodes: []*v1beta1.NUMANode{{ID: int64(g.NUMA)}}},
+			})
+		}
+	}
+	return out
+}
+
+// Allocate realizes the reservation of each requested container; see the
+// package documentation for how a request is mapped to a container.
+func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v1beta1.AllocateResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.guard.Check(ctx); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	resp := &v1beta1.AllocateResponse{}
+	for _, cr := range req.ContainerRequests {
+		uuids, err := p.allocateContainer(ctx, len(cr.DevicesIds))
+		if err != nil {
+			p.log.Warn("allocate failed", "devices", len(cr.DevicesIds), "err", err)
+			code := codes.Internal
+			if errors.Is(err, ErrNoPendingPod) {
+				code = codes.NotFound
+			}
+			return nil, status.Error(code, err.Error())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &v1beta1.ContainerAllocateResponse{
+			Envs: map[string]string{VisibleDevicesEnv: strings.Join(uuids, ",")},
+		})
+	}
+	return resp, nil
+}
+
+func (p *Plugin) allocateContainer(ctx context.Context, n int) ([]string, error) {
+	pod, ci, err := p.resolve(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
+		Pod: kube.PodView(pod), ContainerIndex: ci, Snapshot: p.source.Snapshot(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
+	}
+	realized := make([]reservation.Allocation, len(res.Devices))
+	uuids := make([]string, len(res.Devices))
+	for i, d := range res.Devices {
+		realized[i] = d.Entry
+		uuids[i] = d.Runtime.MIGUUID
+	}
+	if _, err := p.writer.WriteRuntime(ctx, pod, realized); err != nil {
+		return nil, err
+	}
+	p.realized[target{pod.UID, ci}] = true
+	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids)
+	return uuids, nil
+}
+
+// resolve finds the container the kubelet is admitting: from the cache,
+// then from a direct listing.
+func (p *Plugin) resolve(ctx context.Context, n int) (*corev1.Pod, int, error) {
+	pods := p.source.Pods()
+	p.prune(pods)
+	if pod, ci, ok := p.pick(pods, n); ok {
+		return pod, ci, nil
+	}
+	list, err := p.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", p.cfg.Node).String(),
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("plugin: list pods of node %q: %w", p.cfg.Node, err)
+	}
+	pods = pods[:0]
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == p.cfg.Node {
+			pods = append(pods, &list.Items[i])
+		}
+	}
+	if pod, ci, ok := p.pick(pods, n); ok {
+		return pod, ci, nil
+	}
+	return nil, 0, fmt.Errorf("%w: node %q, %d devices", ErrNoPendingPod, p.cfg.Node, n)
+}
+
+// pick applies the mapping rule of the package documentation.
+func (p *Plugin) pick(pods []*corev1.Pod, n int) (*corev1.Pod, int, bool) {
+	var best *corev1.Pod
+	bestCI := -1
+	for _, pod := range pods {
+		if kube.Terminal(pod) {
+			continue
+		}
+		allocs, err := kube.PodAllocations(pod)
+		if err != nil || len(allocs) == 0 {
+			continue
+		}
+		ci := p.pendingContainer(pod.UID, allocs, n)
+		if ci < 0 {
+			continue
+		}
+		if best == nil || earlier(pod, best) {
+			best, bestCI = pod, ci
+		}
+	}
+	return best, bestCI, best != nil
+}
+
+func earlier(a, b *corev1.Pod) bool {
+	return cmp.Or(
+		kube.BindTime(a).Compare(kube.BindTime(b)),
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Name, b.Name),
+	) < 0
+}
+
+// pendingContainer returns the first container of the pod with n entries
+// of which at least one lacks a runtime identity, that this plugin has not
+// realized yet; -1 when there is none.
+func (p *Plugin) pendingContainer(uid types.UID, allocs []reservation.Allocation, n int) int {
+	count := map[int]int{}
+	pending := map[int]bool{}
+	for _, a := range allocs {
+		count[a.ContainerIndex]++
+		if _, ok := a.Runtime(); !ok {
+			pending[a.ContainerIndex] = true
+		}
+	}
+	var cis []int
+	for ci := range pending {
+		if count[ci] == n && !p.realized[target{uid, ci}] {
+			cis = append(cis, ci)
+		}
+	}
+	if len(cis) == 0 {
+		return -1
+	}
+	return slices.Min(cis)
+}
+
+// prune forgets realized containers of pods that left the node.
+func (p *Plugin) prune(pods []*corev1.Pod) {
+	live := map[types.UID]bool{}
+	for _, pod := range pods {
+		live[pod.UID] = true
+	}
+	for t := range p.realized {
+		if !live[t.uid] {
+			delete(p.realized, t)
+		}
+	}
+}
+
+// PreStartContainer is not used.
+func (p *Plugin) PreStartContainer(context.Context, *v1beta1.PreStartContainerRequest) (*v1beta1.PreStartContainerResponse, error) {
+	return &v1beta1.PreStartContainerResponse{}, nil
+}
+
+// GetPreferredAllocation is not offered; any IDs do.
+func (p *Plugin) GetPreferredAllocation(context.Context, *v1beta1.PreferredAllocationRequest) (*v1beta1.PreferredAllocationResponse, error) {
+	return &v1beta1.PreferredAllocationResponse{}, nil
+}

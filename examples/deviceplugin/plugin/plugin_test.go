@@ -1,0 +1,185 @@
+package plugin_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const eventually = 20 * time.Second // bounds a hung test; never a timing assertion
+
+// running is a plugin started for a test.
+type running struct {
+	p      *plugin.Plugin
+	client v1beta1.DevicePluginClient
+	stop   func() error
+}
+
+// start runs a plugin for node "n1" over client and hw with its socket in
+// a fresh temporary directory, and connects a gRPC client to it.
+func start(t *testing.T, client *fake.Clientset, hw *fakehal.Node) *running {
+	t.Helper()
+	p, err := plugin.New(plugin.Config{Node: "n1", Client: client, Hardware: hw, SocketDir: t.TempDir()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case <-p.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("plugin stopped during startup: %v", err)
+	case <-time.After(eventually):
+		t.Fatal("plugin not ready")
+	}
+	conn, err := grpc.NewClient("unix://"+p.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() {
+			conn.Close()
+			cancel()
+			stopErr = <-done
+		})
+		return stopErr
+	}
+	t.Cleanup(func() { assert.NoError(t, stop()) })
+	return &running{p: p, client: v1beta1.NewDevicePluginClient(conn), stop: stop}
+}
+
+// boundPod is a MIG pod bound to n1 with the given reservation.
+func boundPod(name string, allocs ...reservation.Allocation) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "default", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
+			Annotations: map[string]string{
+				kube.VGPUModeAnnotation:   kube.VGPUModeMIG,
+				reservation.AnnotationKey: reservation.EncodeString(allocs),
+			},
+		},
+		Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main"}, {Name: "side"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+func gpuOf(t *testing.T, hw *fakehal.Node, i int) capability.DeviceInfo {
+	t.Helper()
+	d, ok := hw.Device(i)
+	require.True(t, ok)
+	return d
+}
+
+func allocate(ctx context.Context, c v1beta1.DevicePluginClient, ids ...string) (*v1beta1.AllocateResponse, error) {
+	return c.Allocate(ctx, &v1beta1.AllocateRequest{ContainerRequests: []*v1beta1.ContainerAllocateRequest{{DevicesIds: ids}}})
+}
+
+func getPod(t *testing.T, client *fake.Clientset, name string) *corev1.Pod {
+	t.Helper()
+	p, err := client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return p
+}
+
+func TestPluginOverGRPC(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
+	uuid := gpuOf(t, hw, 1).UUID
+	c0 := reservation.Allocation{ContainerIndex: 0, DeviceIndex: 0, GPUUUID: uuid, Profile: "3g.20gb", Placement: capability.Placement{Start: 4, Size: 4}}
+	c1a := reservation.Allocation{ContainerIndex: 1, DeviceIndex: 0, GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}}
+	c1b := reservation.Allocation{ContainerIndex: 1, DeviceIndex: 1, GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 1, Size: 1}}
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", c0, c1a, c1b))
+	r := start(t, client, hw)
+	ctx := context.Background()
+
+	// Registration published.
+	n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	require.NoError(t, err)
+	gpus, err := kube.NodeGPUs(n)
+	require.NoError(t, err)
+	assert.Len(t, gpus, 2)
+
+	opts, err := r.client.GetDevicePluginOptions(ctx, &v1beta1.Empty{})
+	require.NoError(t, err)
+	assert.False(t, opts.PreStartRequired)
+
+	stream, err := r.client.ListAndWatch(ctx, &v1beta1.Empty{})
+	require.NoError(t, err)
+	list, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Len(t, list.Devices, 14, "7 instances per A100")
+
+	// Container 0 (one device), then container 1 (two devices).
+	resp, err := allocate(ctx, r.client, list.Devices[0].ID)
+	require.NoError(t, err)
+	mig0 := resp.ContainerResponses[0].Envs[plugin.VisibleDevicesEnv]
+	assert.Regexp(t, `^MIG-[0-9a-f-]{36}$`, mig0)
+
+	resp, err = allocate(ctx, r.client, list.Devices[1].ID, list.Devices[2].ID)
+	require.NoError(t, err)
+	migs := resp.ContainerResponses[0].Envs[plugin.VisibleDevicesEnv]
+	assert.Regexp(t, `^MIG-[0-9a-f-]{36},MIG-[0-9a-f-]{36}$`, migs)
+
+	allocs, err := kube.PodAllocations(getPod(t, client, "p"))
+	require.NoError(t, err)
+	for _, a := range allocs {
+		id, ok := a.Runtime()
+		require.True(t, ok, "entry %d/%d has its runtime identity", a.ContainerIndex, a.DeviceIndex)
+		if a.ContainerIndex == 0 {
+			assert.Equal(t, mig0, id.MIGUUID)
+		} else {
+			assert.Contains(t, migs, id.MIGUUID)
+		}
+	}
+	assert.Len(t, hw.Snapshot(), 3)
+	require.NoError(t, hw.Check())
+
+	// Nothing left to allocate.
+	_, err = allocate(ctx, r.client, list.Devices[3].ID)
+	assert.Equal(t, codes.NotFound, status.Code(err))
+}
+
+func TestPluginRefusesWhileMIGManagerOwnsTheNode(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	leftover, err := hw.AddInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 0, Size: 1})
+	require.NoError(t, err)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: "n1", Labels: map[string]string{kube.MIGConfigLabel: "all-1g.5gb"},
+	}})
+	p, err := plugin.New(plugin.Config{Node: "n1", Client: client, Hardware: hw, SocketDir: t.TempDir()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	err = p.Run(ctx)
+	require.ErrorIs(t, err, kube.ErrMIGManagerOwnsNode)
+	assert.Equal(t, []any{leftover.GIID}, giIDs(hw), "no instance was touched")
+}
+
+func giIDs(hw *fakehal.Node) []any {
+	var out []any
+	for _, in := range hw.Snapshot() {
+		out = append(out, in.GIID)
+	}
+	return out
+}

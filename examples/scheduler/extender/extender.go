@@ -1,0 +1,443 @@
+// Package extender is the core of the example scheduler extender: how a
+// scheduler embeds dynmig's placement ledger. It reads node registrations
+// and pod reservations from the API server, answers the kube-scheduler
+// extender's filter, prioritize and bind calls, reserves placements in a
+// [placement.Ledger] before binding, writes the hami.io/vgpu-mig-allocations
+// annotation and binds the pod.
+//
+// # Failure semantics
+//
+//   - A reservation is assumed in the ledger (atomically, per node) before
+//     anything is written, so concurrent binds never take the same slots.
+//   - If writing the annotation fails, the assumption is forgotten and the
+//     bind fails; the scheduler retries the pod later.
+//   - If the binding fails after the annotation was written, the
+//     assumption is forgotten and the annotation removed again (best
+//     effort: a leftover annotation on an unbound pod is overwritten by the
+//     next bind, and never realized because no device plugin sees the pod).
+//   - A node that carries a bound MIG pod whose reservation is not yet
+//     realized is filtered out until the device plugin realized it (or
+//     [Options.LockTimeout] passed): the device plugin identifies the pod
+//     the kubelet admits as the earliest-bound unrealized one, so binding
+//     one such pod per node at a time keeps that unambiguous (HAMi's node
+//     lock plays the same role).
+//   - Reading the API fails the call; nothing is assumed from a partial
+//     view.
+//
+// An Extender is safe for concurrent use.
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// DefaultLockTimeout is how long a node stays locked by an unrealized pod.
+const DefaultLockTimeout = 2 * time.Minute
+
+// Options configures an [Extender]. The zero value works.
+type Options struct {
+	// Ledger options: placement policy, search bound, score mode.
+	Ledger placement.LedgerOptions
+	// LockTimeout bounds how long a bound but unrealized MIG pod keeps
+	// its node out of Filter; 0 means [DefaultLockTimeout].
+	LockTimeout time.Duration
+	// Clock stamps bind times and ages locks; nil is the real clock.
+	Clock clock.PassiveClock
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Extender answers scheduler-extender calls for MIG pods.
+type Extender struct {
+	client kubernetes.Interface
+	ledger *placement.Ledger
+	opts   Options
+	log    *slog.Logger
+
+	mu       sync.Mutex        // serialises Sync
+	regs     map[string]string // node -> registration value the ledger holds
+	observed map[string]string // pod UID -> node+annotation the ledger holds
+	locked   map[string]string // node -> the unrealized pod locking it
+}
+
+// New returns an extender over client.
+func New(client kubernetes.Interface, opts Options) *Extender {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Extender{
+		client: client, ledger: placement.NewLedger(opts.Ledger), opts: opts, log: log,
+		regs: map[string]string{}, observed: map[string]string{}, locked: map[string]string{},
+	}
+}
+
+// Ledger returns the extender's ledger, for inspection.
+func (e *Extender) Ledger() *placement.Ledger { return e.ledger }
+
+// Sync brings the ledger up to date with the API server: node
+// registrations (SetNode when a value changed, RemoveNode when it vanished
+// or is malformed) and the reservations of bound, active pods (AddPod when
+// changed, DeletePod when the pod is gone or terminal). Pods the ledger only
+// assumed and that are not bound yet are left alone. A production scheduler
+// would feed the same calls from informers; listing keeps the example
+// short.
+func (e *Extender) Sync(ctx context.Context) error {
+	nodes, err := e.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("extender: list nodes: %w", err)
+	}
+	pods, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("extender: list pods: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.syncNodes(nodes.Items)
+	e.syncPods(pods.Items)
+	return nil
+}
+
+func (e *Extender) syncNodes(nodes []corev1.Node) {
+	seen := map[string]bool{}
+	for i := range nodes {
+		n := &nodes[i]
+		seen[n.Name] = true
+		v := n.Annotations[capability.NodeRegisterAnnotation]
+		if prev, ok := e.regs[n.Name]; ok && prev == v {
+			continue
+		}
+		e.regs[n.Name] = v
+		gpus, err := kube.NodeGPUs(n)
+		if err != nil || len(gpus) == 0 {
+			if err != nil {
+				e.log.Warn("node registration unusable; node gets no MIG pods", "node", n.Name, "err", err)
+			}
+			e.ledger.RemoveNode(n.Name)
+			continue
+		}
+		if err := e.ledger.SetNode(n.Name, gpus); err != nil {
+			// Reservations that no longer resolve are reported, but the
+			// node is updated; a GPU that cannot be compiled is not.
+			e.log.Warn("node registration applied with problems", "node", n.Name, "err", err)
+		}
+	}
+	for name := range e.regs {
+		if !seen[name] {
+			e.ledger.RemoveNode(name)
+			delete(e.regs, name)
+		}
+	}
+}
+
+func (e *Extender) syncPods(pods []corev1.Pod) {
+	now := e.opts.Clock.Now()
+	clear(e.locked)
+	seen := map[string]bool{}
+	for i := range pods {
+		p := &pods[i]
+		uid := string(p.UID)
+		if p.Spec.NodeName == "" || kube.Terminal(p) {
+			continue
+		}
+		v, ok := p.Annotations[reservation.AnnotationKey]
+		if !ok {
+			continue
+		}
+		seen[uid] = true
+		allocs, err := kube.PodAllocations(p)
+		if err != nil {
+			e.log.Warn("pod reservation unreadable; its slots are unknown", "pod", p.Namespace+"/"+p.Name, "err", err)
+			continue
+		}
+		if unrealized(allocs) && now.Sub(kube.BindTime(p)) < e.opts.LockTimeout {
+			e.locked[p.Spec.NodeName] = p.Namespace + "/" + p.Name
+		}
+		key := p.Spec.NodeName + "\x00" + v
+		if e.observed[uid] == key {
+			continue
+		}
+		if err := e.ledger.AddPod(p.Spec.NodeName, uid, reservations(uid, allocs)); err != nil {
+			e.log.Warn("pod reservation recorded with problems", "pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+		e.observed[uid] = key
+	}
+	for uid := range e.observed {
+		if !seen[uid] {
+			e.ledger.DeletePod(uid)
+			delete(e.observed, uid)
+		}
+	}
+}
+
+func unrealized(allocs []reservation.Allocation) bool {
+	for _, a := range allocs {
+		if _, ok := a.Runtime(); !ok {
+			return true
+		}
+	}
+	return false
+}
+
+func reservations(uid string, allocs []reservation.Allocation) []placement.Reservation {
+	out := make([]placement.Reservation, len(allocs))
+	for i, a := range allocs {
+		out[i] = placement.Reservation{PodUID: uid, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
+			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
+	}
+	return out
+}
+
+func allocations(as []placement.Assignment) []reservation.Allocation {
+	out := make([]reservation.Allocation, len(as))
+	for i, a := range as {
+		out[i] = reservation.Allocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
+			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
+	}
+	return out
+}
+
+// Filter keeps the nodes where the pod's MIG request fits now. Pods that
+// do not opt in to MIG pass every node.
+func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
+	names := args.names()
+	req, err := kube.ParseRequest(args.Pod)
+	if errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0) {
+		return FilterResult{NodeNames: &names, Nodes: args.Nodes}
+	}
+	if err != nil {
+		return FilterResult{Error: err.Error()}
+	}
+	if err := e.Sync(ctx); err != nil {
+		return FilterResult{Error: err.Error()}
+	}
+	res := FilterResult{FailedNodes: map[string]string{}}
+	kept := []string{}
+	e.mu.Lock()
+	locked := maps(e.locked)
+	e.mu.Unlock()
+	for _, name := range names {
+		if who, ok := locked[name]; ok {
+			res.FailedNodes[name] = "waiting for the device plugin to realize " + who
+			continue
+		}
+		if _, err := e.ledger.Evaluate(name, &req); err != nil {
+			res.FailedNodes[name] = err.Error()
+			continue
+		}
+		kept = append(kept, name)
+	}
+	res.NodeNames = &kept
+	if args.Nodes != nil {
+		res.Nodes = &corev1.NodeList{}
+		for _, n := range args.Nodes.Items {
+			if _, failed := res.FailedNodes[n.Name]; !failed {
+				res.Nodes.Items = append(res.Nodes.Items, n)
+			}
+		}
+	}
+	return res
+}
+
+func maps(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Prioritize scores each node with the ledger's node score, scaled to
+// 0..[MaxExtenderPriority]. Nodes where the pod does not fit score 0.
+func (e *Extender) Prioritize(ctx context.Context, args Args) ([]HostPriority, error) {
+	names := args.names()
+	out := make([]HostPriority, len(names))
+	req, err := kube.ParseRequest(args.Pod)
+	for i, name := range names {
+		out[i] = HostPriority{Host: name}
+	}
+	if errors.Is(err, kube.ErrNotMIG) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Sync(ctx); err != nil {
+		return nil, err
+	}
+	for i, name := range names {
+		if score, err := e.ledger.Evaluate(name, &req); err == nil {
+			out[i].Score = score * MaxExtenderPriority / placement.MaxNodeScore
+		}
+	}
+	return out, nil
+}
+
+// Bind reserves the pod's placements on the node, writes its allocation
+// annotation and binds it. See the package documentation for what happens
+// on each failure.
+func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
+	pod, err := e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("extender: get pod %s/%s: %w", args.PodNamespace, args.PodName, err)
+	}
+	if args.PodUID != "" && pod.UID != args.PodUID {
+		return fmt.Errorf("extender: pod %s/%s has UID %s, not %s", pod.Namespace, pod.Name, pod.UID, args.PodUID)
+	}
+	req, err := kube.ParseRequest(pod)
+	if errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0) {
+		return e.bind(ctx, pod, args.Node)
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.Sync(ctx); err != nil {
+		return err
+	}
+	uid := string(pod.UID)
+	as, err := e.ledger.Reserve(args.Node, uid, &req)
+	if err != nil {
+		return fmt.Errorf("extender: reserve pod %s/%s on %s: %w", pod.Namespace, pod.Name, args.Node, err)
+	}
+	value := reservation.EncodeString(allocations(as))
+	if err := e.annotate(ctx, pod, value); err != nil {
+		e.ledger.Forget(uid)
+		return fmt.Errorf("extender: annotate pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if err := e.bind(ctx, pod, args.Node); err != nil {
+		e.ledger.Forget(uid)
+		if uerr := e.unannotate(ctx, pod); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("extender: remove the annotation again: %w", uerr))
+		}
+		return err
+	}
+	// Observed now: the reservation is a fact, no longer an assumption.
+	if err := e.ledger.AddPod(args.Node, uid, placement.Reservations(uid, as)); err != nil {
+		e.log.Warn("confirming reservation", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+	e.log.Info("bound MIG pod", "pod", pod.Namespace+"/"+pod.Name, "node", args.Node, "reservation", value)
+	return nil
+}
+
+// annotate writes the allocation and bind time, conditioned on the pod's
+// resourceVersion: a pod changed meanwhile fails the bind rather than
+// being annotated blindly.
+func (e *Extender) annotate(ctx context.Context, pod *corev1.Pod, value string) error {
+	meta := map[string]any{"annotations": map[string]any{
+		reservation.AnnotationKey: value,
+		kube.BindTimeAnnotation:   strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
+	}}
+	if pod.ResourceVersion != "" {
+		meta["resourceVersion"] = pod.ResourceVersion
+	}
+	return e.patch(ctx, pod, meta)
+}
+
+func (e *Extender) unannotate(ctx context.Context, pod *corev1.Pod) error {
+	return e.patch(ctx, pod, map[string]any{"annotations": map[string]any{
+		reservation.AnnotationKey: nil, kube.BindTimeAnnotation: nil,
+	}})
+}
+
+func (e *Extender) patch(ctx context.Context, pod *corev1.Pod, meta map[string]any) error {
+	body, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	_, err = e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	return err
+}
+
+func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error {
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("extender: bind pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
+	}
+	return nil
+}
+
+// Handler serves the extender over HTTP: POST /filter, /prioritize and
+// /bind with the kube-scheduler extender's JSON bodies.
+func (e *Extender) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /filter", func(w http.ResponseWriter, r *http.Request) {
+		var args Args
+		if !decode(w, r, &args) {
+			return
+		}
+		if args.Pod == nil {
+			reply(w, FilterResult{Error: "no pod"})
+			return
+		}
+		reply(w, e.Filter(r.Context(), args))
+	})
+	mux.HandleFunc("POST /prioritize", func(w http.ResponseWriter, r *http.Request) {
+		var args Args
+		if !decode(w, r, &args) {
+			return
+		}
+		if args.Pod == nil {
+			http.Error(w, "no pod", http.StatusBadRequest)
+			return
+		}
+		list, err := e.Prioritize(r.Context(), args)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		reply(w, list)
+	})
+	mux.HandleFunc("POST /bind", func(w http.ResponseWriter, r *http.Request) {
+		var args BindingArgs
+		if !decode(w, r, &args) {
+			return
+		}
+		var res BindingResult
+		if err := e.Bind(r.Context(), args); err != nil {
+			res.Error = err.Error()
+		}
+		reply(w, res)
+	})
+	return mux
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20)).Decode(v); err != nil {
+		http.Error(w, "bad request body: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,80 @@
+// Command scheduler is an example kube-scheduler extender that places MIG
+// pods with dynmig: it filters and scores nodes with the placement ledger,
+// reserves before binding, writes the hami.io/vgpu-mig-allocations
+// annotation and binds the pod. The logic lives in package extender; this
+// file only wires it to HTTP and an in-cluster client.
+//
+// Run it in the cluster (it uses the pod's service account) and point the
+// scheduler's extender configuration at it:
+//
+//	extenders:
+//	- urlPrefix: "http://dynmig-extender.kube-system:8888"
+//	  filterVerb: filter
+//	  prioritizeVerb: prioritize
+//	  bindVerb: bind
+//	  weight: 1
+//	  nodeCacheCapable: true
+//	  managedResources: [{name: nvidia.com/gpu, ignoredByScheduler: false}]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/dynmig/dynmig/examples/scheduler/extender"
+)
+
+func main() {
+	addr := flag.String("addr", ":8888", "listen address")
+	lock := flag.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node out of filter")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*addr, *lock, log); err != nil {
+		log.Error("scheduler extender failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr string, lock time.Duration, log *slog.Logger) error {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return fmt.Errorf("in-cluster config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ext := extender.New(client, extender.Options{LockTimeout: lock, Logger: log})
+	srv := &http.Server{Addr: addr, Handler: ext.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("scheduler extender listening", "addr", addr)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
