@@ -139,7 +139,7 @@ type env struct {
 // setup finds the idle MIG-enabled GPU the check runs on.
 func setup(ctx context.Context, b Backend) (*env, error) {
 	if b.Realizer == nil {
-		return nil, errors.New("Backend.Realizer is nil")
+		return nil, errors.New("nil Realizer in the Backend")
 	}
 	e := &env{b: b, r: b.Realizer, gpu: -1, created: map[uint32]bool{}}
 	devs, err := e.r.Devices(ctx)
