@@ -2,6 +2,7 @@ package capability
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +18,11 @@ import (
 // otherwise from [DeriveProfileName]. It fails with a [*ProfileNameError]
 // when neither yields a valid name, and with a [*ProfileInfoError] when the
 // info has no compute slices or a placement that is not valid.
+//
+// A profile without placements is accepted: it describes what NVML reports,
+// and [GPUFromDevice] callers may want to see it. Such a profile cannot be
+// realized or scheduled, so [Discover] leaves it out of what a GPU
+// publishes and reports it as a [FindingBadProfile].
 func ProfileFromInfo(info GIProfileInfo, totalMiB uint64, maxSMs uint32) (Profile, error) {
 	if info.SliceCount == 0 {
 		return Profile{}, &ProfileInfoError{Index: info.Index, Reason: "zero slice count"}
@@ -57,16 +63,24 @@ func profileName(info GIProfileInfo, totalMiB uint64) (ProfileName, error) {
 	return n, nil
 }
 
+// ErrProfileInfo is the sentinel wrapped by every [*ProfileInfoError].
+var ErrProfileInfo = errors.New("capability: unusable GPU instance profile info")
+
 // ProfileInfoError reports NVML profile information that cannot describe a
-// usable profile.
+// usable profile: no compute slices, a placement outside the grid, no
+// placements, or a name another profile of the GPU already has. It matches
+// [ErrProfileInfo].
 type ProfileInfoError struct {
-	Index  GIProfileIndex
-	Reason string
+	Index  GIProfileIndex // the NVML profile index concerned
+	Reason string         // what is wrong
 }
 
 func (e *ProfileInfoError) Error() string {
 	return fmt.Sprintf("capability: GPU instance profile index %d: %s", e.Index, e.Reason)
 }
+
+// Unwrap returns [ErrProfileInfo].
+func (e *ProfileInfoError) Unwrap() error { return ErrProfileInfo }
 
 // MaxMultiprocessors returns the largest MultiprocessorCount among infos, the
 // maxSMs of the core formula.

@@ -61,7 +61,8 @@ type Finding struct {
 	// Profile is the profile name concerned (FindingUnresolved,
 	// FindingBadProfile when a name is known), else "".
 	Profile string
-	// Err is the cause for FindingBadProfile, else nil.
+	// Err is the cause for FindingBadProfile (a [*ProfileNameError] or a
+	// [*ProfileInfoError]), else nil.
 	Err error
 }
 
@@ -184,9 +185,10 @@ func discoverGPU(ctx context.Context, hw HardwareView, policy Allowlist, dev Dev
 		p := &all.Profiles[i]
 		switch {
 		case byName[p.Name] != nil:
-			note(FindingBadProfile, p.Name, fmt.Errorf("profile index %d has the same name as index %d", p.GIProfileIndex, byName[p.Name].GIProfileIndex))
+			note(FindingBadProfile, p.Name, &ProfileInfoError{Index: p.GIProfileIndex,
+				Reason: fmt.Sprintf("same name %s as profile index %d", p.Name, byName[p.Name].GIProfileIndex)})
 		case len(p.Placements) == 0:
-			note(FindingBadProfile, p.Name, fmt.Errorf("profile index %d has no placements", p.GIProfileIndex))
+			note(FindingBadProfile, p.Name, &ProfileInfoError{Index: p.GIProfileIndex, Reason: "no placements"})
 		default:
 			byName[p.Name] = p
 		}

@@ -256,6 +256,22 @@ func TestDiscoverBadProfiles(t *testing.T) {
 	if !errors.As(bad[0].Err, &nameErr) {
 		t.Errorf("got %v, want a *ProfileNameError first", bad[0].Err)
 	}
+	for _, f := range bad {
+		if !errors.Is(f.Err, capability.ErrProfileName) && !errors.Is(f.Err, capability.ErrProfileInfo) {
+			t.Errorf("finding %v: error matches neither ErrProfileName nor ErrProfileInfo", f)
+		}
+	}
+	// Discover's own checks name the NVML profile index.
+	for _, want := range []capability.GIProfileIndex{table[2].Index, table[5].Index} {
+		found := false
+		for _, f := range bad {
+			var infoErr *capability.ProfileInfoError
+			found = found || errors.As(f.Err, &infoErr) && infoErr.Index == want
+		}
+		if !found {
+			t.Errorf("no *ProfileInfoError for profile index %d in %v", want, bad)
+		}
+	}
 	if got := report.Of(capability.FindingUnresolved); len(got) != 1 || got[0].Profile != "1g.10gb" {
 		t.Errorf("got unresolved %v, want 1g.10gb", got)
 	}

@@ -65,7 +65,9 @@
 // field; matches [ErrConfig], and [ErrLegacyConfig] for an unconverted v2.9
 // config), [*RegistrationError] (device position and field; matches
 // [ErrRegistration]), [*ProfileNameError] ([ErrProfileName]). When an input
-// has several problems they are joined with errors.Join. Hardware view
+// has several problems they are joined with errors.Join. NVML profile
+// information that cannot describe a usable profile is a [*ProfileInfoError]
+// ([ErrProfileInfo]); [Discover] reports it as a finding. Hardware view
 // failures in [Discover] are [*HardwareError] values carrying the GPU index.
 // No decoder panics on any input; decoders are fuzz tested.
 //

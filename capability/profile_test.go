@@ -1,6 +1,8 @@
 package capability_test
 
 import (
+	"errors"
+	"slices"
 	"testing"
 
 	"github.com/dynmig/dynmig/capability"
@@ -64,5 +66,45 @@ func TestProfileFromInfoAndSort(t *testing.T) {
 	got := ps[0].Name + ps[1].Name + ps[2].Name + ps[3].Name
 	if got != "dcab" {
 		t.Errorf("got order %s, want dcab", got)
+	}
+}
+
+func TestProfileFromInfoErrors(t *testing.T) {
+	maxSMs := capability.MaxMultiprocessors(a100_40)
+	tests := []struct {
+		name   string
+		modify func(*capability.GIProfileInfo)
+		want   error // sentinel, nil for success
+	}{
+		{name: "zero slices", modify: func(in *capability.GIProfileInfo) { in.SliceCount = 0 }, want: capability.ErrProfileInfo},
+		{name: "empty placement", modify: func(in *capability.GIProfileInfo) { in.Placements = []capability.Placement{{Start: 0, Size: 0}} }, want: capability.ErrProfileInfo},
+		{name: "placement past the widest grid", modify: func(in *capability.GIProfileInfo) {
+			in.Placements = []capability.Placement{{Start: capability.MaxSlots - 1, Size: 2}}
+		}, want: capability.ErrProfileInfo},
+		{name: "junk name", modify: func(in *capability.GIProfileInfo) { in.Name = "MIG two slices" }, want: capability.ErrProfileName},
+		{name: "no name, nothing to derive from", modify: func(in *capability.GIProfileInfo) { in.Name, in.MemoryMB = "", 0 }, want: capability.ErrProfileName},
+		// Accepted as NVML reports it; Discover leaves it out and reports it.
+		{name: "no placements", modify: func(in *capability.GIProfileInfo) { in.Placements = nil }, want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := a100_40[3]
+			in.Placements = slices.Clone(in.Placements)
+			tt.modify(&in)
+			_, err := capability.ProfileFromInfo(in, a100_40Total, maxSMs)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("got error %v, want none", err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want an error matching %v", err, tt.want)
+			}
+			var infoErr *capability.ProfileInfoError
+			if errors.Is(tt.want, capability.ErrProfileInfo) && (!errors.As(err, &infoErr) || infoErr.Index != in.Index) {
+				t.Errorf("got %v, want a *ProfileInfoError naming index %d", err, in.Index)
+			}
+		})
 	}
 }
