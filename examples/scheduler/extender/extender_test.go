@@ -1,0 +1,272 @@
+package extender_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// cluster is a fake API server with node n1 (one registered A100) and n2
+// (no registration), which binds pods as the real one does.
+func cluster(t *testing.T) *fake.Clientset {
+	t.Helper()
+	client := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+	)
+	hw := fakehal.MustNew(fakehal.Options{})
+	gpus, _, err := capability.Discover(context.Background(), hw, capability.DefaultAllowlist())
+	require.NoError(t, err)
+	_, err = kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(context.Background(), gpus)
+	require.NoError(t, err)
+	EmulateBinding(client)
+	return client
+}
+
+// EmulateBinding makes pods/binding set spec.nodeName, as the API server
+// does (the fake clientset does not).
+func EmulateBinding(client *fake.Clientset) {
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ca := a.(k8stesting.CreateAction)
+		if ca.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := ca.GetObject().(*corev1.Binding)
+		obj, err := client.Tracker().Get(podsGVR, b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		if pod.Spec.NodeName != "" {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods/binding"}, b.Name, errors.New("already bound"))
+		}
+		pod.Spec.NodeName = b.Target.Name
+		return true, b, client.Tracker().Update(podsGVR, pod, b.Namespace)
+	})
+}
+
+func migPod(name string, gpumem string) *corev1.Pod {
+	limits := corev1.ResourceList{kube.ResourceGPU: resource.MustParse("1")}
+	if gpumem != "" {
+		limits[kube.ResourceGPUMem] = resource.MustParse(gpumem)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name),
+			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Limits: limits}}}},
+	}
+}
+
+func create(t *testing.T, client *fake.Clientset, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	out, err := client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return out
+}
+
+func get(t *testing.T, client *fake.Clientset, name string) *corev1.Pod {
+	t.Helper()
+	p, err := client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return p
+}
+
+func bindArgs(pod *corev1.Pod, node string) extender.BindingArgs {
+	return extender.BindingArgs{PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: node}
+}
+
+func names(n ...string) *[]string { return &n }
+
+func TestFilterPrioritizeBind(t *testing.T) {
+	ctx := context.Background()
+	client := cluster(t)
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	ext := extender.New(client, extender.Options{Clock: clk})
+	pod := create(t, client, migPod("a", "9000"))
+
+	res := ext.Filter(ctx, extender.Args{Pod: pod, NodeNames: names("n1", "n2")})
+	require.Empty(t, res.Error)
+	assert.Equal(t, []string{"n1"}, *res.NodeNames)
+	assert.Contains(t, res.FailedNodes, "n2")
+
+	prio, err := ext.Prioritize(ctx, extender.Args{Pod: pod, NodeNames: names("n1", "n2")})
+	require.NoError(t, err)
+	require.Len(t, prio, 2)
+	assert.Zero(t, prio[1].Score)
+	assert.LessOrEqual(t, prio[0].Score, int64(extender.MaxExtenderPriority))
+
+	require.NoError(t, ext.Bind(ctx, bindArgs(pod, "n1")))
+	bound := get(t, client, "a")
+	assert.Equal(t, "n1", bound.Spec.NodeName)
+	assert.Equal(t, "1000", bound.Annotations[kube.BindTimeAnnotation])
+	allocs, err := kube.PodAllocations(bound)
+	require.NoError(t, err)
+	require.Len(t, allocs, 1)
+	assert.Equal(t, "2g.10gb", allocs[0].Profile, "the smallest profile with 9000 MiB")
+	rs, assumed, ok := ext.Ledger().Pod("uid-a")
+	require.True(t, ok)
+	assert.False(t, assumed, "confirmed after binding")
+	assert.Len(t, rs, 1)
+
+	// The node is locked until the device plugin realized the pod.
+	other := create(t, client, migPod("b", "5000"))
+	res = ext.Filter(ctx, extender.Args{Pod: other, NodeNames: names("n1")})
+	assert.Empty(t, *res.NodeNames)
+	assert.Contains(t, res.FailedNodes["n1"], "default/a")
+
+	realized := allocs[0].WithRuntime(reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 3})
+	_, err = kube.NewAnnotationWriter(client, kube.AnnotationWriterOptions{}).WriteRuntime(ctx, bound, []reservation.Allocation{realized})
+	require.NoError(t, err)
+	res = ext.Filter(ctx, extender.Args{Pod: other, NodeNames: names("n1")})
+	assert.Equal(t, []string{"n1"}, *res.NodeNames)
+
+	// A stuck pod stops locking the node after the timeout.
+	third := create(t, client, migPod("c", "5000"))
+	require.NoError(t, ext.Bind(ctx, bindArgs(other, "n1")))
+	res = ext.Filter(ctx, extender.Args{Pod: third, NodeNames: names("n1")})
+	assert.Empty(t, *res.NodeNames)
+	clk.SetTime(clk.Now().Add(extender.DefaultLockTimeout))
+	res = ext.Filter(ctx, extender.Args{Pod: third, NodeNames: names("n1")})
+	assert.Equal(t, []string{"n1"}, *res.NodeNames)
+
+	// Deleting a pod frees its slots in the ledger on the next sync.
+	require.NoError(t, client.CoreV1().Pods("default").Delete(ctx, "a", metav1.DeleteOptions{}))
+	require.NoError(t, ext.Sync(ctx))
+	_, _, ok = ext.Ledger().Pod("uid-a")
+	assert.False(t, ok)
+}
+
+func TestFilterNonMIGPod(t *testing.T) {
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	pod := create(t, client, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain", UID: "u"}})
+	res := ext.Filter(context.Background(), extender.Args{Pod: pod, NodeNames: names("n1", "n2")})
+	assert.Equal(t, []string{"n1", "n2"}, *res.NodeNames)
+	require.NoError(t, ext.Bind(context.Background(), bindArgs(pod, "n2")))
+	assert.Equal(t, "n2", get(t, client, "plain").Spec.NodeName)
+	assert.NotContains(t, get(t, client, "plain").Annotations, reservation.AnnotationKey)
+}
+
+// Two binds racing for the last whole GPU: the ledger reserves before
+// binding, so exactly one wins.
+func TestConcurrentBindsNeverShareSlots(t *testing.T) {
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	pods := []*corev1.Pod{create(t, client, migPod("x", "")), create(t, client, migPod("y", ""))}
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Go(func() { errs[i] = ext.Bind(context.Background(), bindArgs(p, "n1")) })
+	}
+	wg.Wait()
+	assert.True(t, (errs[0] == nil) != (errs[1] == nil), "exactly one bind succeeds: %v", errs)
+	assert.Empty(t, ext.Ledger().Conflicts())
+}
+
+func TestBindFailuresForget(t *testing.T) {
+	tests := []struct {
+		name    string
+		reactor k8stesting.ReactionFunc
+		verb    string
+	}{
+		{name: "annotation conflict", verb: "patch", reactor: func(a k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "a", errors.New("changed"))
+		}},
+		{name: "binding fails", verb: "create", reactor: func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() == "binding" {
+				return true, nil, apierrors.NewInternalError(errors.New("etcd"))
+			}
+			return false, nil, nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := cluster(t)
+			ext := extender.New(client, extender.Options{})
+			pod := create(t, client, migPod("a", "9000"))
+			client.PrependReactor(tt.verb, "pods", tt.reactor)
+			require.Error(t, ext.Bind(context.Background(), bindArgs(pod, "n1")))
+			_, _, ok := ext.Ledger().Pod("uid-a")
+			assert.False(t, ok, "the assumption is forgotten")
+			after := get(t, client, "a")
+			assert.Empty(t, after.Spec.NodeName)
+			assert.NotContains(t, after.Annotations, reservation.AnnotationKey, "no reservation is left on an unbound pod")
+			// The slots are free again.
+			require.NoError(t, ext.Sync(context.Background()))
+			_, err := ext.Ledger().Evaluate("n1", mustRequest(t, migPod("z", "")))
+			assert.NoError(t, err)
+		})
+	}
+}
+
+func mustRequest(t *testing.T, pod *corev1.Pod) *placement.Request {
+	t.Helper()
+	r, err := kube.ParseRequest(pod)
+	require.NoError(t, err)
+	return &r
+}
+
+func TestHandler(t *testing.T) {
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	srv := httptest.NewServer(ext.Handler())
+	defer srv.Close()
+	pod := create(t, client, migPod("a", "9000"))
+
+	post := func(path string, body, out any) {
+		t.Helper()
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		resp, err := http.Post(srv.URL+path, "application/json", bytes.NewReader(b))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	var fr extender.FilterResult
+	post("/filter", extender.Args{Pod: pod, NodeNames: names("n1", "n2")}, &fr)
+	assert.Equal(t, []string{"n1"}, *fr.NodeNames)
+	var hp []extender.HostPriority
+	post("/prioritize", extender.Args{Pod: pod, NodeNames: names("n1")}, &hp)
+	assert.Len(t, hp, 1)
+	var br extender.BindingResult
+	post("/bind", bindArgs(pod, "n1"), &br)
+	assert.Empty(t, br.Error)
+	assert.Equal(t, "n1", get(t, client, "a").Spec.NodeName)
+
+	resp, err := http.Post(srv.URL+"/filter", "application/json", bytes.NewReader([]byte("{")))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
