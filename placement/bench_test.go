@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -65,14 +66,13 @@ func BenchmarkSelectOneDevice(b *testing.B) {
 	}
 }
 
-// ledgerCluster builds a ledger of nodes x 8 GPUs of model with
-// resPerGPU single-device pods per GPU (where they fit).
-func ledgerCluster(b testing.TB, model string, nodes, resPerGPU int) (*placement.Ledger, []string, []capability.GPU) {
+// ledgerCluster builds a ledger of nodes x 8 empty GPUs of model.
+func ledgerCluster(b testing.TB, model string, nodes int, pol placement.Policy) (*placement.Ledger, []string) {
 	gpus := make([]capability.GPU, 8)
 	for i := range gpus {
 		gpus[i] = plainGPU(b, model, i)
 	}
-	l := placement.NewLedger(placement.LedgerOptions{})
+	l := placement.NewLedger(placement.LedgerOptions{Policy: pol})
 	names := make([]string, nodes)
 	for n := range names {
 		names[n] = "node-" + strconv.Itoa(n)
@@ -85,15 +85,21 @@ func ledgerCluster(b testing.TB, model string, nodes, resPerGPU int) (*placement
 			b.Fatal(err)
 		}
 	}
-	return l, names, gpus
+	return l, names
 }
 
 // BenchmarkFilterScore5000Nodes filters and scores one 1-device pod
 // against 5,000 nodes of 8 A100s each holding about half its slots, as a
 // scheduler cycle does; one op is the whole sweep.
 func BenchmarkFilterScore5000Nodes(b *testing.B) {
-	l, names, _ := ledgerCluster(b, "A100-SXM4-40GB", 5000, 0)
-	// 1g.5gb instances at the highest starts on every GPU: 3 per GPU.
+	for _, pol := range []placement.Policy{placement.FirstFit{}, placement.FragmentationAware{}} {
+		b.Run(pol.String(), func(b *testing.B) { benchFilterScore(b, pol) })
+	}
+}
+
+func benchFilterScore(b *testing.B, pol placement.Policy) {
+	l, names := ledgerCluster(b, "A100-SXM4-40GB", 5000, pol)
+	// 1g.5gb instances on every GPU: 3 per GPU, alternating starts.
 	for n, name := range names {
 		for g := range 8 {
 			for k := range 3 {
@@ -163,9 +169,7 @@ func BenchmarkLedgerBuild200k(b *testing.B) {
 			nodeGPUs[n][i].UUID = names[n] + "-gpu-" + strconv.Itoa(i)
 		}
 	}
-	b.ReportAllocs()
-	start := cpuTime()
-	for b.Loop() {
+	build := func() *placement.Ledger {
 		l := placement.NewLedger(placement.LedgerOptions{})
 		for n, name := range names {
 			if err := l.SetNode(name, nodeGPUs[n]); err != nil {
@@ -177,7 +181,35 @@ func BenchmarkLedgerBuild200k(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		return l
 	}
-	reportCPU(b, start)
-	b.ReportMetric(float64(len(pods)), "reservations")
+	// Baseline: only keeping the reservations per pod in a map, which any
+	// scheduler cache does, without occupancy.
+	b.Run("map-baseline", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m := map[string][]placement.Reservation{}
+			for _, p := range pods {
+				m[p.uid] = append([]placement.Reservation(nil), p.rs...)
+			}
+		}
+	})
+	b.Run("ledger", func(b *testing.B) {
+		b.ReportAllocs()
+		start := cpuTime()
+		for b.Loop() {
+			build()
+		}
+		reportCPU(b, start)
+		b.ReportMetric(float64(len(pods)), "reservations")
+		// The heap a built ledger keeps (B/op also counts garbage).
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l := build()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "live-MiB")
+		runtime.KeepAlive(l)
+	})
 }
