@@ -105,12 +105,18 @@ func NewLedger(opts LedgerOptions) *Ledger {
 // SetNode records or replaces the GPUs of a node (from its node registration)
 // and rebuilds its occupancy from the pods the ledger holds for it. GPUs with
 // identical profile tables share one compiled table. It fails, changing
-// nothing, with a [*GridError] when a GPU cannot be compiled; reservations
+// nothing, with a [*GridError] when a GPU cannot be compiled or two GPUs
+// share a UUID; reservations
 // that no longer resolve (unknown GPU or profile, unpublished placement) are
 // returned as joined [*ReservationError]s, but the node is updated.
 func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
 	states := make([]GPUState, len(gpus))
 	for i := range gpus {
+		for j := range i {
+			if gpus[j].UUID == gpus[i].UUID {
+				return &GridError{UUID: gpus[i].UUID, Reason: fmt.Sprintf("GPUs %d and %d share the UUID", j, i)}
+			}
+		}
 		g, err := NewGrid(&gpus[i])
 		if err != nil {
 			return err

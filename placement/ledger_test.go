@@ -220,6 +220,12 @@ func TestLedgerSetNodeRebuilds(t *testing.T) {
 	if err := l.SetNode("n2", []capability.GPU{bad}); !errors.Is(err, placement.ErrInvalidGrid) {
 		t.Fatalf("SetNode with an empty UUID err = %v", err)
 	}
+	if err := l.SetNode("n3", []capability.GPU{gpus[0], gpus[0]}); !errors.Is(err, placement.ErrInvalidGrid) {
+		t.Fatalf("SetNode with a repeated UUID err = %v", err)
+	}
+	if _, err := l.Reserve("n1", "z", &placement.Request{Containers: []placement.ContainerRequest{{Devices: 8}}}); !errors.Is(err, placement.ErrCapacity) {
+		t.Fatalf("8 whole GPUs on one: err = %v", err)
+	}
 	l.RemoveNode("n1")
 	if _, _, ok := l.Pod("a"); ok {
 		t.Fatal("pod survived RemoveNode")

@@ -429,11 +429,15 @@ func (s *Selector) dfs(gpus []GPUState, depth, only int) bool {
 
 // explain classifies why the pod does not fit, from the input occupancy.
 func (s *Selector) explain(gpus []GPUState) error {
-	anyAllowed := false
-	for _, a := range s.allowed {
+	anyAllowed, anyGPU := false, false
+	for g, a := range s.allowed {
 		anyAllowed = anyAllowed || a
+		anyGPU = anyGPU || gpus[g].Grid != nil
 	}
-	if !anyAllowed {
+	switch {
+	case !anyGPU:
+		return &UnschedulableError{Reason: ErrNoProfile, Container: -1, Device: -1}
+	case !anyAllowed:
 		return &UnschedulableError{Reason: ErrExcluded, Container: -1, Device: -1}
 	}
 	needed, free := 0, 0

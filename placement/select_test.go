@@ -210,6 +210,9 @@ func TestRequestValidate(t *testing.T) {
 			}
 		})
 	}
+	if _, err := placement.Select(nil, &placement.Request{Containers: []placement.ContainerRequest{{Devices: 1}}}, nil); !errors.Is(err, placement.ErrNoProfile) {
+		t.Fatalf("no GPUs: err = %v, want ErrNoProfile", err)
+	}
 	empty := placement.Request{Containers: []placement.ContainerRequest{{Devices: 0}}}
 	if as, err := placement.Select(node(t, "A30", 1), &empty, nil); err != nil || len(as) != 0 {
 		t.Fatalf("empty request: %v, %v", as, err)
