@@ -37,8 +37,9 @@ type GPUReport struct {
 	Index int
 	UUID  string
 	// Busy is true when the GPU carries work: active or withheld
-	// reservations, processes, or instances already managed. Busy GPUs are
-	// never cleaned.
+	// reservations on it, processes, instances already managed, or an
+	// instance whose MIG UUID a reservation names. Busy GPUs are never
+	// cleaned.
 	Busy bool
 	// Reservations counts active and withheld reservation entries on it.
 	Reservations int
@@ -71,9 +72,10 @@ type Leak struct {
 	// ComputeInstances counts its CIs; 0 is a GI without a CI, typically
 	// left by a crash between GI and CI creation.
 	ComputeInstances int
-	// Claimed is true when an active or withheld reservation overlaps it:
-	// it may be the not yet patched instance of a pending reservation, and
-	// is left to Allocate rather than collected.
+	// Claimed is true when an active or withheld reservation overlaps it
+	// (it may be the not yet patched instance of a pending reservation,
+	// left to Allocate) or names one of its MIG devices; it is never
+	// collected.
 	Claimed bool
 	// Processes counts processes on it.
 	Processes int
@@ -91,8 +93,9 @@ func (l Leak) String() string {
 //
 // For each GPU, under its lock:
 //
-//  1. A GPU is busy when an active or withheld reservation names it, it
-//     runs processes, or the manager already manages instances on it.
+//  1. A GPU is busy when an active or withheld reservation names it or
+//     one of its MIG devices, it runs processes, or the manager already
+//     manages instances on it.
 //  2. When snap authorises destruction, an idle GPU is cleaned: every
 //     leftover CI and GI is destroyed, and, with [Options.EnableMIG], MIG
 //     mode is switched on through [MIGModeSetter]. Without authorisation no
@@ -159,7 +162,7 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 	if err != nil {
 		return g, err
 	}
-	g.Busy = g.Reservations > 0 || procs.Busy() || m.managesOn(dev.Index)
+	g.Busy = g.Reservations > 0 || procs.Busy() || m.managesOn(dev.Index) || claimsAny(want, insts)
 	if !g.Busy && want.Authorized {
 		return g, m.cleanIdle(ctx, dev, insts, &g)
 	}
@@ -189,6 +192,17 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 	}
 	rep.Leaks = append(rep.Leaks, m.leaksOn(want, dev, insts, procs)...)
 	return g, nil
+}
+
+// claimsAny reports whether a reservation names a MIG device of insts,
+// even one whose entry names another GPU.
+func claimsAny(want *desiredSet, insts []Instance) bool {
+	for _, gi := range insts {
+		if want.claimsMIG(gi) {
+			return true
+		}
+	}
+	return false
 }
 
 // instances lists the GPU's instances; a GPU with MIG disabled has none.
@@ -320,7 +334,8 @@ func (m *Manager) leaksOn(want *desiredSet, dev capability.DeviceInfo, insts []I
 		}
 		out = append(out, Leak{GPU: dev.Index, GPUUUID: dev.UUID, GIID: gi.GIID, Profile: gi.Profile,
 			Placement: gi.Placement, ComputeInstances: len(gi.ComputeInstances),
-			Claimed: want.Claimed(dev.UUID, gi.Placement), Processes: procs.ByGPUInstance[gi.GIID]})
+			Claimed:   want.Claimed(dev.UUID, gi.Placement) || want.claimsMIG(gi),
+			Processes: procs.ByGPUInstance[gi.GIID]})
 	}
 	return out
 }
@@ -356,8 +371,9 @@ type LeakReport struct {
 // runs only when snap authorises destruction, and on each GPU, under its
 // lock, it destroys an unmanaged instance only when
 //
-//   - no active reservation overlaps its placement (a pending reservation's
-//     not yet patched instance is left to Allocate),
+//   - no active or withheld reservation overlaps its placement (a pending
+//     reservation's not yet patched instance is left to Allocate) or names
+//     one of its MIG devices,
 //   - no process runs on it, and
 //   - every process on the GPU is attributed to a GPU instance (otherwise
 //     the GPU is skipped).

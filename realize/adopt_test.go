@@ -286,3 +286,72 @@ func TestCollectLeaks(t *testing.T) {
 		t.Errorf("live = %d, want 3", got)
 	}
 }
+
+// An active pod's annotation that names a live MIG device at another
+// placement, or on another GPU, is inconsistent, but the pod may be using
+// that device: no pass may destroy it as a remnant, a leak or idle-GPU
+// leftovers.
+func TestNeverDestroysInstanceAReservationNames(t *testing.T) {
+	tests := []struct {
+		name string
+		// moved rewrites b's realized entry so that it no longer points at
+		// its instance's key.
+		moved func(f *fixture, e reservation.Allocation) reservation.Allocation
+		// pass runs one destructive pass and checks its report.
+		pass func(t *testing.T, f *fixture)
+	}{
+		{
+			name: "Allocate of a pod reserved at the instance's placement",
+			moved: func(_ *fixture, e reservation.Allocation) reservation.Allocation {
+				e.Placement.Start = 2
+				return e
+			},
+			pass: func(t *testing.T, f *fixture) {
+				f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1))
+				if _, err := f.allocate(context.Background(), "a", 0); !errors.Is(err, realize.ErrConflict) {
+					t.Errorf("Allocate error = %v, want ErrConflict", err)
+				}
+			},
+		},
+		{
+			name: "CollectLeaks",
+			moved: func(_ *fixture, e reservation.Allocation) reservation.Allocation {
+				e.Placement.Start = 2
+				return e
+			},
+			pass: func(t *testing.T, f *fixture) {
+				rep, err := f.m.CollectLeaks(context.Background(), f.snapshot())
+				if err != nil || !rep.Authorized || len(rep.Collected) != 0 || len(rep.Left) != 1 || !rep.Left[0].Claimed {
+					t.Errorf("CollectLeaks = %+v, %v; want the instance left as claimed", rep, err)
+				}
+			},
+		},
+		{
+			name: "Adopt cleaning an idle GPU",
+			moved: func(f *fixture, e reservation.Allocation) reservation.Allocation {
+				e.GPUUUID = f.gpuUUID(1)
+				return e
+			},
+			pass: func(t *testing.T, f *fixture) {
+				rep, err := f.m.Adopt(context.Background(), f.snapshot())
+				if err != nil || !rep.Authorized || !rep.GPUs[0].Busy || rep.GPUs[0].Cleaned != 0 {
+					t.Errorf("Adopt = %+v, %v; want GPU 0 busy and not cleaned", rep, err)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, 2)
+			b := f.schedule("b", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1))
+			realized := f.mustAllocate("b", 0).Devices[0].Entry
+			b.Annotations[reservation.AnnotationKey] = reservation.EncodeString([]reservation.Allocation{tt.moved(f, realized)})
+			f.restart()
+			tt.pass(t, f)
+			if got := f.live(); len(got) != 1 || got[0] != realized.MIGUUID {
+				t.Errorf("live = %v, want b's %s untouched", got, realized.MIGUUID)
+			}
+			f.checkHardware()
+		})
+	}
+}

@@ -379,7 +379,7 @@ func (m *Manager) checkClaims(want *desiredSet, s step, rt reservation.RuntimeId
 // one can prove who used it, so it is destroyed and created afresh rather
 // than handed out: a GI without a CI at once (nothing can run on it), a
 // complete instance only with an authorised snapshot, no process on it
-// and no ended pod naming it.
+// and no reservation or ended pod naming it.
 func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Instance, rt reservation.RuntimeIdentity, hasRT bool) (Device, *record, bool, error) {
 	if gi.Profile != s.profile.GIProfileIndex {
 		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d of profile index %d occupies %v",
@@ -407,6 +407,11 @@ func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Ins
 		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v runs processes", ErrOccupied, gi.GIID, s.key.Placement)
 	}
 	if !hasRT {
+		// Not the pod's own: a remnant, unless another entry names it.
+		if want.claimsMIG(gi) {
+			return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner,
+				Reason: fmt.Sprintf("unmanaged GI %d at the key holds a MIG device another reservation names", gi.GIID)}
+		}
 		return Device{}, nil, false, m.removeRemnant(ctx, s, gi)
 	}
 	if why := verify(gi, s.profile.GIProfileIndex, s.key.Placement, rt); why != "" {

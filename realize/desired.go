@@ -111,6 +111,17 @@ func (d *desiredSet) rival(gpuUUID string, at capability.Placement, self Owner) 
 	return reservation.Entry{}, false
 }
 
+// claimsMIG reports whether an active or withheld entry names one of gi's
+// MIG devices: whatever its placement says, the pod may be using it.
+func (d *desiredSet) claimsMIG(gi Instance) bool {
+	for _, ci := range gi.ComputeInstances {
+		if d.ClaimedMIG(ci.MIGUUID) {
+			return true
+		}
+	}
+	return false
+}
+
 // podReasons returns the reasons the set gives about one pod.
 func (d *desiredSet) podReasons(uid string) []error {
 	var out []error

@@ -52,18 +52,20 @@
 //     UUID) and nothing runs on it. Any other unmanaged instance at a
 //     reserved key (the remnant of a create that crashed before the pod
 //     was patched, including a GI without a CI) is destroyed and created
-//     afresh, complete instances only with an authorised snapshot.
+//     afresh, complete instances only with an authorised snapshot and
+//     when no reservation names one of their MIG devices.
 //   - When a multi-device Allocate fails, only the instances that call
 //     created are destroyed; adopted and previously managed ones stay.
 //   - Adopt cleans a GPU only when it is idle (no active or withheld
-//     reservation, no process, nothing managed) and the snapshot is
-//     authorised; it adopts an annotated instance only after verifying
-//     every identity field against the hardware. Reservations without
-//     runtime identity are left to Allocate; legacy v2.9 identifiers and
-//     mismatches are reported, never adopted.
+//     reservation on it or naming one of its MIG devices, no process,
+//     nothing managed) and the snapshot is authorised; it adopts an
+//     annotated instance only after verifying every identity field against
+//     the hardware. Reservations without runtime identity are left to
+//     Allocate; legacy v2.9 identifiers and mismatches are reported, never
+//     adopted.
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an
-//     authorised snapshot, when no reservation overlaps them and no process
-//     runs on them (or on the GPU outside any GI).
+//     authorised snapshot, when no reservation overlaps or names them and
+//     no process runs on them (or on the GPU outside any GI).
 //
 // # Concurrency
 //
