@@ -1,0 +1,1120 @@
+package systemtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/placement"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// TestSystem is the whole-system model-based test; see the package
+// documentation for the actors, actions and invariants.
+func TestSystem(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := newSystem(rt)
+		rt.Repeat(map[string]func(*rapid.T){
+			"arrive":         s.arrive,
+			"allocate":       s.allocate,
+			"repeatAllocate": s.repeatAllocate,
+			"end":            s.end,
+			"vanish":         s.vanish,
+			"reconcile":      s.reconcile,
+			"collectLeaks":   s.collectLeaks,
+			"restart":        s.restart,
+			"fault":          s.fault,
+			"attack":         s.attack,
+			"corrupt":        s.corrupt,
+			"repair":         s.repair,
+			"startProcess":   s.startProcess,
+			"stopProcess":    s.stopProcess,
+			"settle":         s.settle,
+			"":               s.check,
+		})
+		s.drain(rt)
+	})
+}
+
+const (
+	nodeName = "mig-node-a"
+	numGPUs  = 2
+)
+
+// models are the GPU models a sequence draws from: 8-, 4- and 12-slot grids.
+var models = []string{"A100-SXM4-40GB", "A30", "RTX PRO 6000", "H100"}
+
+// devKey names one device of a pod: (container index, device index).
+type devKey struct{ c, d int }
+
+// simPod is one pod the API server holds (or held).
+type simPod struct {
+	pod      *reservation.Pod
+	attack   string // "" for a pod the scheduler placed, else the kind of forgery
+	active   bool   // not ended
+	gone     bool   // removed from the API entirely
+	epoch    int    // clock epoch of its creation, for informer lag
+	received map[devKey]string
+	// saved is the annotation a corrupt action replaced; "" when intact.
+	saved string
+	// informed is the last annotation value the scheduler's informer
+	// could decode, the record its ledger keeps for the pod.
+	informed string
+}
+
+func (p *simPod) uid() string { return p.pod.UID }
+
+func (p *simPod) annotation() string { return p.pod.Annotations[reservation.AnnotationKey] }
+
+func (p *simPod) containers() []int {
+	entries, _ := reservation.DecodeString(p.annotation())
+	var cs []int
+	for _, e := range entries {
+		if !slices.Contains(cs, e.ContainerIndex) {
+			cs = append(cs, e.ContainerIndex)
+		}
+	}
+	slices.Sort(cs)
+	return cs
+}
+
+type proc struct {
+	uid, mig string
+}
+
+type armedFault struct {
+	f *fakehal.Injected
+	// after counts the steps the fault still counts as armed once it has
+	// fired (stale listings outlive the call that caused them).
+	after int
+}
+
+// system is the state machine: every actor of one node.
+type system struct {
+	ctx     context.Context
+	model   string
+	node    *fakehal.Node
+	hw      *mortal
+	mgr     *realize.Manager
+	ledger  *placement.Ledger
+	sched   []capability.GPU // the scheduler's view, from the node registration
+	profile map[string]capability.Profile
+	pods    []*simPod
+	byUID   map[string]*simPod
+	next    int
+	// owners maps every MIG UUID ever handed to a container to its pod.
+	owners map[string]string
+	// claims holds every (GPU UUID, placement) a validated annotation ever
+	// named: the only places an instance may be created.
+	claims map[claim]bool
+	procs  map[uint32]proc
+	faults []armedFault
+	clock  *clock
+	epoch  int
+	// residual counts hand-outs of a vanished pod's instance to a forger
+	// after a restart: the residual risk the realize package documents.
+	residual int
+}
+
+type claim struct {
+	gpu string
+	at  capability.Placement
+}
+
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func newSystem(t *rapid.T) *system {
+	model := rapid.SampledFrom(models).Draw(t, "model")
+	node, err := fakehal.New(fakehal.Options{GPUs: fakehal.Repeat(numGPUs, model), Seed: rapid.Uint64().Draw(t, "seed")})
+	if err != nil {
+		t.Fatalf("fakehal.New(%s): %v", model, err)
+	}
+	s := &system{ctx: context.Background(), model: model, node: node, byUID: map[string]*simPod{},
+		owners: map[string]string{}, claims: map[claim]bool{}, procs: map[uint32]proc{},
+		clock: &clock{now: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}, profile: map[string]capability.Profile{}}
+	s.register(t)
+	s.startPlugin(t, true)
+	return s
+}
+
+// register is discovery on the device plugin's side and the node
+// registration round trip into the scheduler's ledger.
+func (s *system) register(t *rapid.T) {
+	gpus, _, err := capability.Discover(s.ctx, s.node, capability.DefaultAllowlist())
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	devs, err := capability.NewMIGNodeDevices(gpus, nil)
+	if err != nil {
+		t.Fatalf("NewMIGNodeDevices: %v", err)
+	}
+	wire, err := capability.EncodeNodeRegistration(devs)
+	if err != nil {
+		t.Fatalf("EncodeNodeRegistration: %v", err)
+	}
+	decoded, err := capability.DecodeNodeRegistration(wire)
+	if err != nil {
+		t.Fatalf("DecodeNodeRegistration(%s): %v", wire, err)
+	}
+	for _, nd := range decoded {
+		g, err := nd.GPU()
+		if err != nil {
+			t.Fatalf("NodeDevice.GPU: %v", err)
+		}
+		if len(g.Profiles) == 0 {
+			t.Fatalf("%s (%s) publishes no MIG profile under the default allowlist", s.model, g.Name)
+		}
+		s.sched = append(s.sched, g)
+		for _, p := range g.Profiles {
+			s.profile[p.Name] = p
+		}
+	}
+	if len(s.sched) != numGPUs {
+		t.Fatalf("registration lists %d GPUs, want %d", len(s.sched), numGPUs)
+	}
+	s.ledger = placement.NewLedger(placement.LedgerOptions{})
+	if err := s.ledger.SetNode(nodeName, s.sched); err != nil {
+		t.Fatalf("SetNode: %v", err)
+	}
+}
+
+// startPlugin starts a device plugin: a new manager over the same hardware,
+// then startup adoption on a listing that may be incomplete.
+func (s *system) startPlugin(t *rapid.T, complete bool) realize.AdoptReport {
+	s.hw = &mortal{Node: s.node}
+	s.mgr = realize.NewManager(s.hw, realize.Options{Now: s.clock.Now})
+	snap := s.listing(t, "startup", complete)
+	armed := s.armed()
+	before := s.node.Snapshot()
+	rep, err := s.mgr.Adopt(s.ctx, snap)
+	if s.hw.dead.Load() {
+		// Died during startup: start again.
+		return s.startPlugin(t, complete)
+	}
+	if !reservation.Desired(snap).Authorized && len(s.node.Snapshot()) < len(before) {
+		t.Fatalf("Adopt on an unauthorised listing destroyed instances: before %v after %v", before, s.node.Snapshot())
+	}
+	if err != nil {
+		if !armed {
+			t.Fatalf("Adopt without faults: %v", err)
+		}
+		return rep
+	}
+	s.checkAdoption(t, snap, rep)
+	return rep
+}
+
+// checkAdoption checks that every valid, unambiguous realized reservation
+// of an active pod was adopted with its MIG UUID, and that nothing was
+// adopted for a pod that does not name it.
+func (s *system) checkAdoption(t *rapid.T, snap reservation.Snapshot, rep realize.AdoptReport) {
+	adopted := map[string]realize.ManagedInstance{}
+	for _, a := range rep.Adopted {
+		adopted[a.Runtime.MIGUUID] = a
+	}
+	want := reservation.Desired(snap)
+	live := s.liveByMIG()
+	for _, a := range rep.Adopted {
+		p := s.byUID[a.Owner.PodUID]
+		if p == nil || !p.active {
+			t.Fatalf("adopted %s for %s, which is not an active pod", a.Runtime.MIGUUID, a.Owner)
+		}
+		e, ok := want.Lookup(a.Owner.PodUID, a.Owner.ContainerIndex, a.Owner.DeviceIndex)
+		if rt, has := e.Runtime(); !ok || !has || rt != a.Runtime {
+			t.Fatalf("adopted %v for %s, which its annotation does not name", a.Runtime, a.Owner)
+		}
+	}
+	for _, e := range want.Active {
+		rt, ok := e.Runtime()
+		if !ok {
+			continue
+		}
+		in, isLive := live[rt.MIGUUID]
+		if !isLive || in.GIID != rt.GPUInstanceID || in.Placement != e.Placement || s.gpuUUID(in.GPU) != e.GPUUUID ||
+			len(in.ComputeInstances) != 1 || in.ComputeInstances[0].ID != rt.ComputeInstanceID {
+			continue // the annotation does not match the hardware: never adopted
+		}
+		if s.ambiguous(e.PodUID, rt.MIGUUID) || s.withheldOverlap(&want, e) {
+			continue
+		}
+		if _, ok := adopted[rt.MIGUUID]; !ok {
+			t.Fatalf("startup adoption missed %s of %s (%s %v); rejected %v", rt.MIGUUID, e.PodUID, e.Profile, e.Placement, rep.Rejected)
+		}
+	}
+}
+
+// ambiguous reports whether a listed pod other than uid names migUUID.
+func (s *system) ambiguous(uid, migUUID string) bool {
+	for _, p := range s.pods {
+		if p.gone || p.uid() == uid {
+			continue
+		}
+		entries, _ := reservation.DecodeString(p.annotation())
+		for _, e := range entries {
+			if e.MIGUUID == migUUID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withheldOverlap reports whether an untrusted pod's entry overlaps e.
+func (s *system) withheldOverlap(want *reservation.DesiredSet, e reservation.Entry) bool {
+	for _, w := range want.Withheld {
+		if w.GPUUUID == e.GPUUUID && w.Placement.Overlaps(e.Placement) && w.PodUID != e.PodUID {
+			return true
+		}
+	}
+	return false
+}
+
+// listing is the API server's pod listing: complete unless the draw says
+// the list call failed, and possibly lagging behind pods created since the
+// clock last moved (informers lag by less than the manager's grace).
+func (s *system) listing(t *rapid.T, label string, complete bool) reservation.Snapshot {
+	snap := reservation.Snapshot{Complete: complete}
+	if !complete {
+		snap.Complete = rapid.IntRange(0, 4).Draw(t, label+" listing complete") > 0
+	}
+	lag := !complete && rapid.IntRange(0, 5).Draw(t, label+" listing lags") == 0
+	for _, p := range s.pods {
+		if p.gone || (lag && p.epoch == s.epoch) {
+			continue
+		}
+		cp := *p.pod
+		snap.Pods = append(snap.Pods, cp)
+	}
+	return snap
+}
+
+func (s *system) gpuUUID(i int) string { return s.sched[i].UUID }
+
+func (s *system) gpuIndex(uuid string) int {
+	for i, g := range s.sched {
+		if g.UUID == uuid {
+			return i
+		}
+	}
+	return -1
+}
+
+// armed reports whether an injected fault may still affect a call.
+func (s *system) armed() bool {
+	s.faults = slices.DeleteFunc(s.faults, func(a armedFault) bool { return a.f.Fired() > 0 && a.after <= 0 })
+	return len(s.faults) > 0
+}
+
+// tick ages fired faults by one step.
+func (s *system) tick() {
+	for i := range s.faults {
+		if s.faults[i].f.Fired() > 0 {
+			s.faults[i].after--
+		}
+	}
+}
+
+// setAnnotation stores a new annotation value on p, records a validated
+// value's placements as claims, and lets the scheduler's informer see it.
+func (s *system) setAnnotation(p *simPod, value string) {
+	ann := map[string]string{}
+	for k, v := range p.pod.Annotations {
+		ann[k] = v
+	}
+	ann[reservation.AnnotationKey] = value
+	p.pod.Annotations = ann
+	entries, err := reservation.DecodeString(value)
+	if err != nil {
+		return // the informer cannot decode it and keeps the last record
+	}
+	if reservation.Validate(entries) == nil {
+		for _, e := range entries {
+			s.claims[claim{e.GPUUUID, e.Placement}] = true
+		}
+	}
+	p.informed = value
+	if p.active {
+		_ = s.ledger.UpdatePod(nodeName, p.uid(), reservationsOf(p.uid(), entries))
+	}
+}
+
+func reservationsOf(uid string, entries []reservation.Allocation) []placement.Reservation {
+	rs := make([]placement.Reservation, 0, len(entries))
+	for _, e := range entries {
+		rs = append(rs, placement.Reservation{PodUID: uid, ContainerIndex: e.ContainerIndex, DeviceIndex: e.DeviceIndex,
+			GPUUUID: e.GPUUUID, Profile: e.Profile, Placement: e.Placement})
+	}
+	return rs
+}
+
+func (s *system) newPod(attack string) *simPod {
+	s.next++
+	uid := fmt.Sprintf("pod-%d", s.next)
+	if attack != "" {
+		uid = fmt.Sprintf("forger-%d", s.next)
+	}
+	p := &simPod{attack: attack, active: true, epoch: s.epoch, received: map[devKey]string{},
+		pod: &reservation.Pod{UID: uid, Namespace: "ns", Name: uid, Phase: reservation.PodRunning, Annotations: map[string]string{}}}
+	s.pods = append(s.pods, p)
+	s.byUID[uid] = p
+	return p
+}
+
+func (s *system) pick(t *rapid.T, label string, ok func(*simPod) bool) *simPod {
+	var c []*simPod
+	for _, p := range s.pods {
+		if ok(p) {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("no " + label)
+	}
+	return rapid.SampledFrom(c).Draw(t, label)
+}
+
+// arrive is a pod arriving with a MIG request: the scheduler places it
+// through the ledger (assume), binds it and writes the annotation, and the
+// informer confirms the assumption. A bind that fails is forgotten.
+func (s *system) arrive(t *rapid.T) {
+	req := s.drawRequest(t)
+	s.next++
+	uid := fmt.Sprintf("pod-%d", s.next)
+	as, err := s.ledger.Reserve(nodeName, uid, req)
+	if err != nil {
+		if !errors.Is(err, placement.ErrUnschedulable) {
+			t.Fatalf("Reserve(%+v): %v", req, err)
+		}
+		return // stays Pending
+	}
+	if rapid.IntRange(0, 9).Draw(t, "bind fails") == 0 {
+		if !s.ledger.Forget(uid) {
+			t.Fatalf("Forget(%s) of an assumed pod = false", uid)
+		}
+		return
+	}
+	entries := make([]reservation.Allocation, 0, len(as))
+	for _, a := range as {
+		entries = append(entries, reservation.Allocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
+			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement})
+	}
+	if err := reservation.Validate(entries); err != nil {
+		t.Fatalf("scheduler wrote an invalid reservation %v: %v", entries, err)
+	}
+	s.next--
+	p := s.newPod("")
+	if p.uid() != uid {
+		t.Fatalf("uid %s, want %s", p.uid(), uid)
+	}
+	if err := s.ledger.AddPod(nodeName, uid, reservationsOf(uid, entries)); err != nil {
+		t.Fatalf("AddPod confirming %s: %v", uid, err)
+	}
+	s.setAnnotation(p, reservation.EncodeString(entries))
+}
+
+func (s *system) drawRequest(t *rapid.T) *placement.Request {
+	var profiles []capability.Profile
+	for _, p := range s.profile {
+		profiles = append(profiles, p)
+	}
+	slices.SortFunc(profiles, func(a, b capability.Profile) int { return capability.CompareProfiles(&a, &b) })
+	req := &placement.Request{}
+	containers := rapid.IntRange(1, 2).Draw(t, "containers")
+	total := 0
+	for range containers {
+		n := rapid.IntRange(0, 2).Draw(t, "devices")
+		if total+n > 3 {
+			n = 0
+		}
+		total += n
+		var mem placement.Memory
+		switch rapid.IntRange(0, 5).Draw(t, "memory kind") {
+		case 0:
+			mem = placement.Memory{} // whole GPU
+		case 1:
+			mem = placement.Percent(uint32(rapid.IntRange(1, 100).Draw(t, "percent")))
+		default:
+			prof := rapid.SampledFrom(profiles).Draw(t, "profile")
+			mem = placement.MiB(rapid.Uint64Range(max(1, prof.MemoryMB/2), prof.MemoryMB).Draw(t, "MiB"))
+		}
+		req.Containers = append(req.Containers, placement.ContainerRequest{Devices: n, Memory: mem})
+	}
+	if total == 0 {
+		req.Containers[0].Devices = 1
+	}
+	return req
+}
+
+func (s *system) allocate(t *rapid.T) {
+	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone })
+	s.doAllocate(t, p, s.drawContainer(t, p), false)
+}
+
+func (s *system) repeatAllocate(t *rapid.T) {
+	p := s.pick(t, "allocated pod", func(p *simPod) bool { return p.active && !p.gone && len(p.received) > 0 })
+	var cs []int
+	for k := range p.received {
+		if !slices.Contains(cs, k.c) {
+			cs = append(cs, k.c)
+		}
+	}
+	slices.Sort(cs)
+	s.doAllocate(t, p, rapid.SampledFrom(cs).Draw(t, "container"), false)
+}
+
+func (s *system) drawContainer(t *rapid.T, p *simPod) int {
+	cs := p.containers()
+	if len(cs) == 0 {
+		return rapid.IntRange(0, 1).Draw(t, "container")
+	}
+	return rapid.SampledFrom(cs).Draw(t, "container")
+}
+
+// doAllocate is kubelet's Allocate for one container of p. The device
+// plugin patches the annotation; a lost patch fails kubelet's Allocate, so
+// the container receives the devices only when the patch lands. must makes
+// any failure fatal (the drain, where nothing may block a valid pod).
+func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
+	armed := s.armed()
+	snap := s.listing(t, "allocate", must)
+	before, _ := reservation.DecodeString(p.annotation())
+	res, err := s.mgr.Allocate(s.ctx, realize.AllocateRequest{Pod: *p.pod, ContainerIndex: container, Snapshot: snap})
+	if s.hw.dead.Load() {
+		s.startPlugin(t, false)
+		return
+	}
+	if err != nil {
+		if must {
+			t.Fatalf("Allocate(%s container %d) in the drain: %v", p.uid(), container, err)
+		}
+		s.expectAllocateError(t, p, snap, armed, err)
+		return
+	}
+	if p.attack != "" && p.attack != "rogue" && p.attack != "staleGI" {
+		s.checkForgerResult(t, p, res)
+	}
+	if !must && rapid.IntRange(0, 7).Draw(t, "patch lost") == 0 {
+		return
+	}
+	if res.Patch != nil {
+		s.setAnnotation(p, res.Annotation)
+	}
+	for _, d := range res.Devices {
+		s.handOut(t, p, d, before)
+	}
+}
+
+// handOut records that p's container received d and checks that no other
+// pod ever received it and that a repeated Allocate returns the annotated
+// instance.
+func (s *system) handOut(t *rapid.T, p *simPod, d realize.Device, before []reservation.Allocation) {
+	mig := d.Runtime.MIGUUID
+	if owner, ok := s.owners[mig]; ok && owner != p.uid() {
+		prev := s.byUID[owner]
+		if prev != nil && (!prev.gone || s.runs(owner)) {
+			t.Fatalf("pod %s received %s (%v), already handed to %s (active %t, gone %t)", p.uid(), mig, d.Key, owner, prev.active, prev.gone)
+		}
+		s.residual++
+	}
+	if d.Index < len(before) {
+		if prev, ok := before[d.Index].Runtime(); ok && prev != d.Runtime {
+			if _, live := s.liveByMIG()[prev.MIGUUID]; live {
+				t.Fatalf("Allocate of %s entry %d returned %v while the annotated %v is live", p.uid(), d.Index, d.Runtime, prev)
+			}
+		}
+	}
+	k := devKey{d.Entry.ContainerIndex, d.Entry.DeviceIndex}
+	if old, ok := p.received[k]; ok && old != mig {
+		if _, live := s.liveByMIG()[old]; live {
+			t.Fatalf("pod %s device %v got %s while its earlier %s is live", p.uid(), k, mig, old)
+		}
+	}
+	in, live := s.liveByMIG()[mig]
+	if !live || s.gpuUUID(in.GPU) != d.Entry.GPUUUID || in.Placement != d.Entry.Placement {
+		t.Fatalf("pod %s got %s for %v, which is not live there (%+v)", p.uid(), mig, d.Entry, in)
+	}
+	s.owners[mig] = p.uid()
+	p.received[k] = mig
+}
+
+// runs reports whether any process of the pod still runs.
+func (s *system) runs(uid string) bool {
+	for _, pr := range s.procs {
+		if pr.uid == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// checkForgerResult: a forged record that names another pod's placement or
+// identity must not yield that pod's instance.
+func (s *system) checkForgerResult(t *rapid.T, p *simPod, res realize.AllocateResult) {
+	for _, d := range res.Devices {
+		if owner, ok := s.owners[d.Runtime.MIGUUID]; ok && owner != p.uid() {
+			prev := s.byUID[owner]
+			if prev == nil || !prev.gone || s.runs(owner) {
+				t.Fatalf("forger %s (%s) obtained %s of %s", p.uid(), p.attack, d.Runtime.MIGUUID, owner)
+			}
+		}
+	}
+}
+
+// expectAllocateError accepts the failures a healthy system may answer
+// with and fails on anything else when no fault was armed.
+func (s *system) expectAllocateError(t *rapid.T, p *simPod, snap reservation.Snapshot, armed bool, err error) {
+	if armed {
+		return
+	}
+	switch {
+	case p.attack != "" || p.saved != "":
+		return // a forged or corrupt record: refusing it is the point
+	case errors.Is(err, realize.ErrConflict), errors.Is(err, realize.ErrOccupied):
+		// An ended pod's instance not yet released (unauthorised listing,
+		// processes still running) or an untrusted rival.
+		return
+	case errors.Is(err, realize.ErrNoReservation):
+		return // a container without devices
+	}
+	want := reservation.Desired(snap)
+	if want.IsUnknown(p.uid()) {
+		return // another pod's record makes this one untrustworthy
+	}
+	t.Fatalf("Allocate(%s) without faults: %v", p.uid(), err)
+}
+
+// end ends a pod the way Kubernetes does: Succeeded, Failed, deleting, or
+// deleted outright. Its containers are killed unless the draw leaves a
+// process behind for a while.
+func (s *system) end(t *rapid.T) {
+	p := s.pick(t, "pod to end", func(p *simPod) bool { return p.active && !p.gone })
+	s.endPod(p, rapid.IntRange(0, 3).Draw(t, "how"))
+	if rapid.IntRange(0, 3).Draw(t, "processes linger") > 0 {
+		s.stopProcesses(t, p.uid())
+	}
+}
+
+func (s *system) endPod(p *simPod, how int) {
+	p.active = false
+	switch how {
+	case 0:
+		p.pod.Phase = reservation.PodSucceeded
+	case 1:
+		p.pod.Phase = reservation.PodFailed
+	case 2:
+		p.pod.Deleting = true
+	default:
+		p.gone = true
+	}
+	s.ledger.DeletePod(p.uid())
+}
+
+func (s *system) stopProcesses(t *rapid.T, uid string) {
+	for pid, pr := range s.procs {
+		if pr.uid == uid {
+			if err := s.node.StopProcess(pid); err != nil {
+				t.Fatalf("StopProcess(%d): %v", pid, err)
+			}
+			delete(s.procs, pid)
+		}
+	}
+}
+
+// vanish removes an ended pod from the API.
+func (s *system) vanish(t *rapid.T) {
+	p := s.pick(t, "ended pod", func(p *simPod) bool { return !p.active && !p.gone })
+	p.gone = true
+}
+
+func (s *system) reconcile(t *rapid.T) {
+	if rapid.IntRange(0, 2).Draw(t, "time passes") == 0 {
+		s.advance()
+	}
+	armed := s.armed()
+	snap := s.listing(t, "reconcile", false)
+	before := s.node.Snapshot()
+	rep, err := s.mgr.Reconcile(s.ctx, snap)
+	if s.hw.dead.Load() {
+		s.startPlugin(t, false)
+		return
+	}
+	if err != nil && !armed {
+		t.Fatalf("Reconcile without faults: %v", err)
+	}
+	if !reservation.Desired(snap).Authorized {
+		if rep.Authorized || len(rep.Released) > 0 || len(s.node.Snapshot()) < len(before) {
+			t.Fatalf("unauthorised reconcile destroyed: %v", rep)
+		}
+	}
+}
+
+// advance moves the clock past the manager's grace for pods missing from
+// a listing; informer lag never spans it.
+func (s *system) advance() {
+	s.clock.now = s.clock.now.Add(time.Hour)
+	s.epoch++
+}
+
+func (s *system) collectLeaks(t *rapid.T) {
+	armed := s.armed()
+	snap := s.listing(t, "collect", false)
+	before := s.node.Snapshot()
+	rep, err := s.mgr.CollectLeaks(s.ctx, snap)
+	if s.hw.dead.Load() {
+		s.startPlugin(t, false)
+		return
+	}
+	if err != nil && !armed {
+		t.Fatalf("CollectLeaks without faults: %v", err)
+	}
+	if !reservation.Desired(snap).Authorized && (len(rep.Collected) > 0 || len(s.node.Snapshot()) < len(before)) {
+		t.Fatalf("unauthorised leak collection destroyed: %v", rep.Collected)
+	}
+}
+
+func (s *system) restart(t *rapid.T) {
+	s.startPlugin(t, false)
+}
+
+// fault injects one NVML fault or a crash into the next calls.
+func (s *system) fault(t *rapid.T) {
+	nth := rapid.IntRange(1, 4).Draw(t, "nth")
+	var gpus []int
+	if rapid.Bool().Draw(t, "one GPU") {
+		gpus = []int{rapid.IntRange(0, numGPUs-1).Draw(t, "fault GPU")}
+	}
+	var f fakehal.Fault
+	after := 0
+	switch kind := rapid.IntRange(0, 9).Draw(t, "fault kind"); kind {
+	case 0:
+		f = fakehal.Fault{Op: fakehal.OpCreateGI, Err: realize.ErrOccupied}
+	case 1:
+		f = fakehal.Fault{Op: fakehal.OpCreateCI, Err: realize.ErrNotSupported}
+	case 2:
+		f = fakehal.Fault{Op: fakehal.OpCreateGI, Crash: true} // dies between GI and CI
+	case 3:
+		f = fakehal.Fault{Op: fakehal.OpCreateCI, Crash: true} // dies before learning the CI
+	case 4:
+		f = fakehal.Fault{Op: fakehal.OpDestroyCI, Err: realize.ErrInUse}
+	case 5:
+		f = fakehal.Fault{Op: fakehal.OpDestroyGI, Err: realize.ErrNotSupported}
+	case 6:
+		f = fakehal.Fault{Op: fakehal.OpDestroyGI, Crash: true}
+	case 7:
+		f = fakehal.Fault{Op: fakehal.OpInstances, Err: fakehal.ReturnGPUIsLost}
+	case 8:
+		f = fakehal.Fault{Op: fakehal.OpProcesses, Err: fakehal.ReturnUnknown}
+	case 9:
+		f = fakehal.Fault{Op: fakehal.OpDestroyGI, Linger: rapid.IntRange(1, 3).Draw(t, "linger")}
+		after = 6
+	}
+	f.Nth, f.GPUs = nth, gpus
+	s.faults = append(s.faults, armedFault{f: s.node.Inject(f), after: after})
+}
+
+// attack adds a pod with an adversarial annotation and may allocate it at
+// once.
+func (s *system) attack(t *rapid.T) {
+	kind := rapid.SampledFrom([]string{"copy", "duplicate", "stealMIG", "staleGI", "truncated", "partial", "garbage", "rogue"}).Draw(t, "attack")
+	value := s.forge(t, kind)
+	p := s.newPod(kind)
+	s.setAnnotation(p, value)
+	if rapid.Bool().Draw(t, "allocate forger") {
+		s.doAllocate(t, p, s.drawContainer(t, p), false)
+	}
+}
+
+// realized returns the pods whose annotation carries a runtime identity.
+func (s *system) victim(t *rapid.T, realized bool) *simPod {
+	return s.pick(t, "victim", func(p *simPod) bool {
+		if p.gone || p.attack != "" || p.saved != "" {
+			return false
+		}
+		if !realized {
+			return true
+		}
+		entries, _ := reservation.DecodeString(p.annotation())
+		for _, e := range entries {
+			if _, ok := e.Runtime(); ok {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (s *system) forge(t *rapid.T, kind string) string {
+	switch kind {
+	case "copy": // another pod's record verbatim, placement and MIG UUIDs
+		return s.victim(t, true).annotation()
+	case "duplicate": // a second pod duplicating a placement, no identity
+		entries, _ := reservation.DecodeString(s.victim(t, false).annotation())
+		for i := range entries {
+			entries[i] = entries[i].Scheduled()
+		}
+		return reservation.EncodeString(entries)
+	case "stealMIG": // own placement, another pod's runtime identity
+		rt, _ := s.victimIdentity(t)
+		a := s.drawPlacement(t)
+		return reservation.EncodeString([]reservation.Allocation{a.WithRuntime(rt)})
+	case "staleGI": // own placement, another pod's GI and CI IDs, a made-up MIG UUID
+		rt, _ := s.victimIdentity(t)
+		rt.MIGUUID = fmt.Sprintf("MIG-%08x-0000-4000-8000-%012x", rapid.Uint32().Draw(t, "uuid"), s.next)
+		a := s.drawPlacement(t)
+		return reservation.EncodeString([]reservation.Allocation{a.WithRuntime(rt)})
+	case "truncated":
+		v := s.victim(t, false).annotation()
+		if len(v) < 2 {
+			t.Skip("short annotation")
+		}
+		return v[:rapid.IntRange(1, len(v)-1).Draw(t, "cut")]
+	case "partial": // one or two of the three runtime fields
+		rt, e := s.victimIdentity(t)
+		a := e.WithRuntime(rt)
+		switch rapid.IntRange(0, 2).Draw(t, "drop") {
+		case 0:
+			a.MIGUUID = ""
+		case 1:
+			a.GPUInstanceID = reservation.OptionalID{}
+		default:
+			a.ComputeInstanceID = reservation.OptionalID{}
+			if rapid.Bool().Draw(t, "drop two") {
+				a.MIGUUID = ""
+			}
+		}
+		return reservation.EncodeString([]reservation.Allocation{a})
+	case "garbage":
+		return rapid.StringOf(rapid.SampledFrom([]rune(`[]{}":,0123456789 abcGPU-MIG-containerIndexplacement`))).Draw(t, "garbage")
+	default: // "rogue": a valid record at a placement the scheduler never chose
+		return reservation.EncodeString([]reservation.Allocation{s.drawPlacement(t)})
+	}
+}
+
+func (s *system) victimIdentity(t *rapid.T) (reservation.RuntimeIdentity, reservation.Allocation) {
+	entries, _ := reservation.DecodeString(s.victim(t, true).annotation())
+	var realized []reservation.Allocation
+	for _, e := range entries {
+		if _, ok := e.Runtime(); ok {
+			realized = append(realized, e)
+		}
+	}
+	e := rapid.SampledFrom(realized).Draw(t, "victim entry")
+	rt, _ := e.Runtime()
+	return rt, e.Scheduled()
+}
+
+// drawPlacement draws any published placement of any profile.
+func (s *system) drawPlacement(t *rapid.T) reservation.Allocation {
+	g := rapid.IntRange(0, numGPUs-1).Draw(t, "gpu")
+	prof := rapid.SampledFrom(s.sched[g].Profiles).Draw(t, "profile")
+	at := rapid.SampledFrom(prof.Placements).Draw(t, "placement")
+	return reservation.Allocation{GPUUUID: s.gpuUUID(g), Profile: prof.Name, Placement: at}
+}
+
+// corrupt breaks an active pod's own record (a buggy or malicious writer):
+// truncated JSON or a partial runtime identity. repair restores it.
+func (s *system) corrupt(t *rapid.T) {
+	p := s.pick(t, "pod to corrupt", func(p *simPod) bool { return p.active && !p.gone && p.attack == "" && p.saved == "" })
+	v := p.annotation()
+	var bad string
+	entries, _ := reservation.DecodeString(v)
+	if rapid.Bool().Draw(t, "truncate") || len(entries) == 0 {
+		bad = v[:rapid.IntRange(1, len(v)-1).Draw(t, "cut")]
+	} else {
+		i := rapid.IntRange(0, len(entries)-1).Draw(t, "entry")
+		entries[i].ComputeInstanceID = reservation.OptionalID{}
+		entries[i].GPUInstanceID = reservation.SomeID(uint32(rapid.IntRange(0, 14).Draw(t, "gi")))
+		if entries[i].MIGUUID == "" {
+			entries[i].MIGUUID = "MIG-00000000-0000-4000-8000-000000000000"
+		}
+		bad = reservation.EncodeString(entries)
+	}
+	p.saved = v
+	s.setAnnotation(p, bad)
+}
+
+func (s *system) repair(t *rapid.T) {
+	p := s.pick(t, "corrupt pod", func(p *simPod) bool { return p.saved != "" })
+	s.restore(p)
+}
+
+func (s *system) restore(p *simPod) {
+	v := p.saved
+	p.saved = ""
+	s.setAnnotation(p, v)
+}
+
+func (s *system) startProcess(t *rapid.T) {
+	p := s.pick(t, "pod with a device", func(p *simPod) bool { return p.active && !p.gone && len(p.received) > 0 })
+	var migs []string
+	for _, m := range p.received {
+		migs = append(migs, m)
+	}
+	slices.Sort(migs)
+	mig := rapid.SampledFrom(migs).Draw(t, "device")
+	in, ok := s.liveByMIG()[mig]
+	if !ok {
+		t.Fatalf("pod %s's device %s is not live", p.uid(), mig)
+	}
+	pid, err := s.node.StartProcess(in.GPU, mig)
+	if err != nil {
+		t.Fatalf("StartProcess(%d, %s): %v", in.GPU, mig, err)
+	}
+	s.procs[pid] = proc{uid: p.uid(), mig: mig}
+}
+
+func (s *system) stopProcess(t *rapid.T) {
+	if len(s.procs) == 0 {
+		t.Skip("no process")
+	}
+	pids := make([]uint32, 0, len(s.procs))
+	for pid := range s.procs {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	pid := rapid.SampledFrom(pids).Draw(t, "pid")
+	if err := s.node.StopProcess(pid); err != nil {
+		t.Fatalf("StopProcess(%d): %v", pid, err)
+	}
+	delete(s.procs, pid)
+}
+
+// settle stops every fault and every adversary, lets time pass and runs an
+// authorised reconcile and leak collection, then checks that every live
+// instance has an active owner: the realized instance of an active pod,
+// or an unpatched instance at an active pod's reserved placement, which
+// that pod's next Allocate takes over.
+func (s *system) settle(t *rapid.T) {
+	s.quiesce(t)
+	s.passes(t)
+	s.checkOwned(t, false)
+}
+
+// quiesce ends faults, forgers, corruption, and the processes of ended
+// pods.
+func (s *system) quiesce(t *rapid.T) {
+	s.node.ClearFaults()
+	s.faults = nil
+	if s.hw.dead.Load() {
+		s.startPlugin(t, true)
+	}
+	for _, p := range s.pods {
+		if p.saved != "" {
+			s.restore(p)
+		}
+		if p.attack != "" && p.active {
+			s.endPod(p, 2)
+		}
+		if !p.active {
+			s.stopProcesses(t, p.uid())
+		}
+	}
+	s.advance()
+}
+
+// passes runs an authorised reconcile and leak collection; both must
+// succeed. Stale listings need a second pass.
+func (s *system) passes(t *rapid.T) {
+	for range 2 {
+		snap := s.listing(t, "settle", true)
+		rep, err := s.mgr.Reconcile(s.ctx, snap)
+		if err != nil || !rep.Authorized {
+			t.Fatalf("settled Reconcile: %v (%v)", err, rep)
+		}
+		if lr, err := s.mgr.CollectLeaks(s.ctx, snap); err != nil || !lr.Authorized {
+			t.Fatalf("settled CollectLeaks: %v (%v)", err, lr.Reasons)
+		}
+	}
+}
+
+// checkOwned checks that every live instance belongs to an active pod.
+// exact additionally requires that it is that pod's annotated instance.
+func (s *system) checkOwned(t *rapid.T, exact bool) {
+	annotated := map[string]reservation.Allocation{}
+	reserved := map[claim]bool{}
+	for _, p := range s.pods {
+		if !p.active || p.gone {
+			continue
+		}
+		entries, err := reservation.DecodeString(p.annotation())
+		if err != nil {
+			t.Fatalf("active pod %s has an undecodable record after settling: %v", p.uid(), err)
+		}
+		for _, e := range entries {
+			reserved[claim{e.GPUUUID, e.Placement}] = true
+			if rt, ok := e.Runtime(); ok {
+				annotated[rt.MIGUUID] = e
+			}
+		}
+	}
+	for _, in := range s.node.Snapshot() {
+		at := claim{s.gpuUUID(in.GPU), in.Placement}
+		owned := len(in.ComputeInstances) == 1
+		if owned {
+			e, ok := annotated[in.ComputeInstances[0].MIGUUID]
+			owned = ok && claim{e.GPUUUID, e.Placement} == at
+		}
+		if !owned && (exact || !reserved[at]) {
+			t.Fatalf("after settling, GPU %d GI %d %v (%d CIs) has no active owner; managed %v",
+				in.GPU, in.GIID, in.Placement, len(in.ComputeInstances), s.mgr.Managed())
+		}
+	}
+}
+
+// check runs after every step.
+func (s *system) check(t *rapid.T) {
+	s.tick()
+	if err := s.node.Check(); err != nil {
+		t.Fatalf("hardware invariants: %v", err)
+	}
+	live := s.liveByMIG()
+	for _, in := range s.node.Snapshot() {
+		if !s.claims[claim{s.gpuUUID(in.GPU), in.Placement}] {
+			t.Fatalf("GPU %d holds GI %d at %v, which no validated reservation ever named", in.GPU, in.GIID, in.Placement)
+		}
+	}
+	occ := s.ledgerOccupancy(t)
+	for _, p := range s.pods {
+		if !p.active {
+			continue
+		}
+		entries, _ := reservation.DecodeString(p.informed)
+		for k, mig := range p.received {
+			in, ok := live[mig]
+			if !ok {
+				t.Fatalf("active pod %s's instance %s (device %v) was destroyed", p.uid(), mig, k)
+			}
+			for _, e := range entries {
+				if e.ContainerIndex == k.c && e.DeviceIndex == k.d &&
+					(e.GPUUUID != s.gpuUUID(in.GPU) || e.Placement != in.Placement) {
+					t.Fatalf("pod %s's instance %s is at GPU %d %v, reserved %s %v", p.uid(), mig, in.GPU, in.Placement, e.GPUUUID, e.Placement)
+				}
+			}
+			if p.attack == "" && occ[s.gpuUUID(in.GPU)]&placement.Occupancy(in.Placement.Mask()) != placement.Occupancy(in.Placement.Mask()) {
+				t.Fatalf("the ledger does not count pod %s's realized instance at GPU %d %v", p.uid(), in.GPU, in.Placement)
+			}
+		}
+	}
+	for _, c := range s.ledger.Conflicts() {
+		if s.byUID[c.PodUID].attack == "" && s.byUID[c.Other].attack == "" {
+			t.Fatalf("the ledger holds overlapping reservations of two scheduled pods: %v", c)
+		}
+	}
+}
+
+// ledgerOccupancy compares the incrementally maintained ledger with one
+// rebuilt from the pods' annotations (what a restarted scheduler sees) and
+// returns the occupancy per GPU UUID.
+func (s *system) ledgerOccupancy(t *rapid.T) map[string]placement.Occupancy {
+	fresh := placement.NewLedger(placement.LedgerOptions{})
+	if err := fresh.SetNode(nodeName, s.sched); err != nil {
+		t.Fatalf("SetNode: %v", err)
+	}
+	for _, p := range s.pods {
+		if !p.active || p.informed == "" {
+			continue
+		}
+		entries, err := reservation.DecodeString(p.informed)
+		if err != nil {
+			t.Fatalf("informed record of %s does not decode: %v", p.uid(), err)
+		}
+		_ = fresh.AddPod(nodeName, p.uid(), reservationsOf(p.uid(), entries))
+	}
+	got, _ := s.ledger.Node(nodeName)
+	want, _ := fresh.Node(nodeName)
+	occ := map[string]placement.Occupancy{}
+	for i := range got {
+		if got[i].Used != want[i].Used {
+			t.Fatalf("ledger GPU %d occupancy %v, rebuilt from annotations %v", i, got[i].Used, want[i].Used)
+		}
+		occ[got[i].Grid.UUID()] = got[i].Used
+	}
+	return occ
+}
+
+// liveByMIG maps every live MIG device to its GPU instance.
+func (s *system) liveByMIG() map[string]realize.Instance {
+	live := map[string]realize.Instance{}
+	for _, in := range s.node.Snapshot() {
+		for _, ci := range in.ComputeInstances {
+			live[ci.MIGUUID] = in
+		}
+	}
+	return live
+}
+
+// drain ends the sequence: faults and forgers stop, kubelet retries every
+// active pod's Allocate, and the node must converge: every reservation
+// realized exactly as annotated, nothing unowned, the ledger equal to the
+// hardware, a restart adopting everything; then every pod ends and the
+// hardware must be empty.
+func (s *system) drain(t *rapid.T) {
+	s.quiesce(t)
+	s.passes(t)
+	for _, p := range s.pods {
+		if p.active && !p.gone {
+			for _, c := range p.containers() {
+				s.doAllocate(t, p, c, true)
+			}
+		}
+	}
+	s.passes(t)
+	s.checkOwned(t, true)
+	s.check(t)
+	s.checkLedgerMatchesHardware(t)
+
+	rep := s.startPlugin(t, true)
+	if len(rep.Rejected) > 0 || len(rep.Leaks) > 0 || !rep.Authorized {
+		t.Fatalf("restart after converging: rejected %v, leaks %v, reasons %v", rep.Rejected, rep.Leaks, rep.Reasons)
+	}
+	if got, want := len(rep.Adopted), len(s.node.Snapshot()); got != want {
+		t.Fatalf("restart after converging adopted %d instances, want %d", got, want)
+	}
+
+	for _, p := range s.pods {
+		if p.active {
+			s.endPod(p, 0)
+		}
+		s.stopProcesses(t, p.uid())
+	}
+	s.advance()
+	s.passes(t)
+	if live := s.node.Snapshot(); len(live) != 0 {
+		t.Fatalf("hardware after every pod ended = %+v, want empty", live)
+	}
+	if n := len(s.mgr.Managed()); n != 0 {
+		t.Fatalf("managed after every pod ended = %d, want 0", n)
+	}
+	gpus, _ := s.ledger.Node(nodeName)
+	for i, g := range gpus {
+		if g.Used != 0 {
+			t.Fatalf("ledger GPU %d still occupied %v after every pod ended", i, g.Used)
+		}
+	}
+}
+
+// checkLedgerMatchesHardware: once converged, the scheduler's occupancy is
+// exactly the hardware's.
+func (s *system) checkLedgerMatchesHardware(t *rapid.T) {
+	hw := map[string]placement.Occupancy{}
+	for _, in := range s.node.Snapshot() {
+		u := s.gpuUUID(in.GPU)
+		hw[u] = hw[u].Take(in.Placement)
+	}
+	gpus, _ := s.ledger.Node(nodeName)
+	for i, g := range gpus {
+		if g.Used != hw[g.Grid.UUID()] {
+			t.Fatalf("converged GPU %d: ledger %v, hardware %v", i, g.Used, hw[g.Grid.UUID()])
+		}
+	}
+}
