@@ -122,8 +122,10 @@ func (m *Manager) reconcileOne(ctx context.Context, want *desiredSet, r *record,
 
 // release destroys r's exact CI and then its GI and forgets r. The caller
 // holds r's GPU lock. vanished is true when r's instance was no longer on
-// the hardware, or its GI ID now names another instance: then nothing is
-// destroyed and r is forgotten. On failure r stays managed.
+// the hardware, or its GI ID now names another instance (another profile
+// or placement, or only compute instances that are not r's): then nothing
+// is destroyed and r is forgotten. A GI left without r's CI (a destroy
+// that failed half way) is destroyed. On failure r stays managed.
 func (m *Manager) release(ctx context.Context, r *record) (vanished bool, err error) {
 	fail := func(err error) error {
 		return &ReleaseError{Key: r.Key, Owner: r.Owner, GIID: r.Runtime.GPUInstanceID, Err: err}
@@ -133,15 +135,15 @@ func (m *Manager) release(ctx context.Context, r *record) (vanished bool, err er
 		return false, fail(err)
 	}
 	gi, ok := findGI(insts, r.Runtime.GPUInstanceID)
-	if !ok || gi.Placement != r.Key.Placement || gi.Profile != r.GIIndex {
+	ci, hasCI := findCI(gi, r.Runtime)
+	// A GI whose compute instances are all someone else's is another
+	// instance under a recycled GI ID: never ours to destroy.
+	if !ok || gi.Placement != r.Key.Placement || gi.Profile != r.GIIndex || !hasCI && len(gi.ComputeInstances) > 0 {
 		m.forget(r)
 		m.log.WarnContext(ctx, "managed instance vanished; forgetting it", instanceAttrs(r)...)
 		return true, nil
 	}
-	for _, ci := range gi.ComputeInstances {
-		if ci.ID != r.Runtime.ComputeInstanceID || ci.MIGUUID != r.Runtime.MIGUUID {
-			continue // not ours: the GI destroy below will report it in use
-		}
+	if hasCI {
 		if err := m.hw.DestroyComputeInstance(ctx, r.Key.GPU, gi.GIID, ci.ID); err != nil && !errors.Is(err, ErrNotFound) {
 			return false, fail(err)
 		}
@@ -151,6 +153,16 @@ func (m *Manager) release(ctx context.Context, r *record) (vanished bool, err er
 	}
 	m.forget(r)
 	return false, nil
+}
+
+// findCI returns gi's compute instance with rt's CI ID and MIG UUID.
+func findCI(gi Instance, rt reservation.RuntimeIdentity) (ComputeInstance, bool) {
+	for _, ci := range gi.ComputeInstances {
+		if ci.ID == rt.ComputeInstanceID && ci.MIGUUID == rt.MIGUUID {
+			return ci, true
+		}
+	}
+	return ComputeInstance{}, false
 }
 
 // destroyGI destroys one GI (a missing one counts as destroyed) and counts

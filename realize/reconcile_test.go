@@ -212,3 +212,56 @@ func TestReconcileLeavesUnmanagedInstances(t *testing.T) {
 		t.Errorf("live = %d, want the unmanaged instance kept", got)
 	}
 }
+
+// A managed GI that now holds only another compute instance (its CI was
+// destroyed and one created in its place behind the manager's back) is no
+// longer the managed instance: it is forgotten, not destroyed, and no
+// destroy is attempted.
+func TestReconcileForgetsGIHoldingAnotherCI(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "2g.10gb", 0, 2))
+	rt := f.mustAllocate("a", 0).Devices[0].Runtime
+	ctx := context.Background()
+	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	other, err := f.node.AddComputeInstance(0, rt.GPUInstanceID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.terminate("a")
+	destroys := f.node.Calls(fakehal.OpDestroyCI) + f.node.Calls(fakehal.OpDestroyGI)
+	rep, err := f.m.Reconcile(ctx, f.snapshot())
+	if err != nil || len(rep.Vanished) != 1 || len(rep.Released) != 0 || len(rep.Kept) != 0 {
+		t.Fatalf("report = %+v, %v; want one vanished", rep, err)
+	}
+	if got := f.node.Calls(fakehal.OpDestroyCI) + f.node.Calls(fakehal.OpDestroyGI); got != destroys {
+		t.Errorf("destroy calls = %d, want %d (none)", got, destroys)
+	}
+	if got := f.live(); len(got) != 1 || got[0] != other.MIGUUID {
+		t.Errorf("live = %v, want the other CI %s untouched", got, other.MIGUUID)
+	}
+	if got := f.m.Stats().Managed; got != 0 {
+		t.Errorf("managed = %d, want 0", got)
+	}
+}
+
+// A managed GI whose own CI is gone (a release that failed after the CI
+// destroy) is still the managed instance: the next pass destroys the GI.
+func TestReconcileReleasesGIWhoseCIIsGone(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "2g.10gb", 0, 2))
+	rt := f.mustAllocate("a", 0).Devices[0].Runtime
+	ctx := context.Background()
+	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
+		t.Fatal(err)
+	}
+	f.terminate("a")
+	rep, err := f.m.Reconcile(ctx, f.snapshot())
+	if err != nil || len(rep.Released) != 1 || len(rep.Vanished) != 0 {
+		t.Fatalf("report = %+v, %v; want one released", rep, err)
+	}
+	if got := len(f.node.Snapshot()); got != 0 {
+		t.Errorf("live GIs = %d, want 0", got)
+	}
+}
