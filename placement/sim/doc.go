@@ -4,6 +4,13 @@
 // (free slots but no legal placement) or for lack of a large enough profile,
 // and the mean slot utilisation.
 //
+// # Units
+//
+// Trace times are in any unit (only differences matter; utilisation is
+// weighted by them). Memory is in MiB. Placements, as everywhere in package
+// placement, are half-open slot intervals [start, start+size) on each GPU's
+// published grid, and the simulated GPUs start empty.
+//
 // # Trace format
 //
 // A trace is JSON lines, one event per line, in non-decreasing time:
