@@ -15,6 +15,8 @@ type desiredSet struct {
 	ended map[string]Owner
 	// listed holds the UID of every pod in the listing, in any phase.
 	listed map[string]bool
+	// active holds the UID of every listed pod that is still active.
+	active map[string]bool
 }
 
 // desired builds the desired set of snap. extra, when not nil, is a pod
@@ -25,10 +27,14 @@ func desired(snap reservation.Snapshot, extra *reservation.Pod) desiredSet {
 		snap.Pods = append(snap.Pods[:len(snap.Pods):len(snap.Pods)], *extra)
 	}
 	listed := make(map[string]bool, len(snap.Pods))
+	active := make(map[string]bool, len(snap.Pods))
 	for i := range snap.Pods {
 		listed[snap.Pods[i].UID] = true
+		if snap.Pods[i].Active() {
+			active[snap.Pods[i].UID] = true
+		}
 	}
-	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap.Pods), listed: listed}
+	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap.Pods), listed: listed, active: active}
 }
 
 // endedClaims collects the runtime identities named by pods that are no

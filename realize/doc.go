@@ -35,7 +35,9 @@
 //     stays managed and is retried on the next pass. A pod listed as
 //     deleting, Succeeded or Failed is released at once; a pod merely
 //     missing from the listing only after [Options.AbsentPodGrace], since
-//     an informer may not list a pod yet when kubelet allocates for it.
+//     an informer may not list a pod yet when kubelet allocates for it. A
+//     pod that is still active keeps its instance even when its record
+//     stops naming it ([ReconcileReport.Retained]).
 //   - Allocate checks the reserved profile and placement against the GPU's
 //     capability before creating anything, and creates only the reserved
 //     placement.

@@ -32,6 +32,11 @@ type ReconcileReport struct {
 	// listing but that are younger than [Options.AbsentPodGrace]: the
 	// listing may lag behind the pod. A later pass releases them.
 	Deferred []ManagedInstance
+	// Retained are managed instances whose pod is still active but whose
+	// record no longer names them (rewritten or emptied). The pod's
+	// containers may still use them, so they stay managed and are released
+	// once the pod ends.
+	Retained []ManagedInstance
 }
 
 // KeptInstance is a managed instance a reconcile pass could not release.
@@ -43,7 +48,8 @@ type KeptInstance struct {
 // Reconcile releases managed instances whose reservation is no longer in
 // snap's desired set (active pods: not deleting, not Succeeded or Failed),
 // destroying their exact CI and then GI. Unmanaged instances and instances
-// of active reservations are never touched.
+// of active reservations are never touched, nor is the instance of a pod
+// that is still active but whose record stopped naming it (Retained).
 //
 // When snap does not authorise destruction (incomplete listing, or any
 // active pod with a malformed or invalid annotation) nothing is destroyed:
@@ -69,6 +75,11 @@ func (m *Manager) reconcile(ctx context.Context, want *desiredSet) (ReconcileRep
 	var errs []error
 	for _, r := range m.records() {
 		if want.wants(r) {
+			continue
+		}
+		if want.active[r.Owner.PodUID] {
+			rep.Retained = append(rep.Retained, r.ManagedInstance)
+			m.log.WarnContext(ctx, "active pod's record no longer names its managed instance; keeping it until the pod ends", instanceAttrs(r)...)
 			continue
 		}
 		if m.young(want, r) {
@@ -179,10 +190,14 @@ func (m *Manager) destroyGI(ctx context.Context, key Key, owner Owner, gi uint32
 }
 
 // String summarises the report, e.g. "authorised: released 1, kept 0,
-// vanished 0, deferred 0".
+// vanished 0, deferred 0"; ", retained N" follows when N > 0.
 func (r ReconcileReport) String() string {
 	if !r.Authorized {
 		return fmt.Sprintf("not authorised (%d reasons): nothing destroyed", len(r.Reasons))
 	}
-	return fmt.Sprintf("authorised: released %d, kept %d, vanished %d, deferred %d", len(r.Released), len(r.Kept), len(r.Vanished), len(r.Deferred))
+	s := fmt.Sprintf("authorised: released %d, kept %d, vanished %d, deferred %d", len(r.Released), len(r.Kept), len(r.Vanished), len(r.Deferred))
+	if len(r.Retained) > 0 {
+		s += fmt.Sprintf(", retained %d", len(r.Retained))
+	}
+	return s
 }

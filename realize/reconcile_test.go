@@ -265,3 +265,39 @@ func TestReconcileReleasesGIWhoseCIIsGone(t *testing.T) {
 		t.Errorf("live GIs = %d, want 0", got)
 	}
 }
+
+// A pod that is still active but whose record no longer names its managed
+// instance (rewritten to another placement, or emptied) may still use it:
+// reconcile keeps it until the pod ends.
+func TestReconcileRetainsInstanceOfActivePod(t *testing.T) {
+	tests := []struct {
+		name    string
+		rewrite func(f *fixture) string
+	}{
+		{name: "moved to another placement", rewrite: func(f *fixture) string {
+			return reservation.EncodeString([]reservation.Allocation{ent(0, 0, f.gpuUUID(0), "2g.10gb", 2, 2)})
+		}},
+		{name: "emptied", rewrite: func(*fixture) string { return "" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, 1)
+			a := f.schedule("a", ent(0, 0, f.gpuUUID(0), "2g.10gb", 0, 2))
+			mig := f.mustAllocate("a", 0).Devices[0].Runtime.MIGUUID
+			a.Annotations[reservation.AnnotationKey] = tt.rewrite(f)
+			ctx := context.Background()
+			f.clock.Advance(time.Hour)
+			rep, err := f.m.Reconcile(ctx, f.snapshot())
+			if err != nil || !rep.Authorized || len(rep.Retained) != 1 || len(rep.Released) != 0 {
+				t.Fatalf("report = %+v, %v; want a's instance retained", rep, err)
+			}
+			if got := f.live(); len(got) != 1 || got[0] != mig {
+				t.Errorf("live = %v, want a's %s", got, mig)
+			}
+			f.terminate("a")
+			if rep, err = f.m.Reconcile(ctx, f.snapshot()); err != nil || len(rep.Released) != 1 {
+				t.Errorf("after the pod ended: report = %v, %v; want it released", rep, err)
+			}
+		})
+	}
+}
