@@ -219,7 +219,7 @@ func TestPlaceFragmented(t *testing.T) {
 		t.Errorf("stdout = %q, want nothing", r.stdout)
 	}
 	migctl(t, "", "status", "--node", testdata("node.json"), "--pods", pods).check(t, exitOK,
-		[]string{"[a|.|b|.|c|.|d|.]", "free 4/8 slots, 3 free placements, largest fit 1g.5gb, 1 stranded"}, nil)
+		[]string{"[a|.|b|.|c|.|d|.]", "free 4/8 slots, capacity 3, largest fit 1g.5gb, 1 unusable"}, nil)
 }
 
 // TestPlaceResultIsValid checks the placed entries against the node and the
@@ -261,9 +261,9 @@ func TestStatus(t *testing.T) {
 		{name: "kubectl List", args: []string{"status", "--node", node, "--pods", testdata("pods.json")}, code: exitOK,
 			inStdout: []string{
 				"node mig-node-a: 2 MIG GPUs (NVIDIA A100-SXM4-40GB x2), 3 active pods hold 4 reservations (2 realized, 2 not yet), 1 pending MIG pods",
-				"GPU0  [..|aa|bbbb]  free 2/8 slots, 3 free placements, largest fit 2g.10gb  " + gpu0,
-				"GPU1  [c|c|......]  free 6/8 slots, 8 free placements, largest fit 3g.20gb",
-				"node: free 8/16 slots, 0 stranded, largest fit 3g.20gb",
+				"GPU0  [..|aa|bbbb]  free 2/8 slots, capacity 3, largest fit 2g.10gb  " + gpu0,
+				"GPU1  [c|c|......]  free 6/8 slots, capacity 8, largest fit 3g.20gb",
+				"node: free 8/16 slots, capacity 11, largest fit 3g.20gb, 0 unusable",
 				"a  ml/train-0     c0/d0  GPU0  2g.10gb  [2,4)  realized MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d gi=4 ci=0",
 				"c  ml/infer-0     c1/d0  GPU1  1g.5gb   [1,2)  reserved, not realized yet",
 				"ml/waiting-0: fits now: c0/d0 GPU1 3g.20gb [4,8)",
@@ -273,7 +273,7 @@ func TestStatus(t *testing.T) {
 		{name: "problems", args: []string{"status", "--node", node, "--pods", testdata("pods-bad.json")}, code: exitInvalid,
 			inStdout: []string{"GPU0  [bb|!!|....]", "problems:", "pods ml/train-0 and ml/thief-0", "partial runtime identity", "legacy identifier"}},
 		{name: "no pods", args: []string{"status", "--node", node}, code: exitOK,
-			inStdout: []string{"0 active pods hold 0 reservations", "GPU0  [........]  free 8/8 slots, 13 free placements, largest fit 7g.40gb"}},
+			inStdout: []string{"0 active pods hold 0 reservations", "GPU0  [........]  free 8/8 slots, capacity 13, largest fit 7g.40gb"}},
 		{name: "bare registration value", args: []string{"status", "--node", reg, "--node-name", "reg"}, code: exitOK,
 			inStdout: []string{"node reg: 2 MIG GPUs"}},
 		{name: "pending pod that does not fit", args: []string{"status", "--node", node, "--pods", testdata("pods.json"), "--policy", "first-fit"}, code: exitOK,

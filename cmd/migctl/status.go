@@ -22,8 +22,10 @@ func statusCommand() command {
 		summary: "per-GPU slot maps, reservations and fragmentation of a node",
 		help: `Shows a node as the scheduler sees it: every MIG GPU's slot map (one
 character per memory slot, one letter per pod, '|' between placements, '.'
-free, '!' claimed twice) with its free slots, free legal placements, largest
-profile that still fits and stranded slots; each reservation of the active
+free, '!' claimed twice) with its free slots, capacity (how many more
+instances fit, summed over the profiles), the largest profile that still fits
+and unusable slots (free slots no free published placement covers); each
+reservation of the active
 pods and whether the device plugin has realized it (runtime identity in the
 annotation); the MIG pods still pending and whether they would fit now (with
 --policy); and every problem found (malformed or conflicting records).
@@ -166,11 +168,11 @@ func writeMaps(w io.Writer, legend *slotmap.Legend, gpus []placement.GPUState, r
 		spans[r.alloc.GPUUUID] = append(spans[r.alloc.GPUUUID], slotmap.Span{Placement: r.alloc.Placement, Owner: r.pod})
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	var free, slots, stranded int
+	var free, slots, unusable, capacity int
 	var largest *capability.Profile
 	for _, g := range gpus {
 		f := slotmap.Measure(g)
-		free, slots, stranded = free+f.FreeSlots, slots+f.Slots, stranded+f.Stranded
+		free, slots, unusable, capacity = free+f.FreeSlots, slots+f.Slots, unusable+f.Unusable, capacity+f.Capacity
 		if p := g.Grid.Profile(f.LargestFit); p != nil && (largest == nil || capability.CompareProfiles(p, largest) > 0) {
 			largest = p
 		}
@@ -182,7 +184,7 @@ func writeMaps(w io.Writer, legend *slotmap.Legend, gpus []placement.GPUState, r
 	if largest != nil {
 		fit = largest.Name
 	}
-	fmt.Fprintf(w, "node: free %d/%d slots, %d stranded, largest fit %s\n", free, slots, stranded, fit)
+	fmt.Fprintf(w, "node: free %d/%d slots, capacity %d, largest fit %s, %d unusable\n", free, slots, capacity, fit, unusable)
 }
 
 func writeReservations(w io.Writer, legend *slotmap.Legend, gpus []placement.GPUState, rows []reservationRow) {

@@ -12,8 +12,9 @@
 //
 // A [Legend] gives every owner a stable one-character mark on first use, so
 // the same pod keeps its letter from one drawing to the next. [Measure] adds
-// the figures a person wants next to a map: free slots, free legal
-// placements and the largest profile that still fits.
+// the figures a person wants next to a map, from package placement: free
+// slots, remaining instance capacity, the largest profile that still fits
+// and free slots no placement can use.
 //
 // It is shared by examples/lifecycle and cmd/migctl, so both draw the same
 // picture. A Legend is not safe for concurrent use; the functions are pure.
@@ -165,15 +166,19 @@ func (l *Legend) Write(w io.Writer, indent string, rows []Row) error {
 type Figures struct {
 	// Slots is the grid width, FreeSlots the slots not taken.
 	Slots, FreeSlots int
-	// FreePlacements counts the published placements, over all profiles,
-	// that are still free: what the default placement policy keeps large.
-	FreePlacements int
-	// LargestFit is the largest profile with a free placement, "" when
-	// none fits.
+	// Capacity is how many more instances could still be created, summed
+	// over the GPU's profiles: what the default placement policy loses as
+	// little of as possible ([placement.Grid.Capacity]).
+	Capacity int
+	// LargestFit is the largest profile with a free published placement,
+	// "" when none fits.
 	LargestFit string
-	// Stranded counts free slots that no free published placement covers:
-	// capacity no request can use until a neighbour is released.
-	Stranded int
+	// Unusable is the free slots that no free published placement covers:
+	// capacity no request can use until a neighbour is released (slot 7 of
+	// an A100 next to a 1g at slot 6). It differs from
+	// [placement.Grid.Stranded], which also counts usable slots outside the
+	// largest free placement.
+	Unusable int
 }
 
 // Measure computes the figures of a GPU from its compiled grid and
@@ -184,12 +189,12 @@ func Measure(gs placement.GPUState) Figures {
 	}
 	g := gs.Grid
 	f := Figures{
-		Slots:          int(g.Width()),
-		FreeSlots:      int(g.Width()) - (gs.Used & g.Full()).Count(),
-		FreePlacements: g.FreePlacements(gs.Used),
+		Slots:     int(g.Width()),
+		FreeSlots: int(g.Width()) - (gs.Used & g.Full()).Count(),
+		Capacity:  g.Capacity(gs.Used),
 	}
 	var coverable uint64
-	profiles := g.Profiles()
+	profiles := g.Profiles() // ordered by memory, then slice count
 	for i := len(profiles) - 1; i >= 0; i-- {
 		for _, p := range profiles[i].Placements {
 			if gs.Used.Fits(p) {
@@ -201,20 +206,20 @@ func Measure(gs placement.GPUState) Figures {
 		}
 	}
 	free := uint64(g.Full()) &^ uint64(gs.Used)
-	f.Stranded = placement.Occupancy(free &^ coverable).Count()
+	f.Unusable = placement.Occupancy(free &^ coverable).Count()
 	return f
 }
 
 // String formats the figures as
-// "free 3/8 slots, 5 free placements, largest fit 2g.10gb, 1 stranded".
+// "free 3/8 slots, capacity 4, largest fit 2g.10gb, 1 unusable".
 func (f Figures) String() string {
 	largest := f.LargestFit
 	if largest == "" {
 		largest = "none"
 	}
-	s := fmt.Sprintf("free %d/%d slots, %d free placements, largest fit %s", f.FreeSlots, f.Slots, f.FreePlacements, largest)
-	if f.Stranded > 0 {
-		s += fmt.Sprintf(", %d stranded", f.Stranded)
+	s := fmt.Sprintf("free %d/%d slots, capacity %d, largest fit %s", f.FreeSlots, f.Slots, f.Capacity, largest)
+	if f.Unusable > 0 {
+		s += fmt.Sprintf(", %d unusable", f.Unusable)
 	}
 	return s
 }

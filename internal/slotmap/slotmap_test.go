@@ -95,14 +95,20 @@ func TestMeasure(t *testing.T) {
 		used placement.Occupancy
 		want slotmap.Figures
 	}{
-		{name: "empty", used: none, want: slotmap.Figures{Slots: 8, FreeSlots: 8, FreePlacements: 13, LargestFit: "7g.40gb"}},
+		{name: "empty", used: none, want: slotmap.Figures{Slots: 8, FreeSlots: 8, Capacity: 13, LargestFit: "7g.40gb"}},
 		{name: "full", used: g.Full(), want: slotmap.Figures{Slots: 8}},
-		{name: "1g at 0..6 leaves slot 7 stranded",
+		{name: "1g at 0..6 leaves slot 7 unusable",
 			used: none.Take(pl(0, 7)),
-			want: slotmap.Figures{Slots: 8, FreeSlots: 1, Stranded: 1}},
+			want: slotmap.Figures{Slots: 8, FreeSlots: 1, Unusable: 1}},
 		{name: "odd slots free: 1g fits, nothing larger",
 			used: none.Take(pl(0, 1)).Take(pl(2, 1)).Take(pl(4, 1)).Take(pl(6, 1)),
-			want: slotmap.Figures{Slots: 8, FreeSlots: 4, FreePlacements: 3, LargestFit: "1g.5gb", Stranded: 1}},
+			want: slotmap.Figures{Slots: 8, FreeSlots: 4, Capacity: 3, LargestFit: "1g.5gb", Unusable: 1}},
+		{name: "2g fits beside a free 3g: nothing unusable",
+			used: none.Take(pl(0, 2)),
+			want: slotmap.Figures{Slots: 8, FreeSlots: 6, Capacity: 5 + 2 + 1, LargestFit: "3g.20gb"}},
+		{name: "3g taken: the other half is whole",
+			used: none.Take(pl(0, 4)),
+			want: slotmap.Figures{Slots: 8, FreeSlots: 4, Capacity: 3 + 1 + 1, LargestFit: "3g.20gb"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,7 +154,7 @@ func ExampleLegend_Draw() {
 }
 
 func ExampleFigures_String() {
-	fmt.Println(slotmap.Figures{Slots: 8, FreeSlots: 3, FreePlacements: 4, LargestFit: "2g.10gb", Stranded: 1})
+	fmt.Println(slotmap.Figures{Slots: 8, FreeSlots: 3, Capacity: 4, LargestFit: "2g.10gb", Unusable: 1})
 	// Output:
-	// free 3/8 slots, 4 free placements, largest fit 2g.10gb, 1 stranded
+	// free 3/8 slots, capacity 4, largest fit 2g.10gb, 1 unusable
 }
