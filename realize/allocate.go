@@ -184,18 +184,17 @@ func (m *Manager) plan(ctx context.Context, podUID string, entries []reservation
 			if !found {
 				return nil, fail(fmt.Errorf("%w: %s is not on this node", reservation.ErrUnknownGPU, e.GPUUUID))
 			}
-			infos, err := m.hw.GIProfiles(ctx, dev.Index)
-			if err != nil {
+			s.key.GPU = dev.Index
+			// NVML answers profile queries only in MIG mode.
+			if dev.MIGMode != capability.MIGEnabled {
+				return nil, fail(fmt.Errorf("%w: GPU %d (%s) MIG mode %s", ErrMIGDisabled, dev.Index, dev.UUID, dev.MIGMode))
+			}
+			if gpu, err = m.capabilityOf(ctx, dev); err != nil {
 				return nil, fail(err)
 			}
-			g, _ := capability.GPUFromDevice(dev, infos) // unusable profiles are simply absent
-			gpu = &g
 			gpus[e.GPUUUID] = gpu
 		}
 		s.key.GPU = gpu.Index
-		if gpu.MIGMode != capability.MIGEnabled {
-			return nil, fail(fmt.Errorf("%w: GPU %d (%s) MIG mode %s", ErrMIGDisabled, gpu.Index, gpu.UUID, gpu.MIGMode))
-		}
 		prof := gpu.Profile(e.Profile)
 		if prof == nil {
 			return nil, fail(fmt.Errorf("%w: GPU %d (%s) does not support %q", reservation.ErrUnknownProfile, gpu.Index, gpu.UUID, e.Profile))
@@ -447,15 +446,13 @@ func (m *Manager) create(ctx context.Context, s step) (Device, *record, error) {
 		len(inst.ComputeInstances) != 1 || inst.ComputeInstances[0].MIGUUID == "" {
 		err := fmt.Errorf("%w: created GI %d at %v (profile index %d) with %d compute instances, want %v (profile index %d) with one",
 			ErrHardwareMismatch, inst.GIID, inst.Placement, inst.Profile, len(inst.ComputeInstances), s.key.Placement, s.profile.GIProfileIndex)
-		if inst.Placement == s.key.Placement {
-			bad := &record{ManagedInstance: ManagedInstance{Key: s.key, Owner: s.owner, GIIndex: inst.Profile,
-				Runtime: reservation.RuntimeIdentity{GPUInstanceID: inst.GIID}}}
+		if inst.Placement == s.key.Placement { // what this call just created: undo it
 			for _, ci := range inst.ComputeInstances {
 				if e := m.hw.DestroyComputeInstance(ctx, s.key.GPU, inst.GIID, ci.ID); e != nil {
 					err = errors.Join(err, e)
 				}
 			}
-			if e := m.destroyGI(ctx, bad.Key, bad.Owner, inst.GIID); e != nil {
+			if e := m.destroyGI(ctx, s.key, s.owner, inst.GIID); e != nil {
 				err = errors.Join(err, e)
 			}
 		}

@@ -61,6 +61,22 @@ func TestAllocateRefusesBeforeCreating(t *testing.T) {
 			wantErr: realize.ErrMIGDisabled,
 		},
 		{
+			name: "GPU listing fails",
+			entries: func(f *fixture) []reservation.Allocation {
+				return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)}
+			},
+			setup:   func(f *fixture) { f.node.FailNth(fakehal.OpDevices, 1, realize.ErrNotSupported) },
+			wantErr: realize.ErrNotSupported,
+		},
+		{
+			name: "profile query fails",
+			entries: func(f *fixture) []reservation.Allocation {
+				return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)}
+			},
+			setup:   func(f *fixture) { f.node.FailNth(fakehal.OpGIProfiles, 1, realize.ErrNotSupported) },
+			wantErr: realize.ErrNotSupported,
+		},
+		{
 			name: "no entry for the container",
 			entries: func(f *fixture) []reservation.Allocation {
 				return []reservation.Allocation{ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)}

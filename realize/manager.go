@@ -233,7 +233,7 @@ func (m *Manager) records() []*record {
 	return out
 }
 
-// ownerOfMIG returns the record whose MIG UUID is uuid, or nil.
+// recordByMIG returns the record whose MIG UUID is uuid, or nil.
 func (m *Manager) recordByMIG(uuid string) *record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
