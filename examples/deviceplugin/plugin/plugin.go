@@ -105,6 +105,10 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// Clock drives the reconcile timer; nil is the real clock.
 	Clock clock.Clock
+	// Manager configures the realization manager (its Logger defaults
+	// to Logger). Its AbsentPodGrace delays reclaiming an instance whose
+	// pod vanished from the listing without first being seen deleting.
+	Manager realize.Options
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -161,10 +165,13 @@ func New(cfg Config) (*Plugin, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Manager.Logger == nil {
+		cfg.Manager.Logger = log
+	}
 	p := &Plugin{
 		cfg:       cfg,
 		log:       log,
-		manager:   realize.NewManager(cfg.Hardware, realize.Options{Logger: log}),
+		manager:   realize.NewManager(cfg.Hardware, cfg.Manager),
 		guard:     kube.NewOwnershipGuard(cfg.Client, cfg.Node, kube.OwnershipGuardOptions{Override: cfg.AllowMIGManager, Logger: log}),
 		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
 		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
@@ -287,9 +294,11 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 		return err
 	}
 	rep, err := p.manager.Reconcile(ctx, snap)
+	level := slog.LevelDebug
 	if len(rep.Released)+len(rep.Kept)+len(rep.Vanished) > 0 || !rep.Authorized {
-		p.log.Info("reconcile", "report", rep.String())
+		level = slog.LevelInfo
 	}
+	p.log.Log(ctx, level, "reconcile", "pods", len(snap.Pods), "complete", snap.Complete, "report", rep.String(), "err", err)
 	return err
 }
 

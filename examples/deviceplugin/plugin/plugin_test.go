@@ -2,6 +2,8 @@ package plugin_test
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +43,11 @@ type running struct {
 // a fresh temporary directory, and connects a gRPC client to it.
 func start(t *testing.T, client *fake.Clientset, hw *fakehal.Node) *running {
 	t.Helper()
-	p, err := plugin.New(plugin.Config{Node: "n1", Client: client, Hardware: hw, SocketDir: t.TempDir()})
+	cfg := plugin.Config{Node: "n1", Client: client, Hardware: hw, SocketDir: t.TempDir()}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	p, err := plugin.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
