@@ -26,7 +26,9 @@
 // range (ErrOccupied, ERROR_INSUFFICIENT_RESOURCES), within the profile's
 // instance count (one 1g.5gb+me on an A100) and the GPU's compute-slice
 // budget (ErrOccupied). An unsupported profile index is ErrNotSupported,
-// MIG disabled ErrMIGDisabled. Destroying a GPU instance with compute
+// MIG disabled ErrMIGDisabled; with MIG disabled Instances is
+// ErrMIGDisabled too and GIProfiles lists nothing, as NVML answers GPU
+// instance queries only in MIG mode. Destroying a GPU instance with compute
 // instances, or a compute instance with processes, is ErrInUse; unknown
 // GPUs, GPU instances and compute instances are ErrNotFound. Every error is
 // a [*realize.HardwareError] whose Kind is the realize sentinel and whose

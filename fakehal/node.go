@@ -253,8 +253,10 @@ func (n *Node) Devices(ctx context.Context) ([]capability.DeviceInfo, error) {
 }
 
 // GIProfiles lists the GPU instance profiles the GPU supports with their
-// possible placements, in the model's table order. Like NVML's profile
-// queries it works whatever the MIG mode.
+// possible placements, in the model's table order. A GPU whose MIG mode is
+// not enabled lists none (and no error), as nvmlhal reports it: NVML's
+// profile queries answer NOT_SUPPORTED there, and a caller must not rely on
+// a table it could not get from real hardware.
 func (n *Node) GIProfiles(ctx context.Context, gpu int) ([]capability.GIProfileInfo, error) {
 	if _, err := n.enter(ctx, OpGIProfiles, gpu); err != nil {
 		return nil, err
@@ -262,7 +264,7 @@ func (n *Node) GIProfiles(ctx context.Context, gpu int) ([]capability.GIProfileI
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	g, err := n.gpu(OpGIProfiles, gpu)
-	if err != nil {
+	if err != nil || g.info.MIGMode != capability.MIGEnabled {
 		return nil, err
 	}
 	return g.model.clone().Profiles, nil

@@ -387,13 +387,16 @@ func TestMIGMode(t *testing.T) {
 	n := newNode(t, fakehal.Options{GPUs: fakehal.Repeat(2, "A100"), MIGDisabled: true})
 	_, err := n.Instances(ctx, 0)
 	checkHWErr(t, err, realize.ErrMIGDisabled, fakehal.ReturnNotSupported)
-	if profs, err := n.GIProfiles(ctx, 0); err != nil || len(profs) == 0 {
-		t.Errorf("GIProfiles with MIG disabled = %d profiles, %v; want the table (NVML answers profile queries)", len(profs), err)
+	if profs, err := n.GIProfiles(ctx, 0); err != nil || len(profs) != 0 {
+		t.Errorf("GIProfiles with MIG disabled = %d profiles, %v; want none (NVML answers profile queries only in MIG mode)", len(profs), err)
 	}
 
 	// GPU 0 is idle: the change applies at once.
 	if err := n.EnableMIG(ctx, 0); err != nil {
 		t.Fatalf("EnableMIG(idle): %v", err)
+	}
+	if profs, err := n.GIProfiles(ctx, 0); err != nil || len(profs) == 0 {
+		t.Errorf("GIProfiles once MIG is enabled = %d profiles, %v; want the table", len(profs), err)
 	}
 	// GPU 1 runs a process: the change stays pending.
 	pid, _ := n.StartProcess(1, "")
