@@ -59,17 +59,20 @@ func Models() []Model {
 // LookupModel returns the built-in model whose Name or one of its Aliases
 // equals name, ignoring case.
 func LookupModel(name string) (Model, bool) {
-	for _, m := range models {
-		if strings.EqualFold(m.Name, name) {
-			return m.clone(), true
-		}
-		for _, a := range m.Aliases {
-			if strings.EqualFold(a, name) {
-				return m.clone(), true
-			}
+	for i := range models {
+		if models[i].matches(name) {
+			return models[i].clone(), true
 		}
 	}
 	return Model{}, false
+}
+
+// matches reports whether the model answers to name.
+func (m *Model) matches(name string) bool {
+	if strings.EqualFold(m.Name, name) {
+		return true
+	}
+	return slices.ContainsFunc(m.Aliases, func(a string) bool { return strings.EqualFold(a, name) })
 }
 
 // starts returns placements of size at each start.

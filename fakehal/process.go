@@ -3,7 +3,6 @@ package fakehal
 import (
 	"context"
 	"slices"
-	"strings"
 
 	"github.com/dynmig/dynmig/realize"
 )
@@ -14,14 +13,6 @@ type process struct {
 	gpu     int
 	migUUID string // "" for a process on the whole GPU
 	giID    uint32 // valid when migUUID != ""
-}
-
-// matches reports whether the model answers to name.
-func (m *Model) matches(name string) bool {
-	if strings.EqualFold(m.Name, name) {
-		return true
-	}
-	return slices.ContainsFunc(m.Aliases, func(a string) bool { return strings.EqualFold(a, name) })
 }
 
 // StartProcess simulates a compute process on GPU gpu: on the MIG device
