@@ -133,7 +133,8 @@ func (m *Manager) reconcileOne(ctx context.Context, want *desiredSet, r *record,
 
 // release destroys r's exact CI and then its GI and forgets r. The caller
 // holds r's GPU lock. vanished is true when r's instance was no longer on
-// the hardware, or its GI ID now names another instance (another profile
+// the hardware (also when the GPU left MIG mode), or its GI ID now names
+// another instance (another profile
 // or placement, or only compute instances that are not r's): then nothing
 // is destroyed and r is forgotten. A GI left without r's CI (a destroy
 // that failed half way) is destroyed. On failure r stays managed.
@@ -142,7 +143,10 @@ func (m *Manager) release(ctx context.Context, r *record) (vanished bool, err er
 		return &ReleaseError{Key: r.Key, Owner: r.Owner, GIID: r.Runtime.GPUInstanceID, Err: err}
 	}
 	insts, err := m.hw.Instances(ctx, r.Key.GPU)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrMIGDisabled):
+		insts = nil // MIG mode cannot be left while GPU instances exist: r's is gone
+	case err != nil:
 		return false, fail(err)
 	}
 	gi, ok := findGI(insts, r.Runtime.GPUInstanceID)

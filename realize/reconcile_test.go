@@ -301,3 +301,23 @@ func TestReconcileRetainsInstanceOfActivePod(t *testing.T) {
 		})
 	}
 }
+
+// A GPU reset out of MIG mode takes every instance with it; NVML then
+// answers instance listings with NOT_SUPPORTED. The managed instances are
+// gone, not failures to report on every pass.
+func TestReconcileForgetsInstancesOfGPULeftMIGMode(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1))
+	f.mustAllocate("a", 0)
+	if err := f.node.ForceMIGMode(0, capability.MIGDisabled); err != nil {
+		t.Fatal(err)
+	}
+	f.terminate("a")
+	rep, err := f.m.Reconcile(context.Background(), f.snapshot())
+	if err != nil || len(rep.Vanished) != 1 || len(rep.Kept) != 0 {
+		t.Fatalf("report = %+v, %v; want one vanished", rep, err)
+	}
+	if got := f.m.Stats().Managed; got != 0 {
+		t.Errorf("managed = %d, want 0", got)
+	}
+}
