@@ -1,8 +1,10 @@
 package capability
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -138,18 +140,8 @@ func Discover(ctx context.Context, hw HardwareView, policy Allowlist) ([]GPU, Di
 // sortByIndex orders gpus by Index and findings stably by GPU, in case the
 // view lists devices out of order.
 func sortByIndex(gpus []GPU, findings []Finding) {
-	sortStable(gpus, func(a, b *GPU) bool { return a.Index < b.Index })
-	sortStable(findings, func(a, b *Finding) bool { return a.GPU < b.GPU })
-}
-
-// sortStable is an insertion sort: lists are a handful of GPUs long and
-// usually already sorted.
-func sortStable[T any](s []T, less func(a, b *T) bool) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && less(&s[j], &s[j-1]); j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	slices.SortStableFunc(gpus, func(a, b GPU) int { return cmp.Compare(a.Index, b.Index) })
+	slices.SortStableFunc(findings, func(a, b Finding) int { return cmp.Compare(a.GPU, b.GPU) })
 }
 
 func discoverGPU(ctx context.Context, hw HardwareView, policy Allowlist, dev DeviceInfo, report *DiscoveryReport) (GPU, error) {
