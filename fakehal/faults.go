@@ -144,8 +144,9 @@ func (n *Node) ClearFaults() {
 }
 
 // Calls reports how many calls of op the node has received, including
-// failed ones, but not calls whose ctx was already done. Each CreateInstance counts one OpCreateGI call, and one
-// OpCreateCI call once its GPU instance exists.
+// failed ones, but not calls whose ctx was already done. Each
+// CreateInstance counts one OpCreateGI call, and one OpCreateCI call once
+// its GPU instance exists.
 func (n *Node) Calls(op Op) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
