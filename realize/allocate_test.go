@@ -497,12 +497,7 @@ func TestAllocateReplacesStaleIdentity(t *testing.T) {
 	// it, but its patch is lost.
 	rt := first.Devices[0].Runtime
 	ctx := context.Background()
-	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.node.DestroyGPUInstance(ctx, 0, rt.GPUInstanceID); err != nil {
-		t.Fatal(err)
-	}
+	f.destroyInstance(rt)
 	p := *f.pod("a")
 	second, err := f.m.Allocate(ctx, realize.AllocateRequest{Pod: p, Snapshot: f.snapshot()})
 	if err != nil {
@@ -527,16 +522,10 @@ func TestAllocateStaleIdentityWithRemnantAtKey(t *testing.T) {
 	f.schedule("a", ent(0, 0, f.gpuUUID(0), "3g.20gb", 0, 4))
 	first := f.mustAllocate("a", 0)
 	rt := first.Devices[0].Runtime
-	ctx := context.Background()
 	// The instance vanishes, a re-create crashes after its CI and the
 	// plugin restarts: the annotation names a dead instance and an
 	// unpatched remnant sits at the key.
-	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.node.DestroyGPUInstance(ctx, 0, rt.GPUInstanceID); err != nil {
-		t.Fatal(err)
-	}
+	f.destroyInstance(rt)
 	remnant, err := f.node.AddInstance(0, capability.GIProfile3Slice, capability.Placement{Start: 0, Size: 4})
 	if err != nil {
 		t.Fatal(err)

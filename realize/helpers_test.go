@@ -154,3 +154,22 @@ func (f *fixture) checkHardware() {
 		f.t.Fatalf("hardware invariants: %v", err)
 	}
 }
+
+// destroyCI destroys the compute instance rt names on GPU 0 behind the
+// manager's back, as an operator or a failed release would.
+func (f *fixture) destroyCI(rt reservation.RuntimeIdentity) {
+	f.t.Helper()
+	if err := f.node.DestroyComputeInstance(context.Background(), 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// destroyInstance destroys rt's compute and GPU instance on GPU 0 behind
+// the manager's back, as a GPU reset would.
+func (f *fixture) destroyInstance(rt reservation.RuntimeIdentity) {
+	f.t.Helper()
+	f.destroyCI(rt)
+	if err := f.node.DestroyGPUInstance(context.Background(), 0, rt.GPUInstanceID); err != nil {
+		f.t.Fatal(err)
+	}
+}

@@ -183,12 +183,7 @@ func TestReconcileVanishedInstance(t *testing.T) {
 	res := f.mustAllocate("a", 0)
 	rt := res.Devices[0].Runtime
 	ctx := context.Background()
-	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.node.DestroyGPUInstance(ctx, 0, rt.GPUInstanceID); err != nil {
-		t.Fatal(err)
-	}
+	f.destroyInstance(rt)
 	f.terminate("a")
 	rep, err := f.m.Reconcile(ctx, f.snapshot())
 	if err != nil || len(rep.Vanished) != 1 || len(rep.Released) != 0 {
@@ -222,9 +217,7 @@ func TestReconcileForgetsGIHoldingAnotherCI(t *testing.T) {
 	f.schedule("a", ent(0, 0, f.gpuUUID(0), "2g.10gb", 0, 2))
 	rt := f.mustAllocate("a", 0).Devices[0].Runtime
 	ctx := context.Background()
-	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
-		t.Fatal(err)
-	}
+	f.destroyCI(rt)
 	other, err := f.node.AddComputeInstance(0, rt.GPUInstanceID, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -253,9 +246,7 @@ func TestReconcileReleasesGIWhoseCIIsGone(t *testing.T) {
 	f.schedule("a", ent(0, 0, f.gpuUUID(0), "2g.10gb", 0, 2))
 	rt := f.mustAllocate("a", 0).Devices[0].Runtime
 	ctx := context.Background()
-	if err := f.node.DestroyComputeInstance(ctx, 0, rt.GPUInstanceID, rt.ComputeInstanceID); err != nil {
-		t.Fatal(err)
-	}
+	f.destroyCI(rt)
 	f.terminate("a")
 	rep, err := f.m.Reconcile(ctx, f.snapshot())
 	if err != nil || len(rep.Released) != 1 || len(rep.Vanished) != 0 {
