@@ -62,6 +62,7 @@ type simPod struct {
 	active   bool   // not ended
 	gone     bool   // removed from the API entirely
 	epoch    int    // clock epoch of its creation, for informer lag
+	seen     bool   // listed complete by the current plugin's informer
 	received map[devKey]string
 	// saved is the annotation a corrupt action replaced; "" when intact.
 	saved string
@@ -119,6 +120,12 @@ type system struct {
 	faults []armedFault
 	clock  *clock
 	epoch  int
+	// adoptPending is set while the plugin's latest Adopt was not
+	// authorised or failed: it calls Adopt again before its next call.
+	adoptPending bool
+	// synced is set once the current plugin's informer produced a complete
+	// listing.
+	synced bool
 	// residual counts hand-outs of a vanished pod's instance to a forger
 	// after a restart: the residual risk the realize package documents.
 	residual int
@@ -193,7 +200,18 @@ func (s *system) register(t *rapid.T) {
 func (s *system) startPlugin(t *rapid.T, complete bool) realize.AdoptReport {
 	s.hw = &mortal{Node: s.node}
 	s.mgr = realize.NewManager(s.hw, realize.Options{Now: s.clock.Now})
-	snap := s.listing(t, "startup", complete)
+	s.synced = false
+	for _, p := range s.pods {
+		p.seen = false
+	}
+	return s.adopt(t, complete)
+}
+
+// adopt runs Adopt as the plugin does at startup and, following the
+// manager's failure semantics, again before its next call whenever the
+// previous one had no authorised snapshot or failed.
+func (s *system) adopt(t *rapid.T, complete bool) realize.AdoptReport {
+	snap := s.listing(t, "adopt", complete)
 	armed := s.armed()
 	before := s.node.Snapshot()
 	rep, err := s.mgr.Adopt(s.ctx, snap)
@@ -204,6 +222,7 @@ func (s *system) startPlugin(t *rapid.T, complete bool) realize.AdoptReport {
 	if !reservation.Desired(snap).Authorized && len(s.node.Snapshot()) < len(before) {
 		t.Fatalf("Adopt on an unauthorised listing destroyed instances: before %v after %v", before, s.node.Snapshot())
 	}
+	s.adoptPending = err != nil || !rep.Authorized
 	if err != nil {
 		if !armed {
 			t.Fatalf("Adopt without faults: %v", err)
@@ -212,6 +231,16 @@ func (s *system) startPlugin(t *rapid.T, complete bool) realize.AdoptReport {
 	}
 	s.checkAdoption(t, snap, rep)
 	return rep
+}
+
+// plugin is the device plugin before each of its calls: a dead one is
+// restarted, an unfinished adoption retried.
+func (s *system) plugin(t *rapid.T) {
+	if s.hw.dead.Load() {
+		s.startPlugin(t, false)
+	} else if s.adoptPending {
+		s.adopt(t, false)
+	}
 }
 
 // checkAdoption checks that every valid, unambiguous realized reservation
@@ -234,6 +263,11 @@ func (s *system) checkAdoption(t *rapid.T, snap reservation.Snapshot, rep realiz
 			t.Fatalf("adopted %v for %s, which its annotation does not name", a.Runtime, a.Owner)
 		}
 	}
+	if !want.Authorized {
+		// Cross-pod ownership is provable only on a complete listing of
+		// trusted records; the plugin adopts again on a later one.
+		return
+	}
 	for _, e := range want.Active {
 		rt, ok := e.Runtime()
 		if !ok {
@@ -247,10 +281,22 @@ func (s *system) checkAdoption(t *rapid.T, snap reservation.Snapshot, rep realiz
 		if s.ambiguous(e.PodUID, rt.MIGUUID) || s.withheldOverlap(&want, e) {
 			continue
 		}
-		if _, ok := adopted[rt.MIGUUID]; !ok {
+		if !s.manages(e, rt) {
 			t.Fatalf("startup adoption missed %s of %s (%s %v); rejected %v", rt.MIGUUID, e.PodUID, e.Profile, e.Placement, rep.Rejected)
 		}
 	}
+}
+
+// manages reports whether the manager holds e's instance for e's owner
+// (adopted now or earlier, or created by this plugin).
+func (s *system) manages(e reservation.Entry, rt reservation.RuntimeIdentity) bool {
+	for _, mi := range s.mgr.Managed() {
+		if mi.Runtime == rt && mi.Owner.PodUID == e.PodUID && mi.Owner.ContainerIndex == e.ContainerIndex &&
+			mi.Owner.DeviceIndex == e.DeviceIndex && mi.GPUUUID == e.GPUUUID && mi.Key.Placement == e.Placement {
+			return true
+		}
+	}
+	return false
 }
 
 // ambiguous reports whether a listed pod other than uid names migUUID.
@@ -279,21 +325,42 @@ func (s *system) withheldOverlap(want *reservation.DesiredSet, e reservation.Ent
 	return false
 }
 
-// listing is the API server's pod listing: complete unless the draw says
-// the list call failed, and possibly lagging behind pods created since the
-// clock last moved (informers lag by less than the manager's grace).
-func (s *system) listing(t *rapid.T, label string, complete bool) reservation.Snapshot {
-	snap := reservation.Snapshot{Complete: complete}
-	if !complete {
+// listing is the device plugin's pod listing, from its informer cache. It
+// is complete unless the draw says a list or watch call failed; an
+// incomplete listing may hold any subset of the pods (a cache that has not
+// synced, a failed page). Once the informer has synced, a complete listing
+// holds every pod that existed at the sync, and may lag only behind pods
+// created since and never listed, within the current clock epoch (informers
+// lag by less than the manager's grace). forced asks for a complete,
+// current listing.
+func (s *system) listing(t *rapid.T, label string, forced bool) reservation.Snapshot {
+	snap := reservation.Snapshot{Complete: true}
+	partial, lag := false, false
+	if !forced {
 		snap.Complete = rapid.IntRange(0, 4).Draw(t, label+" listing complete") > 0
+		if snap.Complete {
+			lag = s.synced && rapid.IntRange(0, 3).Draw(t, label+" listing lags") == 0
+		} else {
+			partial = rapid.Bool().Draw(t, label+" listing partial")
+		}
 	}
-	lag := !complete && rapid.IntRange(0, 5).Draw(t, label+" listing lags") == 0
 	for _, p := range s.pods {
-		if p.gone || (lag && p.epoch == s.epoch) {
+		if p.gone {
 			continue
 		}
-		cp := *p.pod
-		snap.Pods = append(snap.Pods, cp)
+		if lag && !p.seen && p.epoch == s.epoch {
+			continue
+		}
+		if partial && !rapid.Bool().Draw(t, label+" lists "+p.uid()) {
+			continue
+		}
+		if snap.Complete {
+			p.seen = true
+		}
+		snap.Pods = append(snap.Pods, *p.pod)
+	}
+	if snap.Complete {
+		s.synced = true
 	}
 	return snap
 }
@@ -485,6 +552,7 @@ func (s *system) drawContainer(t *rapid.T, p *simPod) int {
 // the container receives the devices only when the patch lands. must makes
 // any failure fatal (the drain, where nothing may block a valid pod).
 func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
+	s.plugin(t)
 	armed := s.armed()
 	snap := s.listing(t, "allocate", must)
 	before, _ := reservation.DecodeString(p.annotation())
@@ -527,7 +595,7 @@ func (s *system) handOut(t *rapid.T, p *simPod, d realize.Device, before []reser
 		s.residual++
 	}
 	if d.Index < len(before) {
-		if prev, ok := before[d.Index].Runtime(); ok && prev != d.Runtime {
+		if prev, ok := before[d.Index].Runtime(); ok && prev != d.Runtime && s.owners[prev.MIGUUID] == p.uid() {
 			if _, live := s.liveByMIG()[prev.MIGUUID]; live {
 				t.Fatalf("Allocate of %s entry %d returned %v while the annotated %v is live", p.uid(), d.Index, d.Runtime, prev)
 			}
@@ -640,6 +708,7 @@ func (s *system) reconcile(t *rapid.T) {
 	if rapid.IntRange(0, 2).Draw(t, "time passes") == 0 {
 		s.advance()
 	}
+	s.plugin(t)
 	armed := s.armed()
 	snap := s.listing(t, "reconcile", false)
 	before := s.node.Snapshot()
@@ -666,6 +735,7 @@ func (s *system) advance() {
 }
 
 func (s *system) collectLeaks(t *rapid.T) {
+	s.plugin(t)
 	armed := s.armed()
 	snap := s.listing(t, "collect", false)
 	before := s.node.Snapshot()
@@ -905,21 +975,26 @@ func (s *system) settle(t *rapid.T) {
 func (s *system) quiesce(t *rapid.T) {
 	s.node.ClearFaults()
 	s.faults = nil
-	if s.hw.dead.Load() {
-		s.startPlugin(t, true)
-	}
 	for _, p := range s.pods {
 		if p.saved != "" {
 			s.restore(p)
 		}
-		if p.attack != "" && p.active {
-			s.endPod(p, 2)
+		if p.attack != "" && !p.gone {
+			// Deleted, and gone from the API: while an ended forger's
+			// copy is listed, the instance it names has two claimants and
+			// the manager rightly refuses to hand it to either.
+			s.endPod(p, 3)
 		}
 		if !p.active {
 			s.stopProcesses(t, p.uid())
 		}
 	}
 	s.advance()
+	if s.hw.dead.Load() {
+		s.startPlugin(t, true)
+	} else if s.adoptPending {
+		s.adopt(t, true)
+	}
 }
 
 // passes runs an authorised reconcile and leak collection; both must
