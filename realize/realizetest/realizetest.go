@@ -241,15 +241,11 @@ func (e *env) mustCreate(ctx context.Context, p capability.GIProfileInfo, at cap
 	return inst, true
 }
 
-// destroy destroys an instance's compute instances, then its GI.
+// destroy destroys an instance's compute instances, then its GI, and
+// stops tracking it.
 func (e *env) destroy(ctx context.Context, inst realize.Instance) error {
-	for _, ci := range inst.ComputeInstances {
-		if err := e.r.DestroyComputeInstance(ctx, e.gpu, inst.GIID, ci.ID); err != nil {
-			return fmt.Errorf("DestroyComputeInstance(GPU %d, GI %d, CI %d): %w", e.gpu, inst.GIID, ci.ID, err)
-		}
-	}
-	if err := e.r.DestroyGPUInstance(ctx, e.gpu, inst.GIID); err != nil {
-		return fmt.Errorf("DestroyGPUInstance(GPU %d, GI %d): %w", e.gpu, inst.GIID, err)
+	if err := e.destroyConcurrently(ctx, inst); err != nil {
+		return err
 	}
 	delete(e.created, inst.GIID)
 	return nil
