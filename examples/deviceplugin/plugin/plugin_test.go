@@ -41,9 +41,12 @@ type running struct {
 
 // start runs a plugin for node "n1" over client and hw with its socket in
 // a fresh temporary directory, and connects a gRPC client to it.
-func start(t *testing.T, client *fake.Clientset, hw *fakehal.Node) *running {
+func start(t *testing.T, client *fake.Clientset, hw *fakehal.Node, options ...func(*plugin.Config)) *running {
 	t.Helper()
 	cfg := plugin.Config{Node: "n1", Client: client, Hardware: hw, SocketDir: t.TempDir()}
+	for _, o := range options {
+		o(&cfg)
+	}
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -188,4 +191,46 @@ func giIDs(hw *fakehal.Node) []any {
 		out = append(out, in.GIID)
 	}
 	return out
+}
+
+// A pod that vanishes from the listing without ever being seen deleting
+// (a missed event) is reclaimed once the manager's grace has passed; with
+// the grace disabled, at the next pass.
+func TestPluginReclaimsVanishedPod(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	uuid := gpuOf(t, hw, 0).UUID
+	a := reservation.Allocation{GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a))
+	r := start(t, client, hw, func(c *plugin.Config) { c.Manager.AbsentPodGrace = -1 })
+	ctx := context.Background()
+	_, err := allocate(ctx, r.client, "id")
+	require.NoError(t, err)
+	require.Len(t, hw.Snapshot(), 1)
+
+	require.NoError(t, client.CoreV1().Pods("default").Delete(ctx, "p", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool { return len(hw.Snapshot()) == 0 }, eventually, time.Millisecond)
+	assert.Positive(t, r.p.Reconciles())
+}
+
+// An invalid reservation on any active pod blocks destructive
+// reconciliation: nothing is reclaimed until it is fixed.
+func TestPluginKeepsInstancesWhileARecordIsInvalid(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	uuid := gpuOf(t, hw, 0).UUID
+	a := reservation.Allocation{GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
+	broken := boundPod("broken")
+	broken.Annotations[reservation.AnnotationKey] = `[{"containerIndex":0}]`
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a), broken)
+	r := start(t, client, hw, func(c *plugin.Config) { c.Manager.AbsentPodGrace = -1 })
+	ctx := context.Background()
+	_, err := allocate(ctx, r.client, "id")
+	require.NoError(t, err)
+
+	before := r.p.Reconciles()
+	require.NoError(t, client.CoreV1().Pods("default").Delete(ctx, "p", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool { return r.p.Reconciles() > before }, eventually, time.Millisecond)
+	assert.Len(t, hw.Snapshot(), 1, "not authorised: the instance stays")
+
+	require.NoError(t, client.CoreV1().Pods("default").Delete(ctx, "broken", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool { return len(hw.Snapshot()) == 0 }, eventually, time.Millisecond)
 }
