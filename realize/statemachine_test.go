@@ -18,8 +18,8 @@ import (
 
 // TestManagerStateMachine drives a manager over a fake node through random
 // sequences of scheduling, allocation, repeated allocation, termination,
-// processes, reconciliation, restarts, forged annotations and injected
-// faults, and checks after every step that
+// processes, reconciliation, restarts, forged and wiped annotations and
+// injected faults, and checks after every step that
 //
 //   - the hardware never holds overlapping instances (fakehal's Check),
 //   - no instance of an active pod is ever destroyed,
@@ -48,6 +48,7 @@ func TestManagerStateMachine(t *testing.T) {
 			"restart":        sm.restart,
 			"collectLeaks":   sm.collectLeaks,
 			"forge":          sm.forge,
+			"wipe":           sm.wipe,
 			"injectFault":    sm.injectFault,
 			"":               sm.check,
 		})
@@ -62,6 +63,9 @@ type smPod struct {
 	entries  []reservation.Allocation // as scheduled
 	active   bool
 	received []string // MIG UUIDs Allocate handed to this pod
+	// wiped: a bad patch emptied the running pod's annotation; it keeps
+	// its devices but asks for nothing more.
+	wiped bool
 }
 
 type machine struct {
@@ -175,11 +179,24 @@ func (s *machine) pick(t *rapid.T, label string, ok func(*smPod) bool) *smPod {
 }
 
 func (s *machine) allocate(t *rapid.T) {
-	s.doAllocate(t, s.pick(t, "active pod", func(p *smPod) bool { return p.active }))
+	s.doAllocate(t, s.pick(t, "active pod", func(p *smPod) bool { return p.active && !p.wiped }))
 }
 
 func (s *machine) repeatAllocate(t *rapid.T) {
-	s.doAllocate(t, s.pick(t, "allocated pod", func(p *smPod) bool { return p.active && len(p.received) > 0 }))
+	s.doAllocate(t, s.pick(t, "allocated pod", func(p *smPod) bool { return p.active && !p.wiped && len(p.received) > 0 }))
+}
+
+// wipe empties a running pod's annotation, as a faulty patch would. The
+// scheduler's occupancy (entries) is unchanged; the pod's containers keep
+// their devices, so none of them the manager manages may be destroyed
+// while the pod runs and the manager remembers it (see restart).
+func (s *machine) wipe(t *rapid.T) {
+	p := s.pick(t, "running pod with a device", func(p *smPod) bool { return p.active && !p.wiped && len(p.received) > 0 })
+	p.wiped = true
+	p.pod.Annotations[reservation.AnnotationKey] = ""
+	// What the manager does not manage now (not adopted after a restart)
+	// is an unclaimed leftover to it from here on.
+	p.received = slices.DeleteFunc(p.received, func(u string) bool { return !s.managed(u) })
 }
 
 func (s *machine) doAllocate(t *rapid.T, p *smPod) {
@@ -286,6 +303,14 @@ func (s *machine) reconcile(t *rapid.T) {
 
 func (s *machine) restart(t *rapid.T) {
 	s.m = realize.NewManager(s.node, realize.Options{Now: s.clock.Now})
+	// Once the manager's memory is gone nothing ties a wiped pod to its
+	// instances: without a record or a process they are leftovers to a new
+	// manager, which may clean them.
+	for _, p := range s.pods {
+		if p.wiped {
+			p.received = nil
+		}
+	}
 	armed := s.armed()
 	snap := s.snapshot()
 	snap.Complete = rapid.IntRange(0, 3).Draw(t, "complete at startup") > 0
