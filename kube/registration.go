@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -66,12 +65,23 @@ func (p *RegistrationPublisher) Publish(ctx context.Context, devs []capability.N
 }
 
 // PublishGPUs publishes the MIG-enabled GPUs of gpus, all reported
-// healthy, with [capability.NewMIGNodeDevice]. GPUs that are not in MIG
-// mode are left out and returned as joined errors alongside the result of
-// publishing the rest.
+// healthy ([MIGNodeDevices]). GPUs that cannot be published, such as those
+// with MIG disabled, are left out and logged: they must not keep the rest
+// from being scheduled. The error is [RegistrationPublisher.Publish]'s.
 func (p *RegistrationPublisher) PublishGPUs(ctx context.Context, gpus []capability.GPU) (changed bool, err error) {
-	devs := make([]capability.NodeDevice, 0, len(gpus))
-	var skipped []error
+	devs, skipped := MIGNodeDevices(gpus)
+	for _, err := range skipped {
+		p.log.Warn("GPU left out of the node registration", "node", p.node, "err", err)
+	}
+	return p.Publish(ctx, devs)
+}
+
+// MIGNodeDevices converts the GPUs to registration devices with
+// [capability.NewMIGNodeDevice], all reported healthy. GPUs it cannot
+// convert (MIG disabled, memory out of range) are left out and described in
+// skipped, one error per GPU naming its index and UUID.
+func MIGNodeDevices(gpus []capability.GPU) (devs []capability.NodeDevice, skipped []error) {
+	devs = make([]capability.NodeDevice, 0, len(gpus))
 	for _, g := range gpus {
 		d, err := capability.NewMIGNodeDevice(g, true)
 		if err != nil {
@@ -80,8 +90,7 @@ func (p *RegistrationPublisher) PublishGPUs(ctx context.Context, gpus []capabili
 		}
 		devs = append(devs, d)
 	}
-	changed, err = p.Publish(ctx, devs)
-	return changed, errors.Join(append([]error{err}, skipped...)...)
+	return devs, skipped
 }
 
 // annotationPatch returns {"metadata":{"annotations":{key:value}}}.

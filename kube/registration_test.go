@@ -85,8 +85,13 @@ func TestRegistrationPublisherErrors(t *testing.T) {
 
 	gpus := discovered(t, fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
 	gpus[1].MIGMode = capability.MIGDisabled
+	devs, skipped := kube.MIGNodeDevices(gpus)
+	assert.Len(t, devs, 1)
+	require.Len(t, skipped, 1, "the GPU left out is reported")
+	var re2 *capability.RegistrationError
+	assert.ErrorAs(t, skipped[0], &re2)
 	changed, err := pub.PublishGPUs(ctx, gpus)
-	require.Error(t, err, "the GPU left out is reported")
+	require.NoError(t, err, "a GPU without MIG does not fail the others")
 	assert.True(t, changed, "the others are published")
 	n, _ := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	got, err := kube.NodeGPUs(n)

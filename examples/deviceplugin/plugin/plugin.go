@@ -325,6 +325,9 @@ func (p *Plugin) devices() []*v1beta1.Device {
 	defer p.mu.Unlock()
 	var out []*v1beta1.Device
 	for _, g := range p.gpus {
+		if g.MIGMode != capability.MIGEnabled {
+			continue // not published either
+		}
 		n := uint32(0)
 		for _, pr := range g.Profiles {
 			n = max(n, pr.MaxInstances)

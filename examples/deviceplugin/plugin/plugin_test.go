@@ -234,3 +234,24 @@ func TestPluginKeepsInstancesWhileARecordIsInvalid(t *testing.T) {
 	require.NoError(t, client.CoreV1().Pods("default").Delete(ctx, "broken", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool { return len(hw.Snapshot()) == 0 }, eventually, time.Millisecond)
 }
+
+// A GPU with MIG disabled is left out of the registration and the
+// advertised devices; the others are served.
+func TestPluginSkipsGPUsWithoutMIG(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
+	require.NoError(t, hw.ForceMIGMode(0, capability.MIGDisabled))
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	r := start(t, client, hw)
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	require.NoError(t, err)
+	gpus, err := kube.NodeGPUs(n)
+	require.NoError(t, err)
+	require.Len(t, gpus, 1)
+	assert.Equal(t, gpuOf(t, hw, 1).UUID, gpus[0].UUID)
+
+	stream, err := r.client.ListAndWatch(context.Background(), &v1beta1.Empty{})
+	require.NoError(t, err)
+	list, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Len(t, list.Devices, 7)
+}
