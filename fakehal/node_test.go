@@ -92,14 +92,34 @@ func TestUUIDsAreSeeded(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	bad := fakehal.Model{Name: "broken", Profiles: []capability.GIProfileInfo{{Index: 0, SliceCount: 1, InstanceCount: 1}}}
+	one := []capability.Placement{{Start: 0, Size: 1}}
+	custom := func(profiles ...capability.GIProfileInfo) fakehal.Options {
+		return fakehal.Options{Models: []fakehal.Model{{Name: "custom", Profiles: profiles}}}
+	}
+	good := capability.GIProfileInfo{Index: 0, SliceCount: 1, InstanceCount: 1, Placements: one}
+	with := func(change func(*capability.GIProfileInfo)) capability.GIProfileInfo {
+		p := good
+		change(&p)
+		return p
+	}
 	tests := []struct {
 		name string
 		opts fakehal.Options
 		want error
 	}{
 		{name: "unknown model", opts: fakehal.Options{GPUs: []string{"A100", "V100"}}, want: fakehal.ErrUnknownModel},
-		{name: "custom model without placements", opts: fakehal.Options{Models: []fakehal.Model{bad}}, want: fakehal.ErrInvalidModel},
+		{name: "custom model without placements", opts: custom(with(func(p *capability.GIProfileInfo) { p.Placements = nil })), want: fakehal.ErrInvalidModel},
+		{name: "custom model without profiles", opts: custom(), want: fakehal.ErrInvalidModel},
+		{name: "profile index out of range", opts: custom(with(func(p *capability.GIProfileInfo) { p.Index = capability.GIProfileCount })), want: fakehal.ErrInvalidModel},
+		{name: "negative profile index", opts: custom(with(func(p *capability.GIProfileInfo) { p.Index = -1 })), want: fakehal.ErrInvalidModel},
+		{name: "duplicate profile index", opts: custom(good, good), want: fakehal.ErrInvalidModel},
+		{name: "zero slice count", opts: custom(with(func(p *capability.GIProfileInfo) { p.SliceCount = 0 })), want: fakehal.ErrInvalidModel},
+		{name: "zero instance count", opts: custom(with(func(p *capability.GIProfileInfo) { p.InstanceCount = 0 })), want: fakehal.ErrInvalidModel},
+		{name: "empty placement", opts: custom(with(func(p *capability.GIProfileInfo) { p.Placements = []capability.Placement{{Start: 0, Size: 0}} })), want: fakehal.ErrInvalidModel},
+		{name: "placement past the widest grid", opts: custom(with(func(p *capability.GIProfileInfo) {
+			p.Placements = []capability.Placement{{Start: capability.MaxSlots, Size: 1}}
+		})), want: fakehal.ErrInvalidModel},
+		{name: "valid custom model", opts: custom(good), want: nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
