@@ -3,6 +3,7 @@ package realize_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -538,5 +539,58 @@ func TestAllocateStaleIdentityWithRemnantAtKey(t *testing.T) {
 	}
 	if live := f.live(); len(live) != 1 || live[0] != got.MIGUUID {
 		t.Errorf("live = %v, want only %s", live, got.MIGUUID)
+	}
+}
+
+// misreporting is a backend whose CreateInstance acts correctly but
+// describes the result wrongly.
+type misreporting struct {
+	*fakehal.Node
+	lie func(*realize.Instance)
+}
+
+func (b misreporting) CreateInstance(ctx context.Context, gpu int, p capability.GIProfileIndex, at capability.Placement) (realize.Instance, error) {
+	inst, err := b.Node.CreateInstance(ctx, gpu, p, at)
+	if err == nil {
+		inst.ComputeInstances = slices.Clone(inst.ComputeInstances)
+		b.lie(&inst)
+	}
+	return inst, err
+}
+
+// A backend that reports something other than what was asked for is not
+// trusted: Allocate fails with ErrHardwareMismatch and manages nothing.
+// What it reports at the reserved placement is what this call created, so
+// it is destroyed again as far as the report allows (a compute instance it
+// hides keeps its GI: the hardware refuses); an instance reported elsewhere
+// is left alone.
+func TestAllocateRefusesMisreportedCreate(t *testing.T) {
+	tests := []struct {
+		name     string
+		lie      func(*realize.Instance)
+		wantLive int
+	}{
+		{name: "other profile", lie: func(in *realize.Instance) { in.Profile = capability.GIProfile1SliceRev1 }},
+		{name: "no compute instance", lie: func(in *realize.Instance) { in.ComputeInstances = nil }, wantLive: 1},
+		{name: "no MIG UUID", lie: func(in *realize.Instance) { in.ComputeInstances[0].MIGUUID = "" }},
+		{name: "other placement", lie: func(in *realize.Instance) { in.Placement.Start++ }, wantLive: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, 1)
+			f.m = realize.NewManager(misreporting{Node: f.node, lie: tt.lie}, realize.Options{Now: f.clock.Now})
+			f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 2, 1))
+			_, err := f.allocate(context.Background(), "a", 0)
+			if !errors.Is(err, realize.ErrHardwareMismatch) {
+				t.Fatalf("Allocate error = %v, want ErrHardwareMismatch", err)
+			}
+			if got := f.m.Stats(); got.Managed != 0 || got.Creates != 0 {
+				t.Errorf("stats = %+v, want nothing created or managed", got)
+			}
+			if got := len(f.node.Snapshot()); got != tt.wantLive {
+				t.Errorf("live GIs = %d, want %d", got, tt.wantLive)
+			}
+			f.checkHardware()
+		})
 	}
 }
