@@ -154,6 +154,13 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestValidateDuplicateUID(t *testing.T) {
+	a := podJSON("a", "mig-node-a", "Running", []reservation.Allocation{entry(gpu0, "1g.5gb", 0, 1)}, 4864)
+	b := podJSON("b", "mig-node-a", "Running", []reservation.Allocation{entry(gpu1, "1g.5gb", 0, 1)}, 4864)
+	b["metadata"].(map[string]any)["uid"] = "uid-a"
+	migctl(t, listJSON(t, a, b), "validate").check(t, exitInvalid, []string{"pod test/b (uid-a):", "without a unique UID"}, nil)
+}
+
 func TestValidateYAML(t *testing.T) {
 	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: yaml-pod\n  namespace: ml\n  uid: u1\n  annotations:\n    hami.io/vgpu-mig-allocations: '" +
 		strings.TrimSpace(readTestdata(t, "spec-allocation.json")) + "'\nspec:\n  containers: []\nstatus:\n  phase: Running\n"

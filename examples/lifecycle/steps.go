@@ -242,7 +242,7 @@ func (d *demo) restartPlugin() error {
 // fragmentation submits a pod whose demand has enough free slots on some
 // GPU but no free legal placement: it stays Pending, with the reason.
 func (d *demo) fragmentation() error {
-	d.heading("Fragmentation: a pod stays Pending")
+	d.heading("Fragmentation: free slots, but no legal placement")
 	p := d.fragmentedPod()
 	if p == nil {
 		d.printf("No demand is pending for fragmentation on this node: every profile that has the free slots also has a free placement.\n")
