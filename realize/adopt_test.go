@@ -104,6 +104,13 @@ func TestAdoptRejectsMismatches(t *testing.T) {
 			wantErr: realize.ErrHardwareMismatch,
 		},
 		{
+			name: "same profile at another placement",
+			forge: func(r, _ reservation.RuntimeIdentity) reservation.Allocation {
+				return ent(0, 0, "", "2g.10gb", 0, 2).WithRuntime(r)
+			},
+			wantErr: realize.ErrHardwareMismatch,
+		},
+		{
 			name: "other profile at the same placement",
 			forge: func(r, _ reservation.RuntimeIdentity) reservation.Allocation {
 				return ent(0, 0, "", "1g.10gb", 2, 2).WithRuntime(r)
