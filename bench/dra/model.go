@@ -60,9 +60,9 @@ type deviceKey struct {
 	placement capability.Placement
 }
 
-// NewModel publishes gpus as node's pool. It fails, wrapping [ErrModel],
-// for an empty node name, a GPU placement grid wider than a counter set can
-// hold, or GPUs placement cannot compile; and with the placement error for
+// NewModel publishes gpus as node's pool. It fails with an error wrapping
+// [ErrModel] for an empty node name or a GPU whose slot grid needs more
+// counters than a counter set holds, and with the [*placement.GridError] of
 // a GPU that [placement.NewGrid] rejects.
 func NewModel(node string, gpus []capability.GPU) (*Model, error) {
 	if node == "" {

@@ -17,10 +17,13 @@ import (
 	"github.com/dynmig/dynmig/placement"
 )
 
-// Features is the DRA feature set [NodeOptions] uses by default: partitionable
-// devices (KEP-4815 counters) and prioritized lists (firstAvailable), which
-// the allocator's "stable" implementation serves.
-var Features = structured.Features{PartitionableDevices: true, PrioritizedList: true}
+// DefaultFeatures returns the DRA feature set a [Node] uses unless
+// [NodeOptions] says otherwise: partitionable devices (KEP-4815 counters) and
+// prioritized lists (firstAvailable), which the allocator's "stable"
+// implementation serves.
+func DefaultFeatures() structured.Features {
+	return structured.Features{PartitionableDevices: true, PrioritizedList: true}
+}
 
 // ErrDisagree reports a DRA rejection that dynmig's exhaustive scan can place
 // on the same occupancy: the models would not answer the same question.
@@ -28,8 +31,8 @@ var ErrDisagree = errors.New("dra: allocator rejected a request dynmig can place
 
 // NodeOptions configures a [Node]. The zero value works.
 type NodeOptions struct {
-	// Features are the DRA features the allocator gets; the zero value
-	// means [Features]. Enabling more (e.g. ConsumableCapacity) makes
+	// Features are the DRA features the allocator gets; nil means
+	// [DefaultFeatures]. Enabling more (e.g. ConsumableCapacity) makes
 	// NewAllocator pick the "incubating" or "experimental" implementation.
 	Features *structured.Features
 	// CELCache is shared between decisions, as the scheduler shares it; nil
@@ -54,7 +57,7 @@ type Node struct {
 func NewNode(m *Model, opts NodeOptions) *Node {
 	n := &Node{
 		model:     m,
-		features:  Features,
+		features:  DefaultFeatures(),
 		cache:     opts.CELCache,
 		allocated: sets.New[structured.DeviceID](),
 		node:      &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.node}},
@@ -195,7 +198,7 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 
 // Fill commits randomly chosen free devices, never of a GPU's full-size
 // profile, until about fill (0..1) of each GPU's slots are taken or 64 draws
-// in a row failed on it: a deterministic (for equal seeds) occupancy with
+// failed on it: a deterministic (for equal seeds) occupancy with
 // the scattered holes churn leaves. It returns the devices committed.
 func (n *Node) Fill(seed uint64, fill float64) []Device {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))

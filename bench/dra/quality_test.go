@@ -15,18 +15,23 @@ import (
 // first-fit (same accepted, capacity and fragmentation counts), and dynmig's
 // default policy has fewer fragmentation rejections than DRA on every trace.
 // Acceptance is reported, not asserted: on the skewed A30 and RTX PRO 6000
-// traces first-fit, and so DRA, accepts slightly more (see README.md).
+// traces first-fit, and so DRA, accepts slightly more. The full-length
+// traces of seeds 1-3 (cmd/compare, README.md) also hold one tie: A100 and
+// H100 uniform seed 3, 28 fragmentation rejections each.
 //
 // The traces are the heavy-churn shape (offered load 1.3, short lives) cut
-// to 1,500 arrivals (500 with -short) so the module's tests stay under two
-// minutes on a loaded machine; cmd/compare replays the full 4,000.
+// to 1,500 arrivals so the module's tests stay under two minutes on a loaded
+// machine; cmd/compare replays the full 4,000. With -short (for -race) only
+// the skewed A100 and A30 traces run: shorter traces are not yet in steady
+// state and their few rejections say nothing.
 func TestQualityVersusDRA(t *testing.T) {
-	traces := dra.QualityTraces(1)
-	for i := range traces {
-		traces[i].Opts.Arrivals = 1500
-		if testing.Short() {
-			traces[i].Opts.Arrivals = 500
+	var traces []dra.Trace
+	for _, tr := range dra.QualityTraces(1) {
+		if testing.Short() && (tr.Mix != "skewed" || (tr.Model != "A100-SXM4-40GB" && tr.Model != "A30")) {
+			continue
 		}
+		tr.Opts.Arrivals = 1500
+		traces = append(traces, tr)
 	}
 	rows, err := dra.Quality(context.Background(), traces, sim.Policies(), dra.NodeOptions{})
 	if err != nil {
