@@ -1,6 +1,7 @@
 package realize
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -157,23 +158,14 @@ func (m *Manager) Managed() []ManagedInstance {
 	return out
 }
 
+// compareKeys orders keys by GPU, placement start and size, then profile.
 func compareKeys(a, b Key) int {
-	if a.GPU != b.GPU {
-		return a.GPU - b.GPU
-	}
-	if a.Placement.Start != b.Placement.Start {
-		if a.Placement.Start < b.Placement.Start {
-			return -1
-		}
-		return 1
-	}
-	if a.Placement.Size != b.Placement.Size {
-		if a.Placement.Size < b.Placement.Size {
-			return -1
-		}
-		return 1
-	}
-	return strings.Compare(a.Profile, b.Profile)
+	return cmp.Or(
+		cmp.Compare(a.GPU, b.GPU),
+		cmp.Compare(a.Placement.Start, b.Placement.Start),
+		cmp.Compare(a.Placement.Size, b.Placement.Size),
+		strings.Compare(a.Profile, b.Profile),
+	)
 }
 
 // lockGPU acquires the mutation lock of one physical GPU, waiting until ctx
