@@ -11,7 +11,8 @@ import (
 // ReconcileReport says what one reconcile pass did.
 type ReconcileReport struct {
 	// Authorized is true when the snapshot authorised destruction: the
-	// listing was complete and every active pod's annotation was valid.
+	// listing was complete and every active pod's annotation was valid
+	// and conflict-free.
 	Authorized bool
 	// Reasons say why it was not authorised; empty when Authorized. They
 	// are reservation's reasons: reservation.ErrIncompleteSnapshot, a
@@ -52,7 +53,8 @@ type KeptInstance struct {
 // that is still active but whose record stopped naming it (Retained).
 //
 // When snap does not authorise destruction (incomplete listing, or any
-// active pod with a malformed or invalid annotation) nothing is destroyed:
+// active pod with a malformed, invalid, legacy or conflicting annotation)
+// nothing is destroyed:
 // the report says why and the skipped pass is counted. An instance that
 // cannot be destroyed ([ErrInUse]) stays managed and is listed in Kept.
 // The error joins the [*ReleaseError] of every failure other than
