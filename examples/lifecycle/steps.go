@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/internal/slotmap"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/realize"
@@ -243,7 +244,7 @@ func (d *demo) restartPlugin() error {
 // GPU but no free legal placement: it stays Pending, with the reason.
 func (d *demo) fragmentation() error {
 	d.heading("Fragmentation: free slots, but no legal placement")
-	p := d.fragmentedPod()
+	p, pr := d.fragmentedPod()
 	if p == nil {
 		d.printf("No demand is pending for fragmentation on this node: every profile that has the free slots also has a free placement.\n")
 		return nil
@@ -251,12 +252,19 @@ func (d *demo) fragmentation() error {
 	if err := d.place(p); err != nil {
 		return err
 	}
-	var ue *placement.UnschedulableError
-	if errors.As(p.pending, &ue) {
-		d.printf("\n%s needs %d contiguous slots at a published placement; the closest GPU has %d free slots, but not at a legal placement.\n",
-			p.Name, ue.NeededSlots, ue.FreeSlots)
-		d.printf("The scheduler does not move running instances: the pod waits until a neighbour is released.\n")
+	var legal []string
+	for _, pl := range pr.Placements {
+		legal = append(legal, pl.String())
 	}
+	d.printf("\n%s needs %s (the smallest profile with %d MiB), whose published placements are %s.\n", p.Name, pr.Name, pr.MemoryMB, strings.Join(legal, " "))
+	gpus, _ := d.ledger.Node(nodeName)
+	for _, g := range gpus {
+		free := g.Grid.Full() &^ g.Used
+		if f := slotmap.Measure(g); f.FreeSlots >= int(pr.Placements[0].Size) {
+			d.printf("GPU%d has %d free slots, %s, but none of those placements is free.\n", g.Grid.Index(), f.FreeSlots, free)
+		}
+	}
+	d.printf("The scheduler never moves a running instance: %s stays Pending until a neighbour is released.\n", p.Name)
 	if err := d.drawMaps(); err != nil {
 		return err
 	}
@@ -266,16 +274,17 @@ func (d *demo) fragmentation() error {
 	return nil
 }
 
-// fragmentedPod returns a pod asking for the largest profile that is
-// unschedulable for fragmentation right now, or nil.
-func (d *demo) fragmentedPod() *pod {
+// fragmentedPod returns a pod asking for the memory of the largest profile
+// that is unschedulable for fragmentation right now, and that profile, or
+// nil.
+func (d *demo) fragmentedPod() (*pod, capability.Profile) {
 	for i := len(d.ladder) - 1; i >= 0; i-- {
 		p := demandPod("late-1", d.ladder[i])
 		if _, err := d.ledger.Evaluate(nodeName, &p.req); errors.Is(err, placement.ErrFragmented) {
-			return p
+			return p, d.ladder[i]
 		}
 	}
-	return nil
+	return nil, capability.Profile{}
 }
 
 // drawMaps draws every GPU twice, side by side: the scheduler's
@@ -361,19 +370,17 @@ func (d *demo) reservedSpans() map[string][]slotmap.Span {
 // liveSpans lists the GPU instances on the hardware per GPU index, owned by
 // the pod the manager manages them for.
 func (d *demo) liveSpans() map[int][]slotmap.Span {
-	owner := map[realize.Key]string{}
+	type where struct {
+		gpu int
+		at  capability.Placement
+	}
+	owner := map[where]string{}
 	for _, m := range d.mgr.Managed() {
-		owner[m.Key] = d.podName(m.Owner.PodUID)
+		owner[where{m.Key.GPU, m.Key.Placement}] = d.podName(m.Owner.PodUID)
 	}
 	out := map[int][]slotmap.Span{}
 	for _, in := range d.node.Snapshot() {
-		s := slotmap.Span{Placement: in.Placement}
-		for k, name := range owner {
-			if k.GPU == in.GPU && k.Placement == in.Placement {
-				s.Owner = name
-			}
-		}
-		out[in.GPU] = append(out[in.GPU], s)
+		out[in.GPU] = append(out[in.GPU], slotmap.Span{Placement: in.Placement, Owner: owner[where{in.GPU, in.Placement}]})
 	}
 	return out
 }
