@@ -144,7 +144,7 @@ func setup(ctx context.Context, b Backend) (*env, error) {
 	e := &env{b: b, r: b.Realizer, gpu: -1, created: map[uint32]bool{}}
 	devs, err := e.r.Devices(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("Devices: %w", err)
+		return nil, fmt.Errorf("calling Devices: %w", err)
 	}
 	e.devs = devs
 	for _, d := range devs {
