@@ -20,8 +20,12 @@ import (
 // TestSystem is the whole-system model-based test; see the package
 // documentation for the actors, actions and invariants.
 func TestSystem(t *testing.T) {
+	var st runStats
+	defer func() { t.Logf("%s", &st) }()
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newSystem(rt)
+		s.stats = &st
+		st.sequences++
 		rt.Repeat(map[string]func(*rapid.T){
 			"arrive":         s.arrive,
 			"allocate":       s.allocate,
@@ -41,7 +45,19 @@ func TestSystem(t *testing.T) {
 			"":               s.check,
 		})
 		s.drain(rt)
+		st.residual += s.residual
 	})
+}
+
+// runStats counts what the sequences exercised, for the test log.
+type runStats struct {
+	sequences, steps, allocations, handOuts, restarts, faults, attacks, forgerRefusals, residual int
+}
+
+func (st *runStats) String() string {
+	return fmt.Sprintf("sequences %d (shrinking included), steps %d, successful Allocates %d, devices handed out %d, "+
+		"plugin restarts %d, faults injected %d, forged records %d, forger Allocates refused %d, residual-risk hand-outs %d",
+		st.sequences, st.steps, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual)
 }
 
 const (
@@ -126,6 +142,7 @@ type system struct {
 	// synced is set once the current plugin's informer produced a complete
 	// listing.
 	synced bool
+	stats  *runStats
 	// residual counts hand-outs of a vanished pod's instance to a forger
 	// after a restart: the residual risk the realize package documents.
 	residual int
@@ -198,6 +215,9 @@ func (s *system) register(t *rapid.T) {
 // startPlugin starts a device plugin: a new manager over the same hardware,
 // then startup adoption on a listing that may be incomplete.
 func (s *system) startPlugin(t *rapid.T, complete bool) realize.AdoptReport {
+	if s.stats != nil {
+		s.stats.restarts++
+	}
 	s.hw = &mortal{Node: s.node}
 	s.mgr = realize.NewManager(s.hw, realize.Options{Now: s.clock.Now})
 	s.synced = false
@@ -222,7 +242,11 @@ func (s *system) adopt(t *rapid.T, complete bool) realize.AdoptReport {
 	if !reservation.Desired(snap).Authorized && len(s.node.Snapshot()) < len(before) {
 		t.Fatalf("Adopt on an unauthorised listing destroyed instances: before %v after %v", before, s.node.Snapshot())
 	}
-	s.adoptPending = err != nil || !rep.Authorized
+	// Rejected reservations are retried too: an ambiguity that made the
+	// manager refuse (an ended pod's copy naming the same device) may be
+	// gone by the next pass, and a running container is not allocated
+	// again by kubelet.
+	s.adoptPending = err != nil || !rep.Authorized || len(rep.Rejected) > 0
 	if err != nil {
 		if !armed {
 			t.Fatalf("Adopt without faults: %v", err)
@@ -565,9 +589,13 @@ func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
 		if must {
 			t.Fatalf("Allocate(%s container %d) in the drain: %v", p.uid(), container, err)
 		}
+		if p.attack != "" {
+			s.stats.forgerRefusals++
+		}
 		s.expectAllocateError(t, p, snap, armed, err)
 		return
 	}
+	s.stats.allocations++
 	if p.attack != "" && p.attack != "rogue" && p.attack != "staleGI" {
 		s.checkForgerResult(t, p, res)
 	}
@@ -589,7 +617,7 @@ func (s *system) handOut(t *rapid.T, p *simPod, d realize.Device, before []reser
 	mig := d.Runtime.MIGUUID
 	if owner, ok := s.owners[mig]; ok && owner != p.uid() {
 		prev := s.byUID[owner]
-		if prev != nil && (!prev.gone || s.runs(owner)) {
+		if !s.unprovable(owner) {
 			t.Fatalf("pod %s received %s (%v), already handed to %s (active %t, gone %t)", p.uid(), mig, d.Key, owner, prev.active, prev.gone)
 		}
 		s.residual++
@@ -613,6 +641,26 @@ func (s *system) handOut(t *rapid.T, p *simPod, d realize.Device, before []reser
 	}
 	s.owners[mig] = p.uid()
 	p.received[k] = mig
+	s.stats.handOuts++
+}
+
+// unprovable reports whether the earlier owner of a device left the
+// manager no evidence of its ownership: it has ended and is gone from the
+// API, or its record no longer decodes. Handing its device to a forger
+// that copied its identity, after a restart, is the residual risk the
+// realize package documents (a process still running on the device proves
+// nothing: the true owner's processes run on adopted devices too); it is
+// counted, not failed.
+func (s *system) unprovable(uid string) bool {
+	p := s.byUID[uid]
+	if p == nil || p.active {
+		return false
+	}
+	if p.gone {
+		return true
+	}
+	_, err := reservation.DecodeString(p.annotation())
+	return err != nil
 }
 
 // runs reports whether any process of the pod still runs.
@@ -630,8 +678,7 @@ func (s *system) runs(uid string) bool {
 func (s *system) checkForgerResult(t *rapid.T, p *simPod, res realize.AllocateResult) {
 	for _, d := range res.Devices {
 		if owner, ok := s.owners[d.Runtime.MIGUUID]; ok && owner != p.uid() {
-			prev := s.byUID[owner]
-			if prev == nil || !prev.gone || s.runs(owner) {
+			if !s.unprovable(owner) {
 				t.Fatalf("forger %s (%s) obtained %s of %s", p.uid(), p.attack, d.Runtime.MIGUUID, owner)
 			}
 		}
@@ -789,6 +836,7 @@ func (s *system) fault(t *rapid.T) {
 		after = 6
 	}
 	f.Nth, f.GPUs = nth, gpus
+	s.stats.faults++
 	s.faults = append(s.faults, armedFault{f: s.node.Inject(f), after: after})
 }
 
@@ -799,6 +847,7 @@ func (s *system) attack(t *rapid.T) {
 	value := s.forge(t, kind)
 	p := s.newPod(kind)
 	s.setAnnotation(p, value)
+	s.stats.attacks++
 	if rapid.Bool().Draw(t, "allocate forger") {
 		s.doAllocate(t, p, s.drawContainer(t, p), false)
 	}
@@ -1048,6 +1097,7 @@ func (s *system) checkOwned(t *rapid.T, exact bool) {
 
 // check runs after every step.
 func (s *system) check(t *rapid.T) {
+	s.stats.steps++
 	s.tick()
 	if err := s.node.Check(); err != nil {
 		t.Fatalf("hardware invariants: %v", err)
