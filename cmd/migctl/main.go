@@ -1,34 +1,3 @@
-// Command migctl is the operator's tool for dynamic MIG: it speaks the wire
-// formats of the scheduler and device plugin (hami.io/node-nvidia-register,
-// hami.io/vgpu-mig-allocations, the device config's migProfileAllowlist, the
-// metrics exposition) and reads Kubernetes JSON exactly as
-// `kubectl get ... -o json` prints it (Pod, PodList, Node, NodeList and
-// generic List; YAML works too).
-//
-// Usage:
-//
-//	migctl <command> [flags] [args]
-//
-// Commands:
-//
-//	discover        node registration a fake node of the given GPU models would publish
-//	validate        check a hami.io/vgpu-mig-allocations value, Pod or PodList
-//	place           the allocation the scheduler would write for a pod on a node
-//	status          per-GPU slot maps, reservations and fragmentation of a node
-//	metrics         the exposition text the scheduler would serve for a node
-//	defaults        the built-in migProfileAllowlist
-//	convert-legacy  convert a v2.9 knownMigGeometries device config
-//	simulate        compare placement policies on a trace
-//
-// Every command takes --help. Files may be "-" for standard input.
-//
-// Exit codes:
-//
-//	0   success
-//	1   invalid input or findings (validation problems, malformed files,
-//	    unreadable files, lossy legacy conversion)
-//	2   place: the pod is unschedulable on the node
-//	64  usage error (unknown command or flag, missing argument)
 package main
 
 import (
