@@ -205,6 +205,54 @@ func TestAllocatorIsFirstFit(t *testing.T) {
 	}
 }
 
+// TestAllocatorIsFirstFitForSeveralDevices asks for two and three devices
+// of one named profile: DRA (one request with a count) and dynmig's
+// FirstFit must agree on feasibility and on the devices chosen. (Memory
+// demands are left out: DRA gives every device of a request the same
+// profile, dynmig chooses per device.)
+func TestAllocatorIsFirstFitForSeveralDevices(t *testing.T) {
+	ctx := context.Background()
+	for _, model := range []string{"A100-SXM4-40GB", "A30"} {
+		t.Run(model, func(t *testing.T) {
+			placed, rejected := 0, 0
+			for s := range 6 {
+				n := newNode(t, model, 2)
+				n.Fill(uint64(100+s), float64(s)/6)
+				for _, p := range n.Model().Grids()[0].Profiles() {
+					for _, count := range []int{2, 3} {
+						c := placement.ContainerRequest{Devices: count, Profile: p.Name}
+						claim, err := n.Model().Claim("c", c)
+						if err != nil {
+							t.Fatal(err)
+						}
+						devs, err := n.Allocate(ctx, claim)
+						if err != nil {
+							t.Fatal(err)
+						}
+						as, ferr := placement.Select(n.State(), &placement.Request{Containers: []placement.ContainerRequest{c}}, placement.FirstFit{})
+						if (devs == nil) != (ferr != nil) {
+							t.Fatalf("state %d %+v: DRA %v, first-fit %v, %v", s, c, devs, as, ferr)
+						}
+						if devs == nil {
+							rejected++
+							continue
+						}
+						placed++
+						for i := range devs {
+							if devs[i].GPU != as[i].GPU || devs[i].Placement != as[i].Placement {
+								t.Fatalf("state %d %+v: DRA %v, first-fit %v", s, c, devs, as)
+							}
+						}
+					}
+				}
+			}
+			if placed == 0 || rejected == 0 {
+				t.Errorf("%d placed, %d rejected: both outcomes not exercised", placed, rejected)
+			}
+		})
+	}
+}
+
 // TestCommitRelease checks that counters come back after a release: a full
 // GPU profile fits again once everything on GPU 0 is released.
 func TestCommitRelease(t *testing.T) {
