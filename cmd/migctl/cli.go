@@ -196,6 +196,9 @@ func (e *env) readInput(name string) ([]byte, error) {
 	var r io.Reader
 	if name == "-" {
 		r = e.stdin
+		if r == nil {
+			r = strings.NewReader("")
+		}
 	} else {
 		f, err := os.Open(name)
 		if err != nil {
