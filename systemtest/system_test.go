@@ -602,6 +602,13 @@ func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
 	if !must && rapid.IntRange(0, 7).Draw(t, "patch lost") == 0 {
 		return
 	}
+	seen := map[string]bool{}
+	for _, d := range res.Devices {
+		if seen[d.Runtime.MIGUUID] {
+			t.Fatalf("Allocate of %s returned %s for two devices: %+v", p.uid(), d.Runtime.MIGUUID, res.Devices)
+		}
+		seen[d.Runtime.MIGUUID] = true
+	}
 	if res.Patch != nil {
 		s.setAnnotation(p, res.Annotation)
 	}
