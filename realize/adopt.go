@@ -256,7 +256,7 @@ func (m *Manager) cleanIdle(ctx context.Context, dev capability.DeviceInfo, inst
 	if g.Cleaned > 0 {
 		m.log.InfoContext(ctx, "cleaned idle GPU", "gpu", dev.Index, "gpu_uuid", dev.UUID, "destroyed", g.Cleaned)
 	}
-	if dev.MIGMode == capability.MIGDisabled && m.opts.EnableMIG {
+	if dev.MIGMode == capability.MIGDisabled && m.enableMIG {
 		setter, ok := m.hw.(MIGModeSetter)
 		if !ok {
 			errs = append(errs, fmt.Errorf("%w: backend cannot enable MIG mode", ErrNotSupported))

@@ -48,12 +48,12 @@ type Options struct {
 // reclaims them. Create it with [NewManager]; it is safe for concurrent use.
 // See the package documentation for its model and safety rules.
 type Manager struct {
-	hw      Realizer
-	log     *slog.Logger
-	opts    Options
-	cleanup time.Duration
-	grace   time.Duration
-	now     func() time.Time
+	hw        Realizer
+	log       *slog.Logger
+	enableMIG bool
+	cleanup   time.Duration
+	grace     time.Duration
+	now       func() time.Time
 
 	// mu guards managed and locks. It is never held during a hardware
 	// call; hardware mutation is serialised per GPU by locks.
@@ -116,14 +116,14 @@ func NewManager(hw Realizer, opts Options) *Manager {
 		now = time.Now
 	}
 	return &Manager{
-		hw:      hw,
-		log:     log,
-		opts:    opts,
-		cleanup: cleanup,
-		grace:   grace,
-		now:     now,
-		managed: make(map[Key]*record),
-		locks:   make(map[int]chan struct{}),
+		hw:        hw,
+		log:       log,
+		enableMIG: opts.EnableMIG,
+		cleanup:   cleanup,
+		grace:     grace,
+		now:       now,
+		managed:   make(map[Key]*record),
+		locks:     make(map[int]chan struct{}),
 	}
 }
 
