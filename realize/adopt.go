@@ -59,7 +59,7 @@ type GPUReport struct {
 // Rejection is a reservation Adopt did not adopt.
 type Rejection struct {
 	Entry reservation.Entry
-	Err   error // matches ErrHardwareMismatch, ErrConflict, ErrNotFound, reservation sentinels
+	Err   error // matches ErrHardwareMismatch, ErrConflict, ErrNotFound, ErrMIGDisabled, reservation sentinels
 }
 
 // Leak is an unmanaged instance on a GPU.
@@ -173,12 +173,12 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 			rep.Pending = append(rep.Pending, e)
 			continue
 		}
-		if gpu == nil {
+		if gpu == nil && dev.MIGMode == capability.MIGEnabled {
 			if gpu, err = m.capabilityOf(ctx, dev); err != nil {
 				return g, err
 			}
 		}
-		if rec, err := m.adoptEntry(want, gpu, insts, e, rt); err != nil {
+		if rec, err := m.adoptEntry(want, dev, gpu, insts, e, rt); err != nil {
 			rep.Rejected = append(rep.Rejected, Rejection{Entry: e, Err: err})
 			if errors.Is(err, ErrConflict) {
 				m.stats.conflicts.Add(1)
@@ -284,9 +284,12 @@ func (m *Manager) destroyUnmanaged(ctx context.Context, gpu int, gi Instance) er
 // adoptEntry verifies one annotated runtime identity against the live
 // instances and adopts it. It returns a nil record and nil error when the
 // entry is already managed for the same owner.
-func (m *Manager) adoptEntry(want *desiredSet, gpu *capability.GPU, insts []Instance, e reservation.Entry, rt reservation.RuntimeIdentity) (*record, error) {
+func (m *Manager) adoptEntry(want *desiredSet, dev capability.DeviceInfo, gpu *capability.GPU, insts []Instance, e reservation.Entry, rt reservation.RuntimeIdentity) (*record, error) {
 	owner := entryOwner(&e)
-	key := Key{GPU: gpu.Index, Profile: e.Profile, Placement: e.Placement}
+	key := Key{GPU: dev.Index, Profile: e.Profile, Placement: e.Placement}
+	if gpu == nil { // MIG is off: no instance can be live
+		return nil, fmt.Errorf("%w: GPU %d (%s) MIG mode %s", ErrMIGDisabled, dev.Index, dev.UUID, dev.MIGMode)
+	}
 	if rec := m.lookup(key); rec != nil {
 		if rec.Owner == owner && rec.Runtime == rt {
 			return nil, nil

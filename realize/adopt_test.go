@@ -362,3 +362,26 @@ func TestNeverDestroysInstanceAReservationNames(t *testing.T) {
 		})
 	}
 }
+
+// A realized reservation on a GPU that has left MIG mode names an
+// instance that cannot exist: it is rejected as ErrMIGDisabled, and its
+// GPU counts as busy, so it is not cleaned.
+func TestAdoptRejectsIdentityOnMIGDisabledGPU(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1))
+	f.mustAllocate("a", 0)
+	if err := f.node.ForceMIGMode(0, capability.MIGDisabled); err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	rep, err := f.m.Adopt(context.Background(), f.snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rejected) != 1 || !errors.Is(rep.Rejected[0].Err, realize.ErrMIGDisabled) {
+		t.Errorf("rejected = %v, want one ErrMIGDisabled", rep.Rejected)
+	}
+	if !rep.GPUs[0].Busy || len(rep.Adopted) != 0 {
+		t.Errorf("report = %+v, want GPU 0 busy and nothing adopted", rep)
+	}
+}
