@@ -3,6 +3,7 @@ package dra_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,21 +27,46 @@ func benchNode(b *testing.B) (*dra.Node, []placement.GPUState) {
 // measured is one sub-benchmark's per-op cost.
 type measured struct{ ns, cpuNs float64 }
 
+// runs holds every run of each sub-benchmark (-count n runs each n times).
+type runs map[string][]measured
+
 // record records b's per-op wall and CPU time under name and reports cpu-ns/op.
-func record(b *testing.B, into map[string]measured, name string, cpuStart time.Duration) {
+func (r runs) record(b *testing.B, name string, cpuStart time.Duration) {
 	m := measured{ns: float64(b.Elapsed().Nanoseconds()) / float64(b.N)}
 	if d := cpuTime() - cpuStart; d > 0 {
 		m.cpuNs = float64(d.Nanoseconds()) / float64(b.N)
 		b.ReportMetric(m.cpuNs, "cpu-ns/op")
 	}
-	into[name] = m
+	r[name] = append(r[name], m)
+}
+
+// median returns the median wall and CPU time per op of name's runs so far,
+// each taken separately; the median damps other people's load.
+func (r runs) median(name string) measured {
+	ms := r[name]
+	if len(ms) == 0 {
+		return measured{}
+	}
+	med := func(f func(measured) float64) float64 {
+		v := make([]float64, len(ms))
+		for i, m := range ms {
+			v[i] = f(m)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return measured{ns: med(func(m measured) float64 { return m.ns }), cpuNs: med(func(m measured) float64 { return m.cpuNs })}
 }
 
 // BenchmarkOneDevice is one placement decision for the same 1-device request
 // (4000 MiB, so 1g.5gb or larger) on the same 8-GPU A100 node, by dynmig's
 // policies and by the DRA structured allocator, in one run. DRA sub-benchmarks
-// report their cost divided by dynmig's default policy's as x-default
-// (wall) and x-default-cpu (CPU time); the parent logs every ratio.
+// report their cost divided by dynmig's default policy's (median of its runs
+// so far) as x-default (wall) and x-default-cpu (CPU time); with -v the
+// parent logs every ratio between medians over all -count runs.
 //
 //   - dynmig/<policy>: Selector.Select with a reused Selector.
 //   - dra/fresh: what kube-scheduler does for one pod on one node: a new
@@ -55,7 +81,7 @@ func record(b *testing.B, into map[string]measured, name string, cpuStart time.D
 func BenchmarkOneDevice(b *testing.B) {
 	ctx := context.Background()
 	req := &placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.MiB(4000)}}}
-	got := map[string]measured{}
+	got := runs{}
 	for _, pol := range []placement.Policy{placement.DefaultPolicy, placement.FirstFit{}, placement.V210{}} {
 		name := "dynmig/" + pol.String()
 		b.Run(name, func(b *testing.B) {
@@ -70,7 +96,7 @@ func BenchmarkOneDevice(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			record(b, got, name, start)
+			got.record(b, name, start)
 		})
 	}
 	all := structured.Features{AdminAccess: true, CompatibilityGroups: true, ConsumableCapacity: true,
@@ -127,9 +153,9 @@ func BenchmarkOneDevice(b *testing.B) {
 					b.Fatal(devs, err)
 				}
 			}
-			record(b, got, bc.name, start)
-			if base, ok := got["dynmig/"+placement.DefaultPolicy.String()]; ok && base.ns > 0 {
-				m := got[bc.name]
+			got.record(b, bc.name, start)
+			if base := got.median("dynmig/" + placement.DefaultPolicy.String()); base.ns > 0 {
+				m := got[bc.name][len(got[bc.name])-1]
 				b.ReportMetric(m.ns/base.ns, "x-default")
 				if base.cpuNs > 0 {
 					b.ReportMetric(m.cpuNs/base.cpuNs, "x-default-cpu")
@@ -140,24 +166,24 @@ func BenchmarkOneDevice(b *testing.B) {
 	b.Log("\n" + ratioTable(got))
 }
 
-// ratioTable lists every DRA variant's wall and CPU time divided by every
-// dynmig policy's, measured in this run.
-func ratioTable(got map[string]measured) string {
+// ratioTable lists every DRA variant's median wall and CPU time divided by
+// every dynmig policy's, measured in this run.
+func ratioTable(got runs) string {
 	var sb strings.Builder
 	pols := []string{"dynmig/frag-aware", "dynmig/first-fit", "dynmig/v2.10"}
-	fmt.Fprintf(&sb, "%-18s", "ratio (wall/cpu)")
+	fmt.Fprintf(&sb, "%-24s", "median ratio (wall/cpu)")
 	for _, p := range pols {
 		fmt.Fprintf(&sb, " %22s", p)
 	}
 	sb.WriteByte('\n')
 	for _, d := range []string{"dra/fresh", "dra/reused", "dra/exact", "dra/all-features"} {
-		dm, ok := got[d]
-		if !ok {
+		dm := got.median(d)
+		if dm.ns == 0 {
 			continue
 		}
-		fmt.Fprintf(&sb, "%-18s", d)
+		fmt.Fprintf(&sb, "%-24s", d)
 		for _, p := range pols {
-			pm := got[p]
+			pm := got.median(p)
 			if pm.ns == 0 || pm.cpuNs == 0 {
 				fmt.Fprintf(&sb, " %22s", "-")
 				continue
