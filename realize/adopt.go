@@ -310,6 +310,9 @@ func (m *Manager) adoptEntry(want *desiredSet, dev capability.DeviceInfo, gpu *c
 	if c, ok := want.rival(e.GPUUUID, e.Placement, owner); ok {
 		return nil, &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&c), Reason: "overlaps reservation " + c.String()}
 	}
+	if c, ok := want.migClaimant(rt.MIGUUID, owner); ok { // an untrusted pod may own it
+		return nil, &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&c), Reason: "reservation " + c.String() + " names the same MIG device"}
+	}
 	prof := gpu.Profile(e.Profile)
 	if prof == nil {
 		return nil, fmt.Errorf("%w: GPU %d does not support %q", reservation.ErrUnknownProfile, gpu.Index, e.Profile)

@@ -385,3 +385,26 @@ func TestAdoptRejectsIdentityOnMIGDisabledGPU(t *testing.T) {
 		t.Errorf("report = %+v, want GPU 0 busy and nothing adopted", rep)
 	}
 }
+
+// A pod whose record cannot be trusted may own what it names: an instance
+// it names is not adopted for another pod, even at another placement.
+func TestAdoptRefusesInstanceAnUntrustedPodNames(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1))
+	realized := f.mustAllocate("a", 0).Devices[0].Entry
+	elsewhere := realized
+	elsewhere.Placement.Start = 2
+	x := f.schedule("x", elsewhere)
+	x.Annotations[reservation.LegacyDevicesAnnotationKey] = f.gpuUUID(0) + "[1-0],NVIDIA,4864,14:;"
+	f.restart()
+	rep, err := f.m.Adopt(context.Background(), f.snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Adopted) != 0 || len(rep.Rejected) != 1 || !errors.Is(rep.Rejected[0].Err, realize.ErrConflict) {
+		t.Errorf("adopted %v rejected %v, want a's entry refused with ErrConflict", rep.Adopted, rep.Rejected)
+	}
+	if got := f.live(); len(got) != 1 || got[0] != realized.MIGUUID {
+		t.Errorf("live = %v, want %s untouched", got, realized.MIGUUID)
+	}
+}

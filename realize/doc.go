@@ -62,7 +62,8 @@
 //     reservation on it or naming one of its MIG devices, no process,
 //     nothing managed) and the snapshot is authorised; it adopts an
 //     annotated instance only after verifying every identity field against
-//     the hardware. Reservations without runtime identity are left to
+//     the hardware, and only when no other reservation, trusted or not,
+//     names or overlaps it. Reservations without runtime identity are left to
 //     Allocate; legacy v2.9 identifiers and mismatches are reported, never
 //     adopted.
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an
