@@ -106,3 +106,27 @@ func ExamplePodView() {
 	// Output:
 	// default train uid-1 Running false true
 }
+
+func ExampleNodePodSource() {
+	client := fake.NewClientset(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train", UID: "u1"}, Spec: corev1.PodSpec{NodeName: "gpu-node-1"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "other", UID: "u2"}, Spec: corev1.PodSpec{NodeName: "gpu-node-2"}},
+	)
+	src := kube.NewNodePodSource(client, "gpu-node-1", kube.NodePodSourceOptions{})
+	fmt.Println("before Run:", src.Snapshot().Complete, src.Err())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- src.Run(ctx) }() // Run owns the informer's goroutines
+	src.WaitForSync(ctx)
+	snap := src.Snapshot()
+	fmt.Println("synced:", snap.Complete, len(snap.Pods), snap.Pods[0].Name)
+
+	cancel()
+	<-done // every goroutine has stopped
+	fmt.Println("after Run:", src.Snapshot().Complete)
+	// Output:
+	// before Run: false kube: pod source not running
+	// synced: true 1 train
+	// after Run: false
+}

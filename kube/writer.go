@@ -103,8 +103,9 @@ func NewAnnotationWriter(client kubernetes.Interface, opts AnnotationWriterOptio
 // held every identity).
 //
 // pod is the version the reservation was realized from. Each attempt sends
-// a JSON merge patch of the annotation carrying the pod's resourceVersion,
-// so the API server applies it only to that version. On a conflict the
+// a JSON merge patch of the annotation carrying the pod's resourceVersion
+// (when it has one, as every pod read from an API server does), so the API
+// server applies it only to that version. On a conflict the
 // writer re-reads the pod from the API server and re-validates: the pod
 // must have the same UID, each realized entry must still exist with the
 // same GPU, profile and placement, and its runtime identity must be
