@@ -302,7 +302,7 @@ func (s *system) checkAdoption(t *rapid.T, snap reservation.Snapshot, rep realiz
 			len(in.ComputeInstances) != 1 || in.ComputeInstances[0].ID != rt.ComputeInstanceID {
 			continue // the annotation does not match the hardware: never adopted
 		}
-		if s.ambiguous(e.PodUID, rt.MIGUUID) || s.withheldOverlap(&want, e) {
+		if s.ambiguous(e.PodUID, rt.MIGUUID) || s.withheldOverlap(&want, e) || s.managedForOther(e, rt) {
 			continue
 		}
 		if !s.manages(e, rt) {
@@ -317,6 +317,19 @@ func (s *system) manages(e reservation.Entry, rt reservation.RuntimeIdentity) bo
 	for _, mi := range s.mgr.Managed() {
 		if mi.Runtime == rt && mi.Owner.PodUID == e.PodUID && mi.Owner.ContainerIndex == e.ContainerIndex &&
 			mi.Owner.DeviceIndex == e.DeviceIndex && mi.GPUUUID == e.GPUUUID && mi.Key.Placement == e.Placement {
+			return true
+		}
+	}
+	return false
+}
+
+// managedForOther reports whether the manager already holds rt's device,
+// or e's placement, for another owner (a pod that vanished from the API,
+// whose record the manager releases only after its grace).
+func (s *system) managedForOther(e reservation.Entry, rt reservation.RuntimeIdentity) bool {
+	for _, mi := range s.mgr.Managed() {
+		other := mi.Owner.PodUID != e.PodUID || mi.Owner.ContainerIndex != e.ContainerIndex || mi.Owner.DeviceIndex != e.DeviceIndex
+		if other && (mi.Runtime.MIGUUID == rt.MIGUUID || (mi.GPUUUID == e.GPUUUID && mi.Key.Placement.Overlaps(e.Placement))) {
 			return true
 		}
 	}
