@@ -74,15 +74,20 @@
 // 8 GPUs) it was compared with capacity loss alone ([InstanceCapacity]), the
 // slot-weighted number of distinct free placements blocked
 // ([FreePlacements]), their slot-squared and unweighted variants, best fit,
-// and per-profile stranding. It had the fewest fragmentation rejections
-// (under half of first fit's, summed per model) and accepted the most
-// requests on the 8-slot models. On the 4-slot-unit grids (A30, RTX PRO
-// 6000, whose placements form a buddy system where address-ordered first
-// fit is already good) it accepts within 2% of the better baseline, and
-// fewer on 12 of 20 traces: under overload a policy that serves large
-// requests better
-// (fewer fragmentation rejections) admits fewer small ones, so the count of
-// accepted requests can go down while slot utilisation goes up.
+// per-profile stranding, and every lexicographic order of up to three of
+// stranding, capacity loss (plain and weighted by the demand mix), best
+// fit, blocked placements and start (see the placement/sim
+// documentation). It had, summed per model, under half of first fit's
+// fragmentation rejections and is the only order found that accepts at
+// least as many requests as both baselines on every A100 and H100 trace
+// with their plain profiles. The per-trace target is not met: on the 4-unit buddy grids
+// (A30, RTX PRO 6000) and on the A100 with the allowlist's profiles it
+// accepts fewer than the better baseline on some traces (at worst 1.8%
+// fewer), and it does not halve fragmentation rejections on every trace.
+// No policy tried does: under overload, accepting a large request takes
+// slots several small ones would have used, so a policy that turns fewer
+// large requests away (fewer fragmentation rejections, higher slot
+// utilisation) can accept fewer requests in all.
 //
 // # Determinism and bounds
 //
