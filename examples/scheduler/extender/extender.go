@@ -231,7 +231,15 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 		return FilterResult{NodeNames: &names, Nodes: args.Nodes}
 	}
 	if err != nil {
-		return FilterResult{Error: err.Error()}
+		// A malformed request fits no node, and retrying cannot help.
+		res := FilterResult{NodeNames: &[]string{}, FailedAndUnresolvableNodes: map[string]string{}}
+		for _, name := range names {
+			res.FailedAndUnresolvableNodes[name] = err.Error()
+		}
+		if args.Nodes != nil {
+			res.Nodes = &corev1.NodeList{}
+		}
+		return res
 	}
 	if err := e.Sync(ctx); err != nil {
 		return FilterResult{Error: err.Error()}

@@ -167,6 +167,18 @@ func TestFilterPrioritizeBind(t *testing.T) {
 	assert.False(t, ok)
 }
 
+func TestFilterMalformedRequest(t *testing.T) {
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	pod := migPod("bad", "")
+	pod.Spec.Containers[0].Resources.Limits[kube.ResourceGPUMemPercentage] = resource.MustParse("250")
+	res := ext.Filter(context.Background(), extender.Args{Pod: pod, NodeNames: names("n1", "n2")})
+	assert.Empty(t, res.Error)
+	assert.Empty(t, *res.NodeNames)
+	assert.Contains(t, res.FailedAndUnresolvableNodes["n1"], "nvidia.com/gpumem-percentage")
+	assert.Len(t, res.FailedAndUnresolvableNodes, 2)
+}
+
 func TestFilterNonMIGPod(t *testing.T) {
 	client := cluster(t)
 	ext := extender.New(client, extender.Options{})
