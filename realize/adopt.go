@@ -12,7 +12,7 @@ import (
 // AdoptReport says what [Manager.Adopt] found and did.
 type AdoptReport struct {
 	// Authorized is true when the snapshot was trustworthy enough to clean
-	// idle GPUs; Reasons say why not otherwise.
+	// idle GPUs and adopt instances; Reasons say why not otherwise.
 	Authorized bool
 	Reasons    []error
 	// GPUs describes every GPU of the node, in index order.
@@ -23,6 +23,10 @@ type AdoptReport struct {
 	// Pending are active reservations without runtime identity: scheduled
 	// but not yet realized. They are left for Allocate.
 	Pending []reservation.Entry
+	// Unverified are active reservations with a runtime identity that were
+	// not checked or adopted because the snapshot was not authorised; a
+	// later Adopt with an authorised snapshot adopts them.
+	Unverified []reservation.Entry
 	// Rejected are reservations with a runtime identity that were not
 	// adopted, with the reason (a mismatch with the hardware, a conflict, an
 	// unknown GPU or profile).
@@ -100,18 +104,24 @@ func (l Leak) String() string {
 //     leftover CI and GI is destroyed, and, with [Options.EnableMIG], MIG
 //     mode is switched on through [MIGModeSetter]. Without authorisation no
 //     GPU is cleaned.
-//  3. Each active reservation with a complete runtime identity is verified
-//     against the live instance with its GI ID (profile, placement, GI ID,
-//     CI ID, MIG UUID) and adopted when everything matches and no other
-//     owner claims it. Mismatches are Rejected, never adopted and never
-//     destroyed. Reservations without runtime identity are Pending, left
-//     for Allocate. Pods with malformed records or legacy v2.9 identifiers
-//     are reported in Reasons and nothing of theirs is adopted.
+//  3. When snap is authorised, each active reservation with a complete
+//     runtime identity is verified against the live instance with its GI
+//     ID (profile, placement, GI ID, CI ID, MIG UUID) and adopted when
+//     everything matches and no other owner claims it. Mismatches are
+//     Rejected, never adopted and never destroyed. Without authorisation
+//     such reservations are Unverified and nothing is adopted. Reservations
+//     without runtime identity are Pending, left for Allocate. Pods with
+//     malformed records or legacy v2.9 identifiers are reported in Reasons
+//     and nothing of theirs is adopted.
 //  4. Unmanaged instances left on GPUs that were not cleaned are Leaks.
 //
-// Adoption itself destroys nothing, so it runs on any snapshot; only idle
-// GPU cleanup needs authorisation. Call Adopt again once an authorised
-// snapshot is available if the first call had none.
+// Adoption destroys nothing, but it takes ownership: a later reconcile
+// destroys an adopted instance once its owner ends. On a partial listing,
+// or one with an untrusted record, the pod that really owns an instance
+// may be missing or unreadable while another pod's copy of its record
+// looks valid, so adoption, like idle GPU cleanup, needs an authorised
+// snapshot. Call Adopt again once an authorised snapshot is available if
+// the first call had none; until then unadopted instances are left alone.
 //
 // The error joins the per-GPU failures (also in GPUReport.Err); Adopt fails
 // as a whole only when the GPUs cannot be listed or ctx ends.
@@ -138,7 +148,7 @@ func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptRe
 		m.stats.leaks.Store(int64(len(rep.Leaks)))
 	}
 	m.log.InfoContext(ctx, "adoption finished", "authorized", rep.Authorized, "adopted", len(rep.Adopted),
-		"pending", len(rep.Pending), "rejected", len(rep.Rejected), "leaks", len(rep.Leaks))
+		"pending", len(rep.Pending), "unverified", len(rep.Unverified), "rejected", len(rep.Rejected), "leaks", len(rep.Leaks))
 	return rep, errors.Join(errs...)
 }
 
@@ -169,8 +179,12 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 	var gpu *capability.GPU
 	for _, e := range active {
 		rt, ok := e.Runtime()
-		if !ok {
+		switch {
+		case !ok:
 			rep.Pending = append(rep.Pending, e)
+			continue
+		case !want.Authorized:
+			rep.Unverified = append(rep.Unverified, e)
 			continue
 		}
 		if gpu == nil && dev.MIGMode == capability.MIGEnabled {
@@ -309,9 +323,6 @@ func (m *Manager) adoptEntry(want *desiredSet, dev capability.DeviceInfo, gpu *c
 	}
 	if c, ok := want.rival(e.GPUUUID, e.Placement, owner); ok {
 		return nil, &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&c), Reason: "overlaps reservation " + c.String()}
-	}
-	if c, ok := want.migClaimant(rt.MIGUUID, owner); ok { // an untrusted pod may own it
-		return nil, &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&c), Reason: "reservation " + c.String() + " names the same MIG device"}
 	}
 	prof := gpu.Profile(e.Profile)
 	if prof == nil {

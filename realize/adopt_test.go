@@ -3,6 +3,7 @@ package realize_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/dynmig/dynmig/capability"
@@ -386,8 +387,9 @@ func TestAdoptRejectsIdentityOnMIGDisabledGPU(t *testing.T) {
 	}
 }
 
-// A pod whose record cannot be trusted may own what it names: an instance
-// it names is not adopted for another pod, even at another placement.
+// A pod whose record cannot be trusted may own what it names: on such a
+// listing nothing is adopted, so an instance it names is not handed to
+// another pod, even one whose record names it at its real placement.
 func TestAdoptRefusesInstanceAnUntrustedPodNames(t *testing.T) {
 	f := newFixture(t, 1)
 	f.schedule("a", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1))
@@ -401,10 +403,58 @@ func TestAdoptRefusesInstanceAnUntrustedPodNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Adopted) != 0 || len(rep.Rejected) != 1 || !errors.Is(rep.Rejected[0].Err, realize.ErrConflict) {
-		t.Errorf("adopted %v rejected %v, want a's entry refused with ErrConflict", rep.Adopted, rep.Rejected)
+	if rep.Authorized || len(rep.Adopted) != 0 || len(rep.Unverified) != 1 || rep.Unverified[0].PodUID != "a" {
+		t.Errorf("authorised %t adopted %v unverified %v, want a's entry unverified", rep.Authorized, rep.Adopted, rep.Unverified)
 	}
 	if got := f.live(); len(got) != 1 || got[0] != realized.MIGUUID {
 		t.Errorf("live = %v, want %s untouched", got, realized.MIGUUID)
+	}
+}
+
+// Adopting is taking ownership: on a listing that is partial or holds an
+// untrusted record, a forger's verbatim copy of a realized record looks
+// valid while its real owner is missing or unreadable. Nothing is adopted
+// then, so neither a later reconcile (once the forger is deleted) nor the
+// forger's Allocate can take the real owner's device.
+func TestAdoptAdoptsNothingWithoutTrust(t *testing.T) {
+	tests := []struct {
+		name string
+		// listing is what the restarted plugin sees first.
+		listing func(f *fixture) reservation.Snapshot
+	}{
+		{name: "partial listing without the owner", listing: func(f *fixture) reservation.Snapshot {
+			return reservation.Snapshot{Pods: []reservation.Pod{*f.pod("forger")}}
+		}},
+		{name: "owner's record truncated", listing: func(f *fixture) reservation.Snapshot {
+			s := f.snapshot()
+			v := &s.Pods[0]
+			v.Annotations = map[string]string{reservation.AnnotationKey: strings.TrimSuffix(v.Annotations[reservation.AnnotationKey], "]")}
+			return s
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, 1)
+			f.schedule("victim", ent(0, 0, f.gpuUUID(0), "1g.5gb", 6, 1))
+			mig := f.mustAllocate("victim", 0).Devices[0].Runtime.MIGUUID
+			f.schedule("forger").Annotations[reservation.AnnotationKey] = f.pod("victim").Annotations[reservation.AnnotationKey]
+			f.restart()
+			ctx := context.Background()
+			listing := tt.listing(f)
+			rep, err := f.m.Adopt(ctx, listing)
+			if err != nil || rep.Authorized || len(rep.Adopted) != 0 || len(rep.Unverified) == 0 {
+				t.Fatalf("Adopt = %+v, %v; want nothing adopted, the forger's entry unverified", rep, err)
+			}
+			if res, err := f.m.Allocate(ctx, realize.AllocateRequest{Pod: *f.pod("forger"), Snapshot: listing}); err == nil {
+				t.Errorf("forger's Allocate = %v, want a refusal", migUUIDs(res))
+			}
+			f.pod("forger").Deleting = true
+			if _, err := f.m.Reconcile(ctx, f.snapshot()); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.live(); len(got) != 1 || got[0] != mig {
+				t.Errorf("live = %v, want the victim's %s", got, mig)
+			}
+		})
 	}
 }

@@ -117,19 +117,6 @@ func (d *desiredSet) rival(gpuUUID string, at capability.Placement, self Owner) 
 	return reservation.Entry{}, false
 }
 
-// migClaimant returns another owner's active or withheld entry that names
-// the MIG device migUUID, if any.
-func (d *desiredSet) migClaimant(migUUID string, self Owner) (reservation.Entry, bool) {
-	for _, list := range [][]reservation.Entry{d.Active, d.Withheld} {
-		for i := range list {
-			if e := &list[i]; e.MIGUUID == migUUID && entryOwner(e) != self {
-				return *e, true
-			}
-		}
-	}
-	return reservation.Entry{}, false
-}
-
 // claimsMIG reports whether an active or withheld entry names one of gi's
 // MIG devices: whatever its placement says, the pod may be using it.
 func (d *desiredSet) claimsMIG(gi Instance) bool {

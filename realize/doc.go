@@ -60,10 +60,11 @@
 //     created are destroyed; adopted and previously managed ones stay.
 //   - Adopt cleans a GPU only when it is idle (no active or withheld
 //     reservation on it or naming one of its MIG devices, no process,
-//     nothing managed) and the snapshot is authorised; it adopts an
-//     annotated instance only after verifying every identity field against
-//     the hardware, and only when no other reservation, trusted or not,
-//     names or overlaps it. Reservations without runtime identity are left to
+//     nothing managed) and the snapshot is authorised. It adopts an
+//     annotated instance only with an authorised snapshot (adopting is
+//     taking ownership, which a forged copy on a partial listing must not
+//     get), after verifying every identity field against the hardware, and
+//     when no other reservation names or overlaps it. Reservations without runtime identity are left to
 //     Allocate; legacy v2.9 identifiers and mismatches are reported, never
 //     adopted.
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an

@@ -27,7 +27,9 @@ import (
 //   - a repeated Allocate returns the same MIG UUIDs,
 //   - an authorised reconcile leaves no instance of an ended pod, except
 //     those it reports kept (in use),
-//   - adoption after a restart recovers every realized active reservation,
+//   - adoption after a restart on an authorised listing recovers every
+//     realized active reservation no other pod names, and adopts nothing
+//     on an unauthorised one,
 //
 // and, at the end, that once faults stop and every pod ends, a reconcile
 // and a leak collection leave the hardware empty.
@@ -324,6 +326,12 @@ func (s *machine) restart(t *rapid.T) {
 			t.Fatalf("Adopt without faults: %v", err)
 		}
 		return
+	}
+	if !rep.Authorized {
+		if len(rep.Adopted) > 0 {
+			t.Fatalf("Adopt on an unauthorised listing adopted %v", rep.Adopted)
+		}
+		return // a later authorised Adopt or Allocate recovers them
 	}
 	adopted := map[string]bool{}
 	for _, a := range rep.Adopted {
