@@ -3,7 +3,9 @@ package plugin_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -254,4 +256,59 @@ func TestPluginSkipsGPUsWithoutMIG(t *testing.T) {
 	list, err := stream.Recv()
 	require.NoError(t, err)
 	assert.Len(t, list.Devices, 7)
+}
+
+// fakeKubelet records device plugin registrations.
+type fakeKubelet struct {
+	v1beta1.UnimplementedRegistrationServer
+	got chan *v1beta1.RegisterRequest
+}
+
+func (k *fakeKubelet) Register(_ context.Context, r *v1beta1.RegisterRequest) (*v1beta1.Empty, error) {
+	k.got <- r
+	return &v1beta1.Empty{}, nil
+}
+
+func TestPluginRegistersWithKubelet(t *testing.T) {
+	dir := t.TempDir()
+	lis, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
+	require.NoError(t, err)
+	kubelet := &fakeKubelet{got: make(chan *v1beta1.RegisterRequest, 1)}
+	srv := grpc.NewServer()
+	v1beta1.RegisterRegistrationServer(srv, kubelet)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	start(t, client, fakehal.MustNew(fakehal.Options{}), func(c *plugin.Config) {
+		c.SocketDir = dir
+		c.KubeletSocket = filepath.Join(dir, "kubelet.sock")
+	})
+	select {
+	case r := <-kubelet.got:
+		assert.Equal(t, v1beta1.Version, r.Version)
+		assert.Equal(t, "dynmig-mig.sock", r.Endpoint)
+		assert.Equal(t, "nvidia.com/gpu", r.ResourceName)
+	case <-time.After(eventually):
+		t.Fatal("no registration")
+	}
+}
+
+// MIG Manager taking the node over after startup makes Allocate refuse
+// before touching the hardware.
+func TestAllocateRefusesOnceMIGManagerAppears(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	a := reservation.Allocation{GPUUUID: gpuOf(t, hw, 0).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a))
+	r := start(t, client, hw)
+	mm := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-mig-manager-7xk2p", Labels: map[string]string{"app": "nvidia-mig-manager"}},
+		Spec:       corev1.PodSpec{NodeName: "n1"},
+	}
+	_, err := client.CoreV1().Pods(mm.Namespace).Create(context.Background(), mm, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = allocate(context.Background(), r.client, "id")
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "nvidia-mig-manager-7xk2p")
+	assert.Empty(t, hw.Snapshot())
 }

@@ -282,3 +282,17 @@ func TestHandler(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }
+
+// Without nodeCacheCapable the scheduler sends whole nodes and expects
+// whole nodes back.
+func TestFilterNodeObjects(t *testing.T) {
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	pod := create(t, client, migPod("a", "9000"))
+	nodes := &corev1.NodeList{Items: []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "n2"}}}}
+	res := ext.Filter(context.Background(), extender.Args{Pod: pod, Nodes: nodes})
+	require.NotNil(t, res.Nodes)
+	require.Len(t, res.Nodes.Items, 1)
+	assert.Equal(t, "n1", res.Nodes.Items[0].Name)
+	assert.Contains(t, res.FailedNodes, "n2")
+}
