@@ -374,11 +374,13 @@ func (m *Manager) checkClaims(want *desiredSet, s step, rt reservation.RuntimeId
 // An instance the pod's annotation names exactly is adopted (the plugin
 // restarted without adopting it); hasRT is true only when the annotated
 // MIG device is live at this key. Any other unmanaged instance at the key
-// is the remnant of a create that crashed before the pod was patched; no
-// one can prove who used it, so it is destroyed and created afresh rather
-// than handed out: a GI without a CI at once (nothing can run on it), a
-// complete instance only with an authorised snapshot, no process on it
-// and no reservation or ended pod naming it.
+// is the remnant of a create that crashed before the pod was patched, or
+// of an ended pod that is still listed; no one can prove who used it, so it
+// is destroyed and created afresh rather than handed out: a GI without a CI
+// at once (nothing can run on it), a complete instance only with an
+// authorised snapshot, no process on it and no active reservation naming
+// it. An instance the pod's annotation names is never adopted when an
+// ended pod's record names it too.
 func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Instance, rt reservation.RuntimeIdentity, hasRT bool) (Device, *record, bool, error) {
 	if gi.Profile != s.profile.GIProfileIndex {
 		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d of profile index %d occupies %v",
@@ -391,12 +393,6 @@ func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Ins
 		return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner,
 			Reason: fmt.Sprintf("unmanaged GI %d occupies the key; taking it over needs an authorised snapshot", gi.GIID)}
 	}
-	for _, ci := range gi.ComputeInstances {
-		if o, ok := want.endedOwner(ci.MIGUUID, s.owner); ok {
-			return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner, Holder: o,
-				Reason: "the live instance " + ci.MIGUUID + " belongs to an ended pod"}
-		}
-	}
 	// A process on an unmanaged instance means someone uses it.
 	procs, err := m.hw.Processes(ctx, s.key.GPU)
 	if err != nil {
@@ -406,12 +402,20 @@ func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Ins
 		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v runs processes", ErrOccupied, gi.GIID, s.key.Placement)
 	}
 	if !hasRT {
-		// Not the pod's own: a remnant, unless another entry names it.
+		// Not the pod's own: a remnant (of a lost patch, or of an ended
+		// pod that is still listed), unless an active entry names it.
 		if want.claimsMIG(gi) {
 			return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner,
 				Reason: fmt.Sprintf("unmanaged GI %d at the key holds a MIG device another reservation names", gi.GIID)}
 		}
 		return Device{}, nil, false, m.removeRemnant(ctx, s, gi)
+	}
+	// Handing it out: never an ended pod's device to a copy of its record.
+	for _, ci := range gi.ComputeInstances {
+		if o, ok := want.endedOwner(ci.MIGUUID, s.owner); ok {
+			return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner, Holder: o,
+				Reason: "the live instance " + ci.MIGUUID + " belongs to an ended pod"}
+		}
 	}
 	if why := verify(gi, s.profile.GIProfileIndex, s.key.Placement, rt); why != "" {
 		return Device{}, nil, false, &ConflictError{Key: s.key, Owner: s.owner, Reason: "annotated runtime identity does not match the live instance: " + why}

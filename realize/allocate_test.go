@@ -3,6 +3,7 @@ package realize_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -591,6 +592,48 @@ func TestAllocateRefusesMisreportedCreate(t *testing.T) {
 				t.Errorf("live GIs = %d, want %d", got, tt.wantLive)
 			}
 			f.checkHardware()
+		})
+	}
+}
+
+// After a restart, the unmanaged instance of an ended pod that is still
+// listed (completed Job pods stay in the API) may sit exactly where the
+// scheduler has since reserved for a new pod. It is replaced like any
+// remnant, unless something still runs on it.
+func TestAllocateReplacesEndedPodsInstanceAtItsKey(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprintf("process running %t", running), func(t *testing.T) {
+			f := newFixture(t, 1)
+			f.schedule("done", ent(0, 0, f.gpuUUID(0), "1g.5gb", 6, 1))
+			old := f.mustAllocate("done", 0).Devices[0].Runtime.MIGUUID
+			if running {
+				if _, err := f.node.StartProcess(0, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.terminate("done")
+			f.schedule("next", ent(0, 0, f.gpuUUID(0), "1g.5gb", 6, 1))
+			f.restart()
+			ctx := context.Background()
+			if _, err := f.m.Adopt(ctx, f.snapshot()); err != nil {
+				t.Fatal(err)
+			}
+			res, err := f.allocate(ctx, "next", 0)
+			if running {
+				if !errors.Is(err, realize.ErrOccupied) {
+					t.Errorf("Allocate(next) = %v, want ErrOccupied while a process runs", err)
+				}
+				if got := f.live(); len(got) != 1 || got[0] != old {
+					t.Errorf("live = %v, want the ended pod's %s untouched", got, old)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Allocate(next): %v", err)
+			}
+			if d := res.Devices[0]; d.Origin != realize.OriginCreated || d.Runtime.MIGUUID == old {
+				t.Errorf("device = %+v, want a fresh instance, not the ended pod's %s", d, old)
+			}
 		})
 	}
 }
