@@ -983,7 +983,9 @@ func (s *system) corrupt(t *rapid.T) {
 }
 
 func (s *system) repair(t *rapid.T) {
-	p := s.pick(t, "corrupt pod", func(p *simPod) bool { return p.saved != "" })
+	// Only a running pod's record is repaired: an ended pod's broken
+	// record stays broken (nothing writes to it any more).
+	p := s.pick(t, "corrupt pod", func(p *simPod) bool { return p.saved != "" && p.active && !p.gone })
 	s.restore(p)
 }
 
@@ -1045,7 +1047,7 @@ func (s *system) quiesce(t *rapid.T) {
 	s.node.ClearFaults()
 	s.faults = nil
 	for _, p := range s.pods {
-		if p.saved != "" {
+		if p.saved != "" && p.active && !p.gone {
 			s.restore(p)
 		}
 		if p.attack != "" && !p.gone {
