@@ -36,6 +36,10 @@
 //     reclaimed by the next reconcile pass.
 //   - A kubelet that fails admission marks the pod Failed; the pod leaves
 //     the desired set and its instances are reclaimed.
+//   - A restarting kubelet removes the plugin's socket; the plugin notices
+//     within SocketCheckInterval, serves a new socket and registers again
+//     (retrying until the kubelet answers). Realized instances are
+//     untouched by this.
 package plugin
 
 import (
@@ -103,7 +107,12 @@ type Config struct {
 	AllowMIGManager bool
 	// ReconcileInterval is the reconcile period; 0 means kube's default.
 	ReconcileInterval time.Duration
-	// Clock drives the reconcile timer; nil is the real clock.
+	// SocketCheckInterval is how often the plugin checks that its socket
+	// still exists: a restarting kubelet removes every plugin socket, and
+	// the plugin then serves a new one and registers again. 0 means 5 s.
+	SocketCheckInterval time.Duration
+	// Clock drives the reconcile and socket-check timers; nil is the real
+	// clock.
 	Clock clock.Clock
 	// Manager configures the realization manager (its Logger defaults
 	// to Logger). Its AbsentPodGrace delays reclaiming an instance whose
@@ -160,6 +169,12 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	if cfg.Allowlist == nil {
 		cfg.Allowlist = capability.DefaultAllowlist()
+	}
+	if cfg.SocketCheckInterval <= 0 {
+		cfg.SocketCheckInterval = 5 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -244,15 +259,49 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer srv.Stop()
+	defer func() { srv.Stop() }() // the server current at return
 	if p.cfg.KubeletSocket != "" {
 		if err := p.register(ctx); err != nil {
 			return err
 		}
 	}
 	close(p.ready)
-	<-ctx.Done()
-	return nil
+	return p.watchSocket(ctx, &wg, &srv)
+}
+
+// watchSocket serves until ctx is done. When the socket disappears (the
+// kubelet restarted and cleared its plugin directory) it serves a new one
+// and registers again, retrying registration at every check until the
+// kubelet answers.
+func (p *Plugin) watchSocket(ctx context.Context, wg *sync.WaitGroup, srv **grpc.Server) error {
+	registered := true
+	for {
+		t := p.cfg.Clock.NewTimer(p.cfg.SocketCheckInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		}
+		if _, err := os.Stat(p.SocketPath()); err != nil {
+			p.log.Warn("plugin socket gone (kubelet restart?); serving it again", "socket", p.SocketPath(), "err", err)
+			(*srv).Stop()
+			s, err := p.serve(wg)
+			if err != nil {
+				return err
+			}
+			*srv = s
+			registered = false
+		}
+		if !registered && p.cfg.KubeletSocket != "" {
+			if err := p.register(ctx); err != nil {
+				p.log.Warn("registration with the kubelet failed; retrying", "err", err)
+				continue
+			}
+			p.log.Info("registered with the kubelet again")
+		}
+		registered = true
+	}
 }
 
 func (p *Plugin) serve(wg *sync.WaitGroup) (*grpc.Server, error) {

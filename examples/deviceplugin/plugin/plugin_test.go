@@ -280,18 +280,30 @@ func TestPluginRegistersWithKubelet(t *testing.T) {
 	defer srv.Stop()
 
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	start(t, client, fakehal.MustNew(fakehal.Options{}), func(c *plugin.Config) {
+	r := start(t, client, fakehal.MustNew(fakehal.Options{}), func(c *plugin.Config) {
 		c.SocketDir = dir
 		c.KubeletSocket = filepath.Join(dir, "kubelet.sock")
+		c.SocketCheckInterval = time.Millisecond
 	})
-	select {
-	case r := <-kubelet.got:
-		assert.Equal(t, v1beta1.Version, r.Version)
-		assert.Equal(t, "dynmig-mig.sock", r.Endpoint)
-		assert.Equal(t, "nvidia.com/gpu", r.ResourceName)
-	case <-time.After(eventually):
-		t.Fatal("no registration")
+	registered := func() {
+		t.Helper()
+		select {
+		case r := <-kubelet.got:
+			assert.Equal(t, v1beta1.Version, r.Version)
+			assert.Equal(t, "dynmig-mig.sock", r.Endpoint)
+			assert.Equal(t, "nvidia.com/gpu", r.ResourceName)
+		case <-time.After(eventually):
+			t.Fatal("no registration")
+		}
 	}
+	registered()
+
+	// A restarting kubelet clears the plugin directory: the plugin serves
+	// a new socket and registers again.
+	require.NoError(t, os.Remove(r.p.SocketPath()))
+	registered()
+	_, err = r.client.GetDevicePluginOptions(context.Background(), &v1beta1.Empty{})
+	assert.NoError(t, err, "the new socket is served")
 }
 
 // MIG Manager taking the node over after startup makes Allocate refuse
