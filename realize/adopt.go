@@ -76,10 +76,12 @@ type Leak struct {
 	// ComputeInstances counts its CIs; 0 is a GI without a CI, typically
 	// left by a crash between GI and CI creation.
 	ComputeInstances int
-	// Claimed is true when an active or withheld reservation overlaps it
-	// (it may be the not yet patched instance of a pending reservation,
-	// left to Allocate) or names one of its MIG devices; it is never
-	// collected.
+	// Claimed is true when a reservation may own it: an active one at
+	// exactly its placement (the not yet patched instance of a pending
+	// reservation, left to Allocate), one naming one of its MIG devices, or
+	// an untrusted pod's overlapping it. A claimed instance is never
+	// collected. One that only overlaps an active reservation elsewhere is
+	// not claimed: it blocks that reservation and belongs to no one.
 	Claimed bool
 	// Processes counts processes on it.
 	Processes int
@@ -351,7 +353,7 @@ func (m *Manager) leaksOn(want *desiredSet, dev capability.DeviceInfo, insts []I
 		}
 		out = append(out, Leak{GPU: dev.Index, GPUUUID: dev.UUID, GIID: gi.GIID, Profile: gi.Profile,
 			Placement: gi.Placement, ComputeInstances: len(gi.ComputeInstances),
-			Claimed:   want.Claimed(dev.UUID, gi.Placement) || want.claimsMIG(gi),
+			Claimed:   want.mayOwn(dev.UUID, gi),
 			Processes: procs.ByGPUInstance[gi.GIID]})
 	}
 	return out
@@ -388,9 +390,9 @@ type LeakReport struct {
 // runs only when snap authorises destruction, and on each GPU, under its
 // lock, it destroys an unmanaged instance only when
 //
-//   - no active or withheld reservation overlaps its placement (a pending
-//     reservation's not yet patched instance is left to Allocate) or names
-//     one of its MIG devices,
+//   - no reservation may own it (see Leak.Claimed: one at exactly its
+//     placement, a pending reservation's not yet patched instance, is left
+//     to Allocate; one naming one of its MIG devices),
 //   - no process runs on it, and
 //   - every process on the GPU is attributed to a GPU instance (otherwise
 //     the GPU is skipped).

@@ -458,3 +458,30 @@ func TestAdoptAdoptsNothingWithoutTrust(t *testing.T) {
 		})
 	}
 }
+
+// A leftover that overlaps a pending reservation without being at its
+// placement cannot be that reservation's unpatched instance: it belongs to
+// no one and blocks the reservation, so it is collected. How it arises: a
+// 7g instance whose patch was lost, a restart, its pod ends, and the
+// scheduler reserves a 1g on the freed slots.
+func TestCollectLeaksFreesPendingReservation(t *testing.T) {
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	f.schedule("old", ent(0, 0, f.gpuUUID(0), "7g.40gb", 0, 8))
+	old := f.pod("old")
+	if _, err := f.m.Allocate(ctx, realize.AllocateRequest{Pod: *old, Snapshot: f.snapshot()}); err != nil {
+		t.Fatal(err) // and the patch is lost
+	}
+	f.terminate("old")
+	f.schedule("new", ent(0, 0, f.gpuUUID(0), "1g.5gb", 6, 1))
+	f.restart()
+	if _, err := f.m.Adopt(ctx, f.snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.m.CollectLeaks(ctx, f.snapshot())
+	if err != nil || len(rep.Collected) != 1 || rep.Collected[0].Placement != (capability.Placement{Start: 0, Size: 8}) {
+		t.Fatalf("CollectLeaks = %+v, %v; want the 7g leftover collected", rep, err)
+	}
+	f.mustAllocate("new", 0)
+	f.checkHardware()
+}

@@ -117,6 +117,24 @@ func (d *desiredSet) rival(gpuUUID string, at capability.Placement, self Owner) 
 	return reservation.Entry{}, false
 }
 
+// mayOwn reports whether a reservation may own the unmanaged instance gi
+// on gpuUUID: an active entry at exactly its placement (a pending
+// reservation's instance whose patch was lost), any entry naming one of its
+// MIG devices, or an untrusted pod's entry overlapping it (what such a pod
+// owns is unknown). An active entry that merely overlaps gi cannot own it:
+// its own instance would sit at its own placement.
+func (d *desiredSet) mayOwn(gpuUUID string, gi Instance) bool {
+	if _, ok := d.At(gpuUUID, gi.Placement); ok {
+		return true
+	}
+	for _, e := range d.Withheld {
+		if e.GPUUUID == gpuUUID && e.Placement.Overlaps(gi.Placement) {
+			return true
+		}
+	}
+	return d.claimsMIG(gi)
+}
+
 // claimsMIG reports whether an active or withheld entry names one of gi's
 // MIG devices: whatever its placement says, the pod may be using it.
 func (d *desiredSet) claimsMIG(gi Instance) bool {

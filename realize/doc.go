@@ -68,8 +68,9 @@
 //     Allocate; legacy v2.9 identifiers and mismatches are reported, never
 //     adopted.
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an
-//     authorised snapshot, when no reservation overlaps or names them and
-//     no process runs on them (or on the GPU outside any GI).
+//     authorised snapshot, when no reservation may own them (none is at
+//     exactly their placement or names their MIG device) and no process
+//     runs on them (or on the GPU outside any GI).
 //
 // # Concurrency
 //
