@@ -45,17 +45,18 @@
 //     for another owner, when its runtime identity names an instance other
 //     than the one at its key or another managed instance, when it overlaps
 //     another pod's reservation or managed instance, or when the live
-//     instance it would take belongs to an ended pod. A forged annotation
-//     therefore cannot obtain another pod's device. Residual risk: after a
+//     instance it would hand out belongs to an ended pod. A forged
+//     annotation therefore cannot obtain another pod's device. Residual risk: after a
 //     restart, an annotation that copies the identity of a pod that has
 //     vanished from the API entirely cannot be told from the original.
 //   - An unmanaged instance is handed out only when the pod's own
 //     annotation names it exactly (profile, placement, GI ID, CI ID, MIG
 //     UUID) and nothing runs on it. Any other unmanaged instance at a
 //     reserved key (the remnant of a create that crashed before the pod
-//     was patched, including a GI without a CI) is destroyed and created
-//     afresh, complete instances only with an authorised snapshot and
-//     when no reservation names one of their MIG devices.
+//     was patched, including a GI without a CI, or an ended pod's) is
+//     destroyed and created afresh, complete instances only with an
+//     authorised snapshot, when nothing runs on them and no active
+//     reservation names one of their MIG devices.
 //   - When a multi-device Allocate fails, only the instances that call
 //     created are destroyed; adopted and previously managed ones stay.
 //   - Adopt cleans a GPU only when it is idle (no active or withheld
@@ -64,9 +65,9 @@
 //     annotated instance only with an authorised snapshot (adopting is
 //     taking ownership, which a forged copy on a partial listing must not
 //     get), after verifying every identity field against the hardware, and
-//     when no other reservation names or overlaps it. Reservations without runtime identity are left to
-//     Allocate; legacy v2.9 identifiers and mismatches are reported, never
-//     adopted.
+//     when no other reservation names or overlaps it. Reservations without
+//     runtime identity are left to Allocate; legacy v2.9 identifiers and
+//     mismatches are reported, never adopted.
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an
 //     authorised snapshot, when no reservation may own them (none is at
 //     exactly their placement or names their MIG device) and no process
