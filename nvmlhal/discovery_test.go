@@ -211,9 +211,31 @@ func TestDiscoveryMIGDisabled(t *testing.T) {
 	if err != nil || len(infos) != 0 {
 		t.Errorf("GIProfiles on a MIG-disabled GPU = %v, %v; want none, nil", infos, err)
 	}
+	// NVML's GetGpuInstances answers NOT_SUPPORTED with MIG off; the
+	// backend says so instead of listing nothing (realize.Realizer).
 	insts, err := b.Instances(ctx, 0)
+	if insts != nil {
+		t.Errorf("Instances on a MIG-disabled GPU = %v, want nil", insts)
+	}
+	checkKind(t, err, realize.ErrMIGDisabled, nvml.ERROR_NOT_SUPPORTED, "GetGpuInstances", 0)
+}
+
+// A GPU whose MIG enable waits for a reset is still off: Instances is
+// ErrMIGDisabled until the reset, then lists the (empty) GPU.
+func TestInstancesMIGPendingEnable(t *testing.T) {
+	ctx := context.Background()
+	b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{MIGDisabled: true, ResetRequired: true})
+	if err := b.EnableMIG(ctx, 3); !errors.Is(err, realize.ErrResetRequired) {
+		t.Fatalf("EnableMIG = %v, want ErrResetRequired", err)
+	}
+	_, err := b.Instances(ctx, 3)
+	checkKind(t, err, realize.ErrMIGDisabled, nvml.ERROR_NOT_SUPPORTED, "GetGpuInstances", 3)
+	if err := srv.ResetGPU(3); err != nil {
+		t.Fatal(err)
+	}
+	insts, err := b.Instances(ctx, 3)
 	if err != nil || len(insts) != 0 {
-		t.Errorf("Instances on a MIG-disabled GPU = %v, %v; want none, nil", insts, err)
+		t.Errorf("Instances after reset = %v, %v; want none, nil", insts, err)
 	}
 }
 

@@ -74,7 +74,9 @@ func TestHardwareDiscovery(t *testing.T) {
 			}
 		}
 		insts, err := b.Instances(ctx, d.Index)
-		if err != nil {
+		if errors.Is(err, realize.ErrMIGDisabled) {
+			t.Logf("  no instances: MIG mode is off")
+		} else if err != nil {
 			t.Fatalf("Instances(%d): %v", d.Index, err)
 		}
 		for _, in := range insts {

@@ -18,8 +18,13 @@ import (
 // the GPU instance profiles (not the MIG device handles, which exist only
 // for compute instances), so a GPU instance without a compute instance is
 // listed too. A compute instance whose MIG device handle cannot be found
-// is listed with an empty MIGUUID. A GPU whose MIG mode is not enabled has
-// no instances.
+// is listed with an empty MIGUUID.
+//
+// On a GPU whose MIG mode is off (a pending enable included) it fails with
+// realize.ErrMIGDisabled whose Cause is NOT_SUPPORTED, as NVML's
+// GetGpuInstances answers there, rather than listing nothing: an empty
+// list reads as "every instance is gone", which a caller must not infer
+// from a GPU that cannot be asked.
 func (b *Backend) Instances(ctx context.Context, gpu int) ([]realize.Instance, error) {
 	dev, unlock, err := b.begin(ctx, "Instances", gpu)
 	if err != nil {
@@ -27,8 +32,11 @@ func (b *Backend) Instances(ctx context.Context, gpu int) ([]realize.Instance, e
 	}
 	defer unlock()
 	cur, _, err := migModes("GetMigMode", gpu, dev)
-	if err != nil || cur != capability.MIGEnabled {
+	if err != nil {
 		return nil, err
+	}
+	if cur == capability.MIGDisabled {
+		return nil, kindError("GetGpuInstances", gpu, realize.ErrMIGDisabled, &ReturnError{Return: nvml.ERROR_NOT_SUPPORTED})
 	}
 	uuids, err := migUUIDs(gpu, dev)
 	if err != nil {
