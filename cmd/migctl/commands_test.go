@@ -119,18 +119,18 @@ func TestValidate(t *testing.T) {
 		{name: "every problem listed", args: []string{"validate", testdata("invalid-allocations.json")}, code: exitInvalid,
 			inStdout: []string{
 				"entry 0 field gpuInstanceID: partial runtime identity",
-				"entry 1 field deviceIndex: duplicate entry",
+				"entry 1 field deviceIndex: duplicate (containerIndex, deviceIndex)",
 				"entry 1 field placement: overlapping placements",
-				"entry 2 field profile: malformed profile",
+				"entry 2 field profile: malformed profile name",
 				"entry 2 field placement: invalid placement: size 0",
 				"invalid: 5 problem(s)",
 			}},
 		{name: "malformed JSON names the byte", args: []string{"validate"}, stdin: `[{"containerIndex":0,}]`, code: exitInvalid,
 			inStdout: []string{"entry 0", "(byte "}},
 		{name: "unknown GPU", args: []string{"validate", "--node", testdata("node.json")}, stdin: unknownGPU, code: exitInvalid,
-			inStdout: []string{"entry 0 field gpuUUID: unknown GPU"}},
+			inStdout: []string{"entry 0 field gpuUUID: GPU not on the node"}},
 		{name: "unpublished placement", args: []string{"validate", "--node", testdata("node.json")}, stdin: unpublished, code: exitInvalid,
-			inStdout: []string{"entry 0 field placement: unpublished placement"}},
+			inStdout: []string{"entry 0 field placement: placement not published for the profile"}},
 		{name: "kubectl List of pods", args: []string{"validate", testdata("pods.json")}, code: exitOK,
 			inStdout: []string{"pod ml/infer-0: valid: 2 entries, 0 realized, 2 not yet realized", "pod ml/batch-0 (Succeeded, no longer counted): valid", "pod default/web-0: no hami.io/vgpu-mig-allocations"}},
 		{name: "PodList", args: []string{"validate", testdata("podlist.json")}, code: exitOK, inStdout: []string{"pod ml/train-0: valid"}},
@@ -139,7 +139,7 @@ func TestValidate(t *testing.T) {
 			inStdout: []string{
 				"pod ml/broken-0: entry 0 field migUUID: partial runtime identity",
 				`pod ml/legacy-0: hami.io/vgpu-devices-allocated container 0 device 0: legacy identifier "GPU-2c4e6a8b-1d3f-4a5b-8c7d-9e0f1a2b3c4d[0-3]"`,
-				"pods ml/train-0 and ml/thief-0: entry 0 and entry 0: [2,4) overlaps [0,4)",
+				"pods ml/train-0 and ml/thief-0: entry 0 and entry 0: overlapping placements",
 				"invalid: 3 problem(s)",
 			}},
 		{name: "a Node is not a pod", args: []string{"validate", testdata("node.json")}, code: exitInvalid, inStderr: []string{`kind "Node"`}},
@@ -158,7 +158,7 @@ func TestValidateDuplicateUID(t *testing.T) {
 	a := podJSON("a", "mig-node-a", "Running", []reservation.Allocation{entry(gpu0, "1g.5gb", 0, 1)}, 4864)
 	b := podJSON("b", "mig-node-a", "Running", []reservation.Allocation{entry(gpu1, "1g.5gb", 0, 1)}, 4864)
 	b["metadata"].(map[string]any)["uid"] = "uid-a"
-	migctl(t, listJSON(t, a, b), "validate").check(t, exitInvalid, []string{"pod test/b (uid-a):", "without a unique UID"}, nil)
+	migctl(t, listJSON(t, a, b), "validate").check(t, exitInvalid, []string{"pod test/b (uid-a): pod UID missing or shared with another pod"}, nil)
 }
 
 func TestValidateYAML(t *testing.T) {
@@ -186,7 +186,7 @@ func TestPlace(t *testing.T) {
 		{name: "empty node", args: []string{"place", "--node", node, "--pod", testdata("pod.json"), "--policy", "first-fit"}, code: exitOK,
 			stdout: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + gpu0 + `","profile":"2g.10gb","placement":{"start":0,"size":2}}]` + "\n"},
 		{name: "whole GPU does not fit", args: []string{"place", "--node", node, "--pods", pods, "--pod", testdata("pod-whole.json")}, code: exitUnschedulable,
-			inStderr: []string{"pod ml/whole-0 is unschedulable on node mig-node-a", "not enough free slots", "GPU1 free 6/8 slots"}},
+			inStderr: []string{"pod ml/whole-0 is unschedulable on node mig-node-a: not enough free slots: container 0 device 0 (40192 MiB) needs 8 slots, the closest GPU has 6 free", "GPU1 free 6/8 slots"}},
 		{name: "not a MIG pod", args: []string{"place", "--node", node, "--pods", pods, "--pod", testdata("pod-nomig.json")}, code: exitInvalid,
 			inStderr: []string{"does not opt in to MIG"}},
 		{name: "unknown policy", args: []string{"place", "--node", node, "--pod", testdata("pod.json"), "--policy", "best"}, code: exitUsage,
@@ -221,7 +221,7 @@ func TestPlaceFragmented(t *testing.T) {
 	pods := writeTemp(t, "pods.json", listJSON(t, items...))
 	pod := writeTemp(t, "pod.json", listJSON(t, podJSON("wide", "", "Pending", nil, 9856)))
 	r := migctl(t, "", "place", "--node", testdata("node.json"), "--pods", pods, "--pod", pod)
-	r.check(t, exitUnschedulable, nil, []string{"free slots but no legal placement", "3 free slots, 2 needed"})
+	r.check(t, exitUnschedulable, nil, []string{"unschedulable on node mig-node-a: fragmented: free slots, but no free legal placement: container 0 device 0 (9856 MiB) needs 2 slots, the closest GPU has 3 free"})
 	if r.stdout != "" {
 		t.Errorf("stdout = %q, want nothing", r.stdout)
 	}
@@ -291,6 +291,21 @@ func TestStatus(t *testing.T) {
 			migctl(t, "", tt.args...).check(t, tt.code, tt.inStdout, nil)
 		})
 	}
+}
+
+func TestStatusPendingDoesNotFit(t *testing.T) {
+	var list map[string]any
+	if err := json.Unmarshal([]byte(readTestdata(t, "pods.json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	list["items"] = append(list["items"].([]any), podJSON("whole", "", "Pending", nil, 0))
+	b, _ := json.Marshal(list)
+	pods := writeTemp(t, "pods.json", string(b))
+	migctl(t, "", "status", "--node", testdata("node.json"), "--pods", pods).check(t, exitOK, []string{
+		"2 pending MIG pods",
+		"test/whole: does not fit: not enough free slots: container 0 device 0 (40192 MiB) needs 8 slots, the closest GPU has 6 free",
+		"ml/waiting-0: fits now",
+	}, nil)
 }
 
 func TestStatusNodeList(t *testing.T) {

@@ -122,7 +122,7 @@ func place(e *env, nodeFile, nodeName, podsFile, podFile, polName string) error 
 	as, err := ledger.Reserve(nv.name, target.UID, &req)
 	var ue *placement.UnschedulableError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(e.stderr, "pod %s is unschedulable on node %s: %v\n", podKey(target), nv.name, err)
+		fmt.Fprintf(e.stderr, "pod %s is unschedulable on node %s: %s\n", podKey(target), nv.name, unschedulable(ue))
 		gpus, _ := ledger.Node(nv.name)
 		for _, g := range gpus {
 			fmt.Fprintf(e.stderr, "  GPU%d %s\n", g.Grid.Index(), slotmap.Measure(g))
@@ -142,4 +142,39 @@ func place(e *env, nodeFile, nodeName, podsFile, podFile, polName string) error 
 	}
 	_, err = fmt.Fprintln(e.stdout, reservation.EncodeString(allocs))
 	return err
+}
+
+// reasonLabels name placement's unschedulable reasons in migctl's output.
+var reasonLabels = []struct {
+	err   error
+	label string
+}{
+	{placement.ErrFragmented, "fragmented: free slots, but no free legal placement"},
+	{placement.ErrCapacity, "not enough free slots"},
+	{placement.ErrNoProfile, "no profile large enough"},
+	{placement.ErrExcluded, "every GPU excluded by the pod's constraints"},
+	{placement.ErrSearchLimit, "search bound reached (a placement may exist)"},
+}
+
+// unschedulable describes why a pod does not fit: the reason, the device
+// that does not fit alone (if any) and the closest GPU's free slots.
+func unschedulable(ue *placement.UnschedulableError) string {
+	label := "unschedulable"
+	for _, r := range reasonLabels {
+		if errors.Is(ue.Reason, r.err) {
+			label = r.label
+			break
+		}
+	}
+	who := "the pod's devices together"
+	if ue.Container >= 0 {
+		who = fmt.Sprintf("container %d device %d", ue.Container, ue.Device)
+		if ue.DemandMiB > 0 {
+			who += fmt.Sprintf(" (%d MiB)", ue.DemandMiB)
+		}
+	}
+	if ue.NeededSlots == 0 {
+		return fmt.Sprintf("%s: %s", label, who)
+	}
+	return fmt.Sprintf("%s: %s needs %d slots, the closest GPU has %d free", label, who, ue.NeededSlots, ue.FreeSlots)
 }

@@ -228,8 +228,13 @@ func writePending(e *env, nv *nodeView, gpus []placement.GPUState, pol placement
 			continue
 		}
 		as, err := sel.Select(gpus, &req, nil)
+		var ue *placement.UnschedulableError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(e.stdout, "  %s: does not fit: %s\n", name, unschedulable(ue))
+			continue
+		}
 		if err != nil {
-			fmt.Fprintf(e.stdout, "  %s: does not fit: %v\n", name, err)
+			fmt.Fprintf(e.stdout, "  %s: invalid request: %v\n", name, err)
 			continue
 		}
 		var where []string

@@ -151,7 +151,7 @@ func validatePods(e *env, pods []*corev1.Pod, lookup reservation.GPULookup) []st
 			problems = append(problems, fmt.Sprintf("pods %s and %s: entry %d and entry %d: %s",
 				podName(ce.First), podName(ce.Second), ce.First.Index, ce.Second.Index, conflictDetail(ce)))
 		case errors.As(r, &pe) && errors.Is(pe.Err, reservation.ErrPodIdentity):
-			problems = append(problems, fmt.Sprintf("pod %s: %v", pe.Pod, pe.Err))
+			problems = append(problems, fmt.Sprintf("pod %s: %s", pe.Pod, problemLabel(pe.Err)))
 		}
 	}
 	return problems
@@ -180,9 +180,42 @@ func podName(e reservation.Entry) string {
 
 func conflictDetail(ce *reservation.ConflictError) string {
 	if ce.Detail != "" {
-		return ce.Detail
+		return problemLabel(ce.Problem) + ": " + ce.Detail
 	}
-	return ce.Problem.Error()
+	return problemLabel(ce.Problem)
+}
+
+// problemLabels name reservation's problem sentinels in migctl's output,
+// so that the output does not change when an error message is reworded.
+var problemLabels = []struct {
+	err   error
+	label string
+}{
+	{reservation.ErrNegativeIndex, "negative index"},
+	{reservation.ErrGPUUUID, "malformed GPU UUID"},
+	{reservation.ErrProfile, "malformed profile name"},
+	{reservation.ErrPlacement, "invalid placement"},
+	{reservation.ErrDuplicateEntry, "duplicate (containerIndex, deviceIndex)"},
+	{reservation.ErrPartialRuntime, "partial runtime identity"},
+	{reservation.ErrMIGUUID, "malformed MIG UUID"},
+	{reservation.ErrOverlap, "overlapping placements"},
+	{reservation.ErrRuntimeConflict, "same MIG UUID or GPU instance"},
+	{reservation.ErrUnknownGPU, "GPU not on the node"},
+	{reservation.ErrUnknownProfile, "profile not published by the GPU"},
+	{reservation.ErrUnpublishedPlacement, "placement not published for the profile"},
+	{reservation.ErrPodIdentity, "pod UID missing or shared with another pod"},
+}
+
+func problemLabel(err error) string {
+	for _, l := range problemLabels {
+		if errors.Is(err, l.err) {
+			return l.label
+		}
+	}
+	if err == nil {
+		return "invalid"
+	}
+	return strings.TrimPrefix(err.Error(), "reservation: ")
 }
 
 // describe turns a decode, validation or legacy error (possibly joined)
@@ -209,7 +242,7 @@ func describe(prefix string, err error) []string {
 			if ve.Field != "" {
 				where += " field " + ve.Field
 			}
-			msg := strings.TrimPrefix(ve.Problem.Error(), "reservation: ")
+			msg := problemLabel(ve.Problem)
 			if ve.Detail != "" {
 				msg += ": " + ve.Detail
 			}
