@@ -81,9 +81,9 @@ func TestDefaultShowsEveryStep(t *testing.T) {
 		`"placement":{"start":`,
 		`"migUUID":"MIG-`,
 		`hami_node_gpu_mig_instance_info{`,
-		"reconcile: authorised: released 3",
+		"released dev-b-0      gpu1/2g.10gb@[2,4)",
 		"adopted 20, pending 1",
-		"Pending: placement: free slots but no legal placement",
+		"late-1 stays Pending until a neighbour is released",
 		"GPU2   [.|g|g|.|bbbb]",
 	} {
 		if !strings.Contains(out, want) {
