@@ -78,9 +78,10 @@
 // # Concurrency
 //
 // A Backend is safe for concurrent use. Calls that create, destroy or list
-// instances on a GPU hold that GPU's lock for the duration of the NVML
-// calls, so a listing never sees half an instance created by this
-// backend; the lock wait honours ctx. Calls on different GPUs proceed in
+// instances or processes on a GPU, or enable its MIG mode, hold that GPU's
+// lock for the duration of the NVML calls, so a listing never sees half an
+// instance created by this backend nor a MIG device handle it destroyed;
+// the lock wait honours ctx. Calls on different GPUs proceed in
 // parallel. NVML calls themselves cannot be interrupted: ctx is checked
 // before each step, never in the middle of one. No goroutine outlives a
 // call. Another NVML client (nvidia-smi, MIG Manager, DCGM) mutating the

@@ -20,15 +20,15 @@ func u32(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 // the physical device and, when MIG is enabled, those it lists for each MIG
 // device handle, counted once each. Any NVML failure is an error, never an
 // empty report: callers use Busy to decide whether destructive cleanup is
-// safe.
+// safe. It holds the GPU's lock: a compute instance destroyed by this
+// backend in the middle of the MIG device scan would leave a stale handle
+// that NVML answers with INVALID_ARGUMENT.
 func (b *Backend) Processes(ctx context.Context, gpu int) (realize.ProcessReport, error) {
-	if err := ctx.Err(); err != nil {
-		return realize.ProcessReport{}, err
-	}
-	dev, err := b.device("Processes", gpu)
+	dev, unlock, err := b.begin(ctx, "Processes", gpu)
 	if err != nil {
 		return realize.ProcessReport{}, err
 	}
+	defer unlock()
 	return processes(gpu, dev)
 }
 
