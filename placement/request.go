@@ -122,10 +122,12 @@ func (r *Request) Validate() error {
 		if c.Devices < 0 {
 			return &RequestError{Container: i, Field: "Devices", Reason: "negative device count " + strconv.Itoa(c.Devices)}
 		}
-		total += c.Devices
-		if total > MaxDevices {
+		// Compared before adding: a count near math.MaxInt would overflow
+		// the sum and pass a check made after it.
+		if c.Devices > MaxDevices-total {
 			return &RequestError{Container: i, Field: "Devices", Reason: "more than " + strconv.Itoa(MaxDevices) + " devices in the pod"}
 		}
+		total += c.Devices
 		if c.Devices == 0 || c.Profile != "" {
 			continue
 		}

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 
@@ -192,6 +193,7 @@ func TestRequestValidate(t *testing.T) {
 		{name: "percent 101", req: placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.Percent(101)}}}, wantField: "Memory.Percent"},
 		{name: "unknown kind", req: placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.Memory{Kind: 9}}}}, wantField: "Memory.Kind"},
 		{name: "too many devices", req: placement.Request{Containers: []placement.ContainerRequest{{Devices: placement.MaxDevices + 1}}}, wantField: "Devices"},
+		{name: "device count sum overflows", req: placement.Request{Containers: []placement.ContainerRequest{{Devices: 1}, {Devices: math.MaxInt}}}, wantField: "Devices", wantCont: 1},
 		{name: "empty UUID entry", req: placement.Request{UseUUIDs: []string{"GPU-a", " "}}, wantField: "UseUUIDs[1]", wantCont: -1},
 		{name: "empty preference", req: placement.Request{Preference: []string{""}}, wantField: "Preference[0]", wantCont: -1},
 	}
