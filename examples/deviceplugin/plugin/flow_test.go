@@ -45,6 +45,7 @@ func emulateBinding(client *fake.Clientset) {
 			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods/binding"}, b.Name, errors.New("already bound"))
 		}
 		pod.Spec.NodeName = b.Target.Name
+		pod.ResourceVersion = nextVersion(pod.ResourceVersion)
 		return true, b, client.Tracker().Update(podsGVR, pod, b.Namespace)
 	})
 }
@@ -123,7 +124,7 @@ func deleteGracefully(t *testing.T, client *fake.Clientset, name string, release
 // turn.
 func TestWholeFlow(t *testing.T) {
 	ctx := context.Background()
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	emulateBinding(client)
 	hw := fakehal.MustNew(fakehal.Options{})
 	r1 := start(t, client, hw)
