@@ -56,8 +56,9 @@ func (w *fuzzInputWorld) gpu(i int) string {
 // hami.io/vgpu-mig-allocations annotation through the manager's input path
 // (Desired, Allocate of several containers, Reconcile, a restart with
 // Adopt, CollectLeaks), on complete and incomplete listings, next to a
-// victim pod whose instances are realized. ops selects the listing, the
-// pod's phase and whether the plugin restarts. Whatever the bytes, the
+// victim pod whose instances are realized. ops selects the listing
+// (complete, incomplete, partial without the victim), the pod's phase,
+// whether the plugin restarts and whether the pod is gone at the end. Whatever the bytes, the
 // manager must not panic, must keep the hardware legal, must never destroy
 // or hand out the victim's instances, and must create instances only at
 // placements that a validated reservation of the pod names.
@@ -84,7 +85,7 @@ func FuzzManagerInput(f *testing.F) {
 		`[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + g0 + `[0-1]","profile":"1g.5gb","placement":{"start":0,"size":1}}]`,
 		`[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + g0 + `","profile":"1g.5gb","placement":{"start":4294967295,"size":2}}]`,
 	} {
-		for _, ops := range []uint8{0, 1, 2, 7, 0xff} {
+		for _, ops := range []uint8{0, 1, 2, 7, 0x43, 0xff} {
 			f.Add([]byte(seed), ops)
 		}
 	}
@@ -97,6 +98,9 @@ func FuzzManagerInput(f *testing.F) {
 			pod.Phase = reservation.PodPending
 		}
 		snap := reservation.Snapshot{Pods: []reservation.Pod{*w.victim, *pod}, Complete: ops&1 == 0}
+		if !snap.Complete && ops&0x40 != 0 {
+			snap.Pods = snap.Pods[1:] // a partial listing, without the victim
+		}
 		_ = reservation.Desired(snap)
 
 		// The places an instance may be created: the victim's, and the
@@ -167,7 +171,7 @@ func FuzzManagerInput(f *testing.F) {
 				t.Fatalf("Adopt: %v", err)
 			}
 			check("Adopt")
-			allocate("Allocate after restart", int(ops>>4)%3)
+			allocate("Allocate after restart", int(ops>>4&3)%3)
 		}
 		if _, err := w.m.CollectLeaks(ctx, snap); err != nil {
 			t.Fatalf("CollectLeaks: %v", err)
