@@ -137,9 +137,9 @@ type Plugin struct {
 	publisher *kube.RegistrationPublisher
 	ready     chan struct{}
 
-	mu       sync.Mutex // serialises Allocate: selection, realization, write
+	mu       sync.Mutex // guards gpus and realized; held for container selection only
 	gpus     []capability.GPU
-	realized map[target]bool // containers this plugin realized
+	realized map[target]bool // containers this plugin realized or is realizing
 }
 
 type target struct {
@@ -394,9 +394,11 @@ func (p *Plugin) devices() []*v1beta1.Device {
 
 // Allocate realizes the reservation of each requested container; see the
 // package documentation for how a request is mapped to a container.
+//
+// Only the selection of the container is serialised; realization runs
+// under the manager's per-GPU locks, so Allocate calls for pods on
+// different GPUs proceed in parallel.
 func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v1beta1.AllocateResponse, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err := p.guard.Check(ctx); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
@@ -418,11 +420,23 @@ func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v
 	return resp, nil
 }
 
-func (p *Plugin) allocateContainer(ctx context.Context, n int) ([]string, error) {
+func (p *Plugin) allocateContainer(ctx context.Context, n int) (_ []string, err error) {
+	p.mu.Lock()
 	pod, ci, err := p.resolve(ctx, n)
+	if err == nil {
+		p.realized[target{pod.UID, ci}] = true // claimed: a concurrent call moves on
+	}
+	p.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil { // release the claim so the kubelet's retry finds it
+			p.mu.Lock()
+			delete(p.realized, target{pod.UID, ci})
+			p.mu.Unlock()
+		}
+	}()
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
 		Pod: kube.PodView(pod), ContainerIndex: ci, Snapshot: p.source.Snapshot(),
 	})
@@ -438,13 +452,12 @@ func (p *Plugin) allocateContainer(ctx context.Context, n int) ([]string, error)
 	if _, err := p.writer.WriteRuntime(ctx, pod, realized); err != nil {
 		return nil, err
 	}
-	p.realized[target{pod.UID, ci}] = true
 	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids)
 	return uuids, nil
 }
 
 // resolve finds the container the kubelet is admitting: from the cache,
-// then from a direct listing.
+// then from a direct listing. The caller holds p.mu.
 func (p *Plugin) resolve(ctx context.Context, n int) (*corev1.Pod, int, error) {
 	pods := p.source.Pods()
 	p.prune(pods)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -323,4 +324,40 @@ func TestAllocateRefusesOnceMIGManagerAppears(t *testing.T) {
 	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
 	assert.Contains(t, status.Convert(err).Message(), "nvidia-mig-manager-7xk2p")
 	assert.Empty(t, hw.Snapshot())
+}
+
+// Concurrent Allocate calls never pick the same container: selection is
+// serialised, realization is not.
+func TestConcurrentAllocate(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
+	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
+	names := []string{"p0", "p1", "p2", "p3"}
+	for i, name := range names {
+		a := reservation.Allocation{GPUUUID: gpuOf(t, hw, i%2).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: uint32(i / 2), Size: 1}}
+		objs = append(objs, boundPod(name, a))
+	}
+	client := newClient(objs...)
+	r := start(t, client, hw)
+	var wg sync.WaitGroup
+	got := make([]string, len(names))
+	for i := range names {
+		wg.Go(func() {
+			resp, err := allocate(context.Background(), r.client, "id")
+			if assert.NoError(t, err) {
+				got[i] = resp.ContainerResponses[0].Envs[plugin.VisibleDevicesEnv]
+			}
+		})
+	}
+	wg.Wait()
+	var stored []string
+	for _, name := range names {
+		allocs, err := kube.PodAllocations(getPod(t, client, name))
+		require.NoError(t, err)
+		id, ok := allocs[0].Runtime()
+		require.True(t, ok, "pod %s realized", name)
+		stored = append(stored, id.MIGUUID)
+	}
+	assert.ElementsMatch(t, got, stored, "each call got a different pod's device")
+	assert.Len(t, hw.Snapshot(), 4)
+	require.NoError(t, hw.Check())
 }
