@@ -68,6 +68,10 @@ func TestSetRuntimeIdempotent(t *testing.T) {
 func TestSetRuntimeRefuses(t *testing.T) {
 	other := exampleIdentity
 	other.GPUInstanceID = 5
+	otherMIG := exampleIdentity
+	otherMIG.MIGUUID = "MIG-00000000-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+	otherCI := exampleIdentity
+	otherCI.ComputeInstanceID = 1
 	partial := `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb","placement":{"start":0,"size":1},"migUUID":"MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"}]`
 	two := `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb","placement":{"start":0,"size":1},"migUUID":"MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d","gpuInstanceID":7,"computeInstanceID":0},{"containerIndex":0,"deviceIndex":1,"gpuUUID":"GPU-a","profile":"1g.5gb","placement":{"start":1,"size":1}}]`
 	tests := []struct {
@@ -77,8 +81,11 @@ func TestSetRuntimeRefuses(t *testing.T) {
 		id        reservation.RuntimeIdentity
 		wantKind  error
 		wantCause error
+		wantField string
 	}{
-		{name: "different identity", value: wireExample, id: other, wantKind: reservation.ErrRuntimeMismatch},
+		{name: "different GI ID", value: wireExample, id: other, wantKind: reservation.ErrRuntimeMismatch, wantField: "gpuInstanceID"},
+		{name: "different MIG UUID", value: wireExample, id: otherMIG, wantKind: reservation.ErrRuntimeMismatch, wantField: "migUUID"},
+		{name: "different CI ID", value: wireExample, id: otherCI, wantKind: reservation.ErrRuntimeMismatch, wantField: "computeInstanceID"},
 		{name: "partial identity stored", value: partial, id: exampleIdentity, wantKind: reservation.ErrBadRecord, wantCause: reservation.ErrPartialRuntime},
 		{name: "no such entry", value: scheduledExample, ci: 1, id: exampleIdentity, wantKind: reservation.ErrNoEntry},
 		{name: "malformed MIG UUID", value: scheduledExample, id: reservation.RuntimeIdentity{MIGUUID: "MIG-xxxxxxxx"}, wantKind: reservation.ErrBadIdentity},
@@ -98,6 +105,9 @@ func TestSetRuntimeRefuses(t *testing.T) {
 			}
 			if tt.wantCause != nil && !errors.Is(err, tt.wantCause) {
 				t.Fatalf("error %v does not match %v", err, tt.wantCause)
+			}
+			if tt.wantField != "" && re.Field != tt.wantField {
+				t.Fatalf("Field = %q, want %q", re.Field, tt.wantField)
 			}
 		})
 	}
