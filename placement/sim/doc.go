@@ -37,6 +37,13 @@
 // load; [HeavyChurn] gives the options of the quality traces. Equal options
 // and seeds give equal traces.
 //
+// # Replaying other allocators
+//
+// [Run] replays a trace through a placement.Selector. [Replay] drives any
+// other allocator that implements [Placer] through the same loop, so its
+// counts and utilisation line up with Run's; [ContainerOf] turns an
+// arrival into the container demand Run places.
+//
 // # Results
 //
 // go run ./examples/simulate -model A100-SXM4-40GB -gpus 8 -seed 1 -profiles plain

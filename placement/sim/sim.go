@@ -30,28 +30,30 @@ type Result struct {
 // Rejected returns the arrivals that were not accepted.
 func (r Result) Rejected() int { return r.Arrivals - r.Accepted }
 
-// Run replays evs on gpus with policy pol (nil: the default) and reports the
-// outcome. The GPUs start empty. It fails with a [*TraceError] for an
-// invalid trace and a *placement.GridError for unusable GPUs.
-func Run(gpus []capability.GPU, evs []Event, pol placement.Policy) (Result, error) {
+// Placer is one node's allocator as [Replay] drives it.
+type Placer interface {
+	// Arrive places the arrival ev and returns the memory slots it took.
+	// A rejection is an error matching placement.ErrUnschedulable (counted
+	// by its reason) or placement.ErrInvalidRequest (counted as other);
+	// any other error stops the replay.
+	Arrive(ev *Event) (slots int, err error)
+	// Depart releases what the accepted arrival with ev.ID took. Replay
+	// calls it only for arrivals Arrive accepted.
+	Depart(ev *Event)
+}
+
+// Replay validates evs and replays them through p, counting arrivals,
+// acceptances and rejections and measuring slot utilisation against the
+// node's slots (the sum of its GPUs' grid widths). Result.Policy is left
+// empty for the caller to name. It fails with a [*TraceError] for an
+// invalid trace and with Arrive's error, naming the event, for anything
+// that is not a rejection.
+func Replay(evs []Event, slots int, p Placer) (Result, error) {
 	if err := Validate(evs); err != nil {
 		return Result{}, err
 	}
-	st := make([]placement.GPUState, len(gpus))
-	var total int
-	for i := range gpus {
-		g, err := placement.NewGrid(&gpus[i])
-		if err != nil {
-			return Result{}, err
-		}
-		st[i].Grid = g
-		total += int(g.Width())
-	}
-	sel := placement.NewSelector(placement.SelectorOptions{Policy: pol})
-	res := Result{Policy: sel.Policy().String()}
-	held := map[string][]placement.Assignment{}
-	var req placement.Request
-	req.Containers = make([]placement.ContainerRequest, 1)
+	var res Result
+	held := map[string]int{} // slots taken by each accepted, present arrival
 	taken := 0
 	var area, sum float64
 	for i := range evs {
@@ -62,38 +64,100 @@ func Run(gpus []capability.GPU, evs []Event, pol placement.Policy) (Result, erro
 		switch ev.Op {
 		case Arrive:
 			res.Arrivals++
-			req.Containers[0] = containerOf(ev)
-			as, err := sel.Select(st, &req, nil)
+			n, err := p.Arrive(ev)
 			if err != nil {
-				res.count(err)
+				if !res.count(err) {
+					return res, fmt.Errorf("sim: event %d (%s): %w", i+1, ev.ID, err)
+				}
 				break
 			}
 			res.Accepted++
-			held[ev.ID] = as
-			for _, a := range as {
-				st[a.GPU].Used = st[a.GPU].Used.Take(a.Placement)
-				taken += int(a.Placement.Size)
-			}
+			held[ev.ID] = n
+			taken += n
 		case Depart:
-			for _, a := range held[ev.ID] {
-				st[a.GPU].Used = st[a.GPU].Used.Release(a.Placement)
-				taken -= int(a.Placement.Size)
+			if n, ok := held[ev.ID]; ok {
+				p.Depart(ev)
+				taken -= n
+				delete(held, ev.ID)
 			}
-			delete(held, ev.ID)
 		}
 		sum += float64(taken)
 	}
 	switch {
-	case total == 0 || len(evs) == 0:
+	case slots == 0 || len(evs) == 0:
 	case evs[len(evs)-1].T > evs[0].T:
-		res.Utilisation = area / (evs[len(evs)-1].T - evs[0].T) / float64(total)
+		res.Utilisation = area / (evs[len(evs)-1].T - evs[0].T) / float64(slots)
 	default:
-		res.Utilisation = sum / float64(len(evs)) / float64(total)
-	}
-	if got := countTaken(st); got != taken {
-		return res, fmt.Errorf("sim: internal accounting mismatch: %d slots taken, %d counted", got, taken)
+		res.Utilisation = sum / float64(len(evs)) / float64(slots)
 	}
 	return res, nil
+}
+
+// Run replays evs on gpus with policy pol (nil: the default) and reports the
+// outcome. The GPUs start empty. It fails with a [*TraceError] for an
+// invalid trace and a *placement.GridError for unusable GPUs.
+func Run(gpus []capability.GPU, evs []Event, pol placement.Policy) (Result, error) {
+	if err := Validate(evs); err != nil {
+		return Result{}, err
+	}
+	sp := &selectPlacer{
+		st:   make([]placement.GPUState, len(gpus)),
+		held: map[string][]placement.Assignment{},
+		req:  placement.Request{Containers: make([]placement.ContainerRequest, 1)},
+	}
+	var slots int
+	for i := range gpus {
+		g, err := placement.NewGrid(&gpus[i])
+		if err != nil {
+			return Result{}, err
+		}
+		sp.st[i].Grid = g
+		slots += int(g.Width())
+	}
+	sp.sel = placement.NewSelector(placement.SelectorOptions{Policy: pol})
+	res, err := Replay(evs, slots, sp)
+	res.Policy = sp.sel.Policy().String()
+	if err != nil {
+		return res, err
+	}
+	if got, want := countTaken(sp.st), sp.taken; got != want {
+		return res, fmt.Errorf("sim: internal accounting mismatch: %d slots taken, %d counted", got, want)
+	}
+	return res, nil
+}
+
+// selectPlacer is the [Placer] of [Run]: a placement.Selector over the
+// node's occupancy.
+type selectPlacer struct {
+	st    []placement.GPUState
+	sel   *placement.Selector
+	req   placement.Request
+	held  map[string][]placement.Assignment
+	taken int // slots held, checked against the occupancy bitmaps
+}
+
+func (p *selectPlacer) Arrive(ev *Event) (int, error) {
+	p.req.Containers[0] = ContainerOf(ev)
+	as, err := p.sel.Select(p.st, &p.req, nil)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range as {
+		p.st[a.GPU].Used = p.st[a.GPU].Used.Take(a.Placement)
+		n += int(a.Placement.Size)
+	}
+	p.held[ev.ID] = as
+	p.taken += n
+	return n, nil
+}
+
+func (p *selectPlacer) Depart(ev *Event) {
+	for _, a := range p.held[ev.ID] {
+		p.st[a.GPU].Used = p.st[a.GPU].Used.Release(a.Placement)
+		p.taken -= int(a.Placement.Size)
+	}
+	delete(p.held, ev.ID)
 }
 
 func countTaken(st []placement.GPUState) int {
@@ -104,7 +168,9 @@ func countTaken(st []placement.GPUState) int {
 	return n
 }
 
-func containerOf(ev *Event) placement.ContainerRequest {
+// ContainerOf returns the container demand of an arrival: Devices (at
+// least 1) of Profile, MemoryMB, Percent or a whole GPU, in that order.
+func ContainerOf(ev *Event) placement.ContainerRequest {
 	c := placement.ContainerRequest{Devices: max(ev.Devices, 1), Profile: ev.Profile}
 	switch {
 	case ev.MemoryMB > 0:
@@ -115,7 +181,8 @@ func containerOf(ev *Event) placement.ContainerRequest {
 	return c
 }
 
-func (r *Result) count(err error) {
+// count records a rejection in r and reports whether err is one.
+func (r *Result) count(err error) bool {
 	switch {
 	case errors.Is(err, placement.ErrCapacity):
 		r.Capacity++
@@ -123,9 +190,12 @@ func (r *Result) count(err error) {
 		r.Fragmented++
 	case errors.Is(err, placement.ErrNoProfile):
 		r.NoProfile++
-	default:
+	case errors.Is(err, placement.ErrUnschedulable), errors.Is(err, placement.ErrInvalidRequest):
 		r.Other++
+	default:
+		return false
 	}
+	return true
 }
 
 // Compare runs every policy on the same trace and GPUs, in order.

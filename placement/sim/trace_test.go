@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/placement/sim"
 )
 
@@ -153,5 +154,69 @@ func TestRunCounts(t *testing.T) {
 	// Slots taken over time: [0,1) 3, [1,2) 3, [2,3) 1, [3,4) 3 of 4.
 	if want := (3.0 + 3 + 1 + 3) / 4 / 4; r.Utilisation != want {
 		t.Fatalf("utilisation %v, want %v", r.Utilisation, want)
+	}
+}
+
+// scriptedPlacer answers arrivals from a table by ID and records
+// departures.
+type scriptedPlacer struct {
+	answers  map[string]error
+	slots    int
+	departed []string
+}
+
+func (p *scriptedPlacer) Arrive(ev *sim.Event) (int, error) {
+	if err := p.answers[ev.ID]; err != nil {
+		return 0, err
+	}
+	return p.slots, nil
+}
+
+func (p *scriptedPlacer) Depart(ev *sim.Event) { p.departed = append(p.departed, ev.ID) }
+
+func TestReplay(t *testing.T) {
+	in := `{"t":0,"op":"arrive","id":"a"}
+{"t":0,"op":"arrive","id":"frag"}
+{"t":1,"op":"arrive","id":"cap"}
+{"t":1,"op":"arrive","id":"bad"}
+{"t":2,"op":"depart","id":"frag"}
+{"t":2,"op":"depart","id":"a"}
+{"t":4,"op":"arrive","id":"b"}
+`
+	evs, err := sim.ReadTrace(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &scriptedPlacer{slots: 2, answers: map[string]error{
+		"frag": &placement.UnschedulableError{Reason: placement.ErrFragmented},
+		"cap":  &placement.UnschedulableError{Reason: placement.ErrCapacity},
+		"bad":  &placement.RequestError{Container: 0, Field: "Devices"},
+	}}
+	r, err := sim.Replay(evs, 4, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sim.Result{Arrivals: 5, Accepted: 2, Capacity: 1, Fragmented: 1, Other: 1}
+	got := r
+	got.Utilisation = 0
+	if got != want {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	// a holds 2 of 4 slots over [0,2), nothing over [2,4).
+	if want := 2.0 * 2 / 4 / 4; r.Utilisation != want {
+		t.Errorf("utilisation %v, want %v", r.Utilisation, want)
+	}
+	if want := []string{"a"}; !slices.Equal(p.departed, want) {
+		t.Errorf("departed %v, want %v (only accepted arrivals)", p.departed, want)
+	}
+
+	fatal := errors.New("allocator broke")
+	p.answers["b"] = fatal
+	if _, err := sim.Replay(evs, 4, p); !errors.Is(err, fatal) {
+		t.Errorf("Replay with a failing placer = %v, want it wrapped", err)
+	}
+	var te *sim.TraceError
+	if _, err := sim.Replay(evs[1:], 4, p); !errors.As(err, &te) {
+		t.Errorf("Replay of an invalid trace = %v, want a *TraceError", err)
 	}
 }
