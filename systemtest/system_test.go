@@ -832,7 +832,7 @@ func (s *system) fault(t *rapid.T) {
 	}
 	var f fakehal.Fault
 	after := 0
-	switch kind := rapid.IntRange(0, 9).Draw(t, "fault kind"); kind {
+	switch kind := rapid.IntRange(0, 11).Draw(t, "fault kind"); kind {
 	case 0:
 		f = fakehal.Fault{Op: fakehal.OpCreateGI, Err: realize.ErrOccupied}
 	case 1:
@@ -854,6 +854,10 @@ func (s *system) fault(t *rapid.T) {
 	case 9:
 		f = fakehal.Fault{Op: fakehal.OpDestroyGI, Linger: rapid.IntRange(1, 3).Draw(t, "linger")}
 		after = 6
+	case 10:
+		f = fakehal.Fault{Op: fakehal.OpDevices, Err: fakehal.ReturnUnknown}
+	case 11:
+		f = fakehal.Fault{Op: fakehal.OpGIProfiles, Err: fakehal.ReturnGPUIsLost}
 	}
 	f.Nth, f.GPUs = nth, gpus
 	s.stats.faults++
