@@ -44,15 +44,26 @@
 //
 // # Running
 //
-// go test ./systemtest runs 2,000 sequences by default (TestMain sets
-// -rapid.checks=2000 unless the flag or RAPID_CHECKS is given); -short runs a
-// fifth of them. A longer campaign:
+// go test ./systemtest runs 2,000 sequences of 50 steps on average by
+// default (TestMain sets -rapid.checks=2000 and -rapid.steps=50 unless the
+// flags or RAPID_CHECKS and RAPID_STEPS are given); -short runs a fifth of
+// them. TestSystem logs what the sequences exercised (allocations, restarts,
+// faults, forgeries) with go test -v. A longer campaign:
 //
 //	go test ./systemtest -run TestSystem -rapid.checks=50000 -timeout 2h
 //
 // A failure prints the rapid seed and a minimal failing action sequence and
-// writes a fail file under testdata/rapid, which reproduces it with
-// -rapid.failfile.
+// writes a fail file under testdata/rapid (not committed), which reproduces
+// it with -rapid.failfile. Failures the model found are kept as small
+// deterministic regression tests in regression_test.go.
+//
+// The model follows the manager's documented failure semantics: a plugin
+// whose Adopt had no authorised snapshot (or rejected a reservation) calls
+// Adopt again before its next call, and kubelet retries a failed Allocate.
+// One documented residual risk is counted rather than failed: after a
+// restart, a forger's copy of the record of a pod that has ended and left no
+// evidence (gone from the API, or its record no longer decodes) cannot be
+// told from the original.
 //
 // # Concurrency
 //
