@@ -123,24 +123,21 @@ func traceOf(o options, gpus []capability.GPU, stdin io.Reader) ([]sim.Event, st
 		evs, err := sim.ReadTrace(r)
 		return evs, o.trace, err
 	}
-	var mix sim.Mix
-	switch o.mix {
-	case "uniform":
-		mix = sim.UniformMix(&gpus[0])
-	case "skewed":
-		mix = sim.SkewedMix(&gpus[0])
-	default:
-		return nil, "", fmt.Errorf("-mix %q: want uniform or skewed", o.mix)
+	mix, err := sim.MixByName(o.mix, &gpus[0])
+	if err != nil {
+		return nil, "", fmt.Errorf("-mix: %w", err)
 	}
 	opts := sim.HeavyChurn(o.seed)
 	opts.Memory = o.memory
-	if o.arrivals > 0 {
+	// Only unset flags keep heavy churn's values: a negative one reaches
+	// Generate, which refuses it.
+	if o.arrivals != 0 {
 		opts.Arrivals = o.arrivals
 	}
-	if o.load > 0 {
+	if o.load != 0 {
 		opts.Load = o.load
 	}
-	if o.life > 0 {
+	if o.life != 0 {
 		opts.MeanLife = o.life
 	}
 	evs, err := sim.Generate(gpus, mix, opts)

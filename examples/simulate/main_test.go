@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dynmig/dynmig/placement/sim"
 )
 
 func TestRunTable(t *testing.T) {
@@ -67,18 +70,25 @@ func TestRunErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
+		want error // matched with errors.Is when set
 	}{
 		{name: "unknown model", args: []string{"-model", "Z9000"}},
 		{name: "bad gpus", args: []string{"-gpus", "0"}},
-		{name: "bad mix", args: []string{"-mix", "bimodal"}},
+		{name: "bad mix", args: []string{"-mix", "bimodal"}, want: sim.ErrMix},
+		{name: "negative arrivals", args: []string{"-arrivals", "-5"}, want: sim.ErrGenOptions},
+		{name: "negative load", args: []string{"-load", "-1"}, want: sim.ErrGenOptions},
 		{name: "bad profiles", args: []string{"-profiles", "some"}},
 		{name: "missing trace", args: []string{"-trace", "/nonexistent/trace.jsonl"}},
 		{name: "stray argument", args: []string{"extra"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := run(tc.args, strings.NewReader(""), &bytes.Buffer{}); err == nil {
+			err := run(tc.args, strings.NewReader(""), &bytes.Buffer{})
+			if err == nil {
 				t.Fatal("run succeeded")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("run err = %v, want %v", err, tc.want)
 			}
 		})
 	}

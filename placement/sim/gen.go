@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -45,6 +46,18 @@ func SkewedMix(gpu *capability.GPU) Mix {
 	return m
 }
 
+// MixByName returns the generator mix called name for gpu: "uniform"
+// ([UniformMix]) or "skewed" ([SkewedMix]). Any other name is [ErrMix].
+func MixByName(name string, gpu *capability.GPU) (Mix, error) {
+	switch name {
+	case "uniform":
+		return UniformMix(gpu), nil
+	case "skewed":
+		return SkewedMix(gpu), nil
+	}
+	return Mix{}, fmt.Errorf("%w: unknown mix %q (want uniform or skewed)", ErrMix, name)
+}
+
 // GenOptions shapes a synthetic trace. The zero value works.
 type GenOptions struct {
 	// Seed makes the trace reproducible: equal options give equal traces.
@@ -70,13 +83,22 @@ func HeavyChurn(seed uint64) GenOptions {
 	return GenOptions{Seed: seed, Arrivals: 4000, Load: 1.3, MeanLife: 20}
 }
 
-// ErrMix is returned for a mix that cannot be drawn from.
-var ErrMix = errors.New("sim: unusable profile mix")
+// Generator sentinels.
+var (
+	// ErrMix is returned for a mix that cannot be drawn from.
+	ErrMix = errors.New("sim: unusable profile mix")
+	// ErrGenOptions is returned for negative or non-finite options.
+	ErrGenOptions = errors.New("sim: invalid generator options")
+)
 
 // Generate draws a trace of single-device arrivals and their departures for
 // gpus (which must be non-empty; the first GPU's profile table defines slot
-// sizes and memory) from mix.
+// sizes and memory) from mix. Negative or non-finite options are
+// [ErrGenOptions].
 func Generate(gpus []capability.GPU, mix Mix, opts GenOptions) ([]Event, error) {
+	if opts.Arrivals < 0 || !nonNegative(opts.Load) || !nonNegative(opts.MeanLife) {
+		return nil, fmt.Errorf("%w: arrivals %d, load %v, mean life %v", ErrGenOptions, opts.Arrivals, opts.Load, opts.MeanLife)
+	}
 	if len(gpus) == 0 {
 		return nil, fmt.Errorf("%w: no GPUs", ErrMix)
 	}
@@ -89,7 +111,7 @@ func Generate(gpus []capability.GPU, mix Mix, opts GenOptions) ([]Event, error) 
 	var wsum, slotsMean float64
 	for i, name := range mix.Profiles {
 		p := ref.Profile(name)
-		if p == nil || minSize(p) == 0 || !(mix.Weights[i] > 0) {
+		if p == nil || minSize(p) == 0 || !(mix.Weights[i] > 0) || math.IsInf(mix.Weights[i], 1) {
 			return nil, fmt.Errorf("%w: profile %q (weight %v) not usable on %s", ErrMix, name, mix.Weights[i], ref.Name)
 		}
 		sizes[i], mem[i] = float64(minSize(p)), p.MemoryMB
@@ -124,6 +146,9 @@ func Generate(gpus []capability.GPU, mix Mix, opts GenOptions) ([]Event, error) 
 	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
 	return evs, nil
 }
+
+// nonNegative reports whether v is finite and not negative.
+func nonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 func draw(rng *rand.Rand, w []float64, sum float64) int {
 	x := rng.Float64() * sum

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"bytes"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -218,5 +219,51 @@ func TestReplay(t *testing.T) {
 	var te *sim.TraceError
 	if _, err := sim.Replay(evs[1:], 4, p); !errors.As(err, &te) {
 		t.Errorf("Replay of an invalid trace = %v, want a *TraceError", err)
+	}
+}
+
+func TestGenerateRefuses(t *testing.T) {
+	gpus := plainGPUs(t, "A30", 1)
+	mix := sim.UniformMix(&gpus[0])
+	tests := []struct {
+		name string
+		mix  sim.Mix
+		opts sim.GenOptions
+		want error
+	}{
+		{name: "negative arrivals", mix: mix, opts: sim.GenOptions{Arrivals: -1}, want: sim.ErrGenOptions},
+		{name: "negative load", mix: mix, opts: sim.GenOptions{Load: -1}, want: sim.ErrGenOptions},
+		{name: "NaN load", mix: mix, opts: sim.GenOptions{Load: math.NaN()}, want: sim.ErrGenOptions},
+		{name: "infinite life", mix: mix, opts: sim.GenOptions{MeanLife: math.Inf(1)}, want: sim.ErrGenOptions},
+		{name: "infinite weight", mix: sim.Mix{Profiles: []string{"1g.6gb"}, Weights: []float64{math.Inf(1)}}, want: sim.ErrMix},
+		{name: "NaN weight", mix: sim.Mix{Profiles: []string{"1g.6gb"}, Weights: []float64{math.NaN()}}, want: sim.ErrMix},
+		{name: "weights missing", mix: sim.Mix{Profiles: []string{"1g.6gb"}}, want: sim.ErrMix},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			evs, err := sim.Generate(gpus, tc.mix, tc.opts)
+			if !errors.Is(err, tc.want) || evs != nil {
+				t.Fatalf("Generate = %d events, %v; want %v", len(evs), err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMixByName(t *testing.T) {
+	gpus := plainGPUs(t, "A100-SXM4-40GB", 1)
+	for _, tc := range []struct {
+		name string
+		want sim.Mix
+	}{
+		{name: "uniform", want: sim.UniformMix(&gpus[0])},
+		{name: "skewed", want: sim.SkewedMix(&gpus[0])},
+	} {
+		got, err := sim.MixByName(tc.name, &gpus[0])
+		if err != nil || got.Name != tc.want.Name || !slices.Equal(got.Profiles, tc.want.Profiles) || !slices.Equal(got.Weights, tc.want.Weights) {
+			t.Errorf("MixByName(%q) = %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := sim.MixByName("zipf", &gpus[0]); !errors.Is(err, sim.ErrMix) {
+		t.Errorf("MixByName(zipf) err = %v, want ErrMix", err)
 	}
 }
