@@ -12,6 +12,7 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -129,4 +130,45 @@ func ExampleNodePodSource() {
 	// before Run: false kube: pod source not running
 	// synced: true 1 train
 	// after Run: false
+}
+
+// A scheduler rebuilds a node's occupancy from the records of its active
+// pods, reserves a new pod on top of it and writes that pod's record.
+func ExampleAllocations() {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1", Annotations: map[string]string{
+		capability.NodeRegisterAnnotation: `[{"id":"GPU-a","count":3,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","mode":"mig",` +
+			`"migProfiles":[{"name":"2g.10gb","memoryMB":9984,"core":29,"sliceCount":2,"placements":[{"start":0,"size":2},{"start":2,"size":2},{"start":4,"size":2}]}],"health":true}]`,
+	}}}
+	running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-running", Annotations: map[string]string{
+		reservation.AnnotationKey: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"2g.10gb","placement":{"start":0,"size":2}}]`,
+	}}}
+	ledger := placement.NewLedger(placement.LedgerOptions{})
+	gpus, err := kube.NodeGPUs(node)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := ledger.SetNode(node.Name, gpus); err != nil {
+		fmt.Println(err)
+		return
+	}
+	allocs, err := kube.PodAllocations(running)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := ledger.AddPod(node.Name, string(running.UID), kube.LedgerReservations(string(running.UID), allocs)); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	req := placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.MiB(9000)}}}
+	as, err := ledger.Reserve(node.Name, "uid-new", &req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(reservation.EncodeString(kube.Allocations(as)))
+	// Output:
+	// [{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"2g.10gb","placement":{"start":2,"size":2}}]
 }

@@ -298,24 +298,13 @@ func (nv *nodeView) ledger(pol placement.Policy, skip string) (*placement.Ledger
 		}
 		// Overlaps between pods are recorded and listed by Conflicts;
 		// the callers report them with pod names.
-		for _, err := range flatten(l.AddPod(nv.name, v.UID, reservationsOf(v.UID, allocs))) {
+		for _, err := range flatten(l.AddPod(nv.name, v.UID, kube.LedgerReservations(v.UID, allocs))) {
 			if err != nil && !errors.Is(err, placement.ErrConflict) {
 				warnings = append(warnings, fmt.Sprintf("pod %s: %v", podKey(v), err))
 			}
 		}
 	}
 	return l, warnings, nil
-}
-
-// reservationsOf converts a pod's allocation entries into the ledger's
-// reservations. (placement has the inverse, Reservations from Assignments.)
-func reservationsOf(uid string, allocs []reservation.Allocation) []placement.Reservation {
-	out := make([]placement.Reservation, len(allocs))
-	for i, a := range allocs {
-		out[i] = placement.Reservation{PodUID: uid, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
-			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
-	}
-	return out
 }
 
 // podName returns the namespace/name of the node's pod with that UID.

@@ -133,14 +133,11 @@ func place(e *env, nodeFile, nodeName, podsFile, podFile, polName string) error 
 		return fmt.Errorf("pod %s: %w", podKey(target), err)
 	}
 	gpus, _ := ledger.Node(nv.name)
-	allocs := make([]reservation.Allocation, len(as))
-	for i, a := range as {
-		allocs[i] = reservation.Allocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
-			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
+	for _, a := range as {
 		fmt.Fprintf(e.stderr, "c%d/d%d -> GPU%d %s %s %s\n", a.ContainerIndex, a.DeviceIndex,
 			gpus[a.GPU].Grid.Index(), a.GPUUUID, a.Profile, a.Placement)
 	}
-	_, err = fmt.Fprintln(e.stdout, reservation.EncodeString(allocs))
+	_, err = fmt.Fprintln(e.stdout, reservation.EncodeString(kube.Allocations(as)))
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/internal/slotmap"
+	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"
@@ -47,14 +48,11 @@ func (d *demo) place(p *pod) error {
 	if err != nil {
 		return fmt.Errorf("schedule %s: %w", p.Name, err)
 	}
-	allocs := make([]reservation.Allocation, len(as))
 	var where []string
-	for i, a := range as {
-		allocs[i] = reservation.Allocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
-			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
+	for _, a := range as {
 		where = append(where, fmt.Sprintf("c%d/d%d GPU%d %s %s", a.ContainerIndex, a.DeviceIndex, a.GPU, a.Profile, a.Placement))
 	}
-	p.Annotations[reservation.AnnotationKey] = reservation.EncodeString(allocs)
+	p.Annotations[reservation.AnnotationKey] = reservation.EncodeString(kube.Allocations(as))
 	p.Phase = reservation.PodRunning // bound and started
 	if err := d.ledger.AddPod(nodeName, p.UID, placement.Reservations(p.UID, as)); err != nil {
 		return fmt.Errorf("confirm %s: %w", p.Name, err)

@@ -182,7 +182,7 @@ func (e *Extender) syncPods(pods []corev1.Pod) {
 		if e.observed[uid] == key {
 			continue
 		}
-		if err := e.ledger.AddPod(p.Spec.NodeName, uid, reservations(uid, allocs)); err != nil {
+		if err := e.ledger.AddPod(p.Spec.NodeName, uid, kube.LedgerReservations(uid, allocs)); err != nil {
 			e.log.Warn("pod reservation recorded with problems", "pod", p.Namespace+"/"+p.Name, "err", err)
 		}
 		e.observed[uid] = key
@@ -202,24 +202,6 @@ func unrealized(allocs []reservation.Allocation) bool {
 		}
 	}
 	return false
-}
-
-func reservations(uid string, allocs []reservation.Allocation) []placement.Reservation {
-	out := make([]placement.Reservation, len(allocs))
-	for i, a := range allocs {
-		out[i] = placement.Reservation{PodUID: uid, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
-			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
-	}
-	return out
-}
-
-func allocations(as []placement.Assignment) []reservation.Allocation {
-	out := make([]reservation.Allocation, len(as))
-	for i, a := range as {
-		out[i] = reservation.Allocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
-			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
-	}
-	return out
 }
 
 // Filter keeps the nodes where the pod's MIG request fits now. Pods that
@@ -332,7 +314,7 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	if err != nil {
 		return fmt.Errorf("extender: reserve pod %s/%s on %s: %w", pod.Namespace, pod.Name, args.Node, err)
 	}
-	value := reservation.EncodeString(allocations(as))
+	value := reservation.EncodeString(kube.Allocations(as))
 	if err := e.annotate(ctx, pod, value); err != nil {
 		e.ledger.Forget(uid)
 		return fmt.Errorf("extender: annotate pod %s/%s: %w", pod.Namespace, pod.Name, err)
