@@ -198,7 +198,8 @@ func (b *Backend) v3Query(dev nvml.Device) func(capability.GIProfileIndex) strin
 	}
 }
 
-// profileName decodes NVML's NUL-terminated name and drops "MIG ".
+// profileName decodes NVML's NUL-terminated name and drops "MIG " and the
+// white space around the name.
 func profileName(raw [96]int8) string {
 	b := make([]byte, 0, len(raw))
 	for _, c := range raw {
@@ -207,5 +208,5 @@ func profileName(raw [96]int8) string {
 		}
 		b = append(b, byte(c))
 	}
-	return strings.TrimPrefix(strings.TrimSpace(string(b)), "MIG ")
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "MIG "))
 }
