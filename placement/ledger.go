@@ -239,14 +239,7 @@ func (l *Ledger) UpdatePod(node, podUID string, rs []Reservation) error {
 // reports whether it had any. Slots still covered by another pod's
 // (conflicting) reservation stay taken.
 func (l *Ledger) DeletePod(podUID string) bool {
-	l.idxMu.Lock()
-	node, ok := l.podNode[podUID]
-	delete(l.podNode, podUID)
-	l.idxMu.Unlock()
-	if !ok {
-		return false
-	}
-	n := l.node(node)
+	_, n := l.podLedger(podUID, true)
 	if n == nil {
 		return false
 	}
@@ -315,13 +308,7 @@ func (l *Ledger) Reserve(node, podUID string, req *Request) ([]Assignment, error
 // Forget drops the pod's reservations if they are still only assumed (the
 // pod was not observed since) and reports whether it did.
 func (l *Ledger) Forget(podUID string) bool {
-	l.idxMu.Lock()
-	node, ok := l.podNode[podUID]
-	l.idxMu.Unlock()
-	if !ok {
-		return false
-	}
-	n := l.node(node)
+	node, n := l.podLedger(podUID, false)
 	if n == nil {
 		return false
 	}
@@ -335,6 +322,22 @@ func (l *Ledger) Forget(podUID string) bool {
 	return dropped
 }
 
+// podLedger returns the node the pod is recorded on and its ledger (nil
+// when the pod or its node is unknown), dropping the pod from the index
+// when drop is set.
+func (l *Ledger) podLedger(podUID string, drop bool) (string, *nodeLedger) {
+	l.idxMu.Lock()
+	node, ok := l.podNode[podUID]
+	if drop {
+		delete(l.podNode, podUID)
+	}
+	l.idxMu.Unlock()
+	if !ok {
+		return "", nil
+	}
+	return node, l.node(node)
+}
+
 // Evaluate decides whether req fits node now and scores the node for it
 // (see [NodeScore]) without recording anything: the Filter and Score of a
 // scheduler plugin in one call. It returns [ErrUnknownNode], a
@@ -342,7 +345,7 @@ func (l *Ledger) Forget(podUID string) bool {
 func (l *Ledger) Evaluate(node string, req *Request) (int64, error) {
 	n := l.node(node)
 	if n == nil {
-		return 0, ErrUnknownNode
+		return 0, fmt.Errorf("%w: %q", ErrUnknownNode, node)
 	}
 	sel := l.selectors.Get().(*Selector)
 	var buf [8]Assignment

@@ -300,3 +300,33 @@ func TestLedgerConcurrentReserve(t *testing.T) {
 		}
 	}
 }
+
+// Evaluate is a scheduler's Filter and Score for every node of every pod:
+// a fitting node costs no allocation, and an unknown node is named.
+func TestLedgerEvaluate(t *testing.T) {
+	l := placement.NewLedger(placement.LedgerOptions{})
+	gpus := a100Node(t, 8)
+	if err := l.SetNode("n1", gpus); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddPod("n1", "a", []placement.Reservation{res(gpus[0].UUID, "3g.20gb", 4, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	req := oneDevice(9000)
+	score, err := l.Evaluate("n1", req)
+	if err != nil || score < 0 || score > placement.MaxNodeScore {
+		t.Fatalf("Evaluate = %d, %v; want a score in [0,%d]", score, err, placement.MaxNodeScore)
+	}
+	if a := testing.AllocsPerRun(100, func() { _, _ = l.Evaluate("n1", req) }); a != 0 && !raceEnabled {
+		t.Errorf("Evaluate allocates %v times per call, want 0", a)
+	}
+	if _, _, ok := l.Pod("a"); !ok {
+		t.Error("Evaluate dropped pod a")
+	}
+	if gs, _ := l.Node("n1"); gs[0].Used != 0b11110000 || gs[1].Used != 0 {
+		t.Errorf("Evaluate changed occupancy: %v %v", gs[0].Used, gs[1].Used)
+	}
+	if _, err := l.Evaluate("nope", req); !errors.Is(err, placement.ErrUnknownNode) {
+		t.Errorf("Evaluate on an unknown node = %v, want ErrUnknownNode", err)
+	}
+}
