@@ -17,10 +17,12 @@
 //     next bind, and never realized because no device plugin sees the pod).
 //   - A node that carries a bound MIG pod whose reservation is not yet
 //     realized is filtered out until the device plugin realized it (or
-//     [Options.LockTimeout] passed): the device plugin identifies the pod
-//     the kubelet admits as the earliest-bound unrealized one, so binding
-//     one such pod per node at a time keeps that unambiguous (HAMi's node
-//     lock plays the same role).
+//     [Options.LockTimeout] passed), and Bind refuses a second MIG pod for
+//     it with [ErrNodeLocked], also while another MIG bind to the node is
+//     in flight: the device plugin identifies the pod the kubelet admits
+//     as the earliest-bound unrealized one, so binding one such pod per
+//     node at a time keeps that unambiguous (HAMi's node lock plays the
+//     same role).
 //   - Reading the API fails the call; nothing is assumed from a partial
 //     view.
 //
@@ -33,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -73,11 +76,17 @@ type Extender struct {
 	opts   Options
 	log    *slog.Logger
 
-	mu       sync.Mutex        // serialises Sync
+	mu       sync.Mutex        // guards the maps below; serialises Sync
 	regs     map[string]string // node -> registration value the ledger holds
 	observed map[string]string // pod UID -> node+annotation the ledger holds
-	locked   map[string]string // node -> the unrealized pod locking it
+	locked   map[string]string // node -> the bound, unrealized pod locking it (rebuilt by Sync)
+	binding  map[string]string // node -> the MIG pod a Bind call is binding to it now
 }
+
+// ErrNodeLocked: Bind refused a MIG pod because the node still waits for
+// the device plugin to realize another bound pod, or another Bind call is
+// binding a MIG pod to it (see the package documentation).
+var ErrNodeLocked = errors.New("extender: node is locked by an unrealized MIG pod")
 
 // New returns an extender over client.
 func New(client kubernetes.Interface, opts Options) *Extender {
@@ -94,6 +103,7 @@ func New(client kubernetes.Interface, opts Options) *Extender {
 	return &Extender{
 		client: client, ledger: placement.NewLedger(opts.Ledger), opts: opts, log: log,
 		regs: map[string]string{}, observed: map[string]string{}, locked: map[string]string{},
+		binding: map[string]string{},
 	}
 }
 
@@ -228,9 +238,7 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 	}
 	res := FilterResult{FailedNodes: map[string]string{}}
 	kept := []string{}
-	e.mu.Lock()
-	locked := maps(e.locked)
-	e.mu.Unlock()
+	locked := e.locks()
 	for _, name := range names {
 		if who, ok := locked[name]; ok {
 			res.FailedNodes[name] = "waiting for the device plugin to realize " + who
@@ -254,12 +262,32 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 	return res
 }
 
-func maps(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
+// locks returns, per locked node, the pod that locks it: a bound pod not
+// yet realized, or a MIG pod being bound right now.
+func (e *Extender) locks() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := maps.Clone(e.locked)
+	maps.Copy(out, e.binding)
 	return out
+}
+
+// lockNode claims node for binding pod (namespace/name) and returns the
+// release function, or [ErrNodeLocked] when another pod holds the node.
+func (e *Extender) lockNode(node, pod string) (release func(), err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, who := range []string{e.locked[node], e.binding[node]} {
+		if who != "" && who != pod {
+			return nil, fmt.Errorf("%w: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who)
+		}
+	}
+	e.binding[node] = pod
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		delete(e.binding, node)
+	}, nil
 }
 
 // Prioritize scores each node with the ledger's node score, scaled to
@@ -309,6 +337,12 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	if err := e.Sync(ctx); err != nil {
 		return err
 	}
+	key := pod.Namespace + "/" + pod.Name
+	release, err := e.lockNode(args.Node, key)
+	if err != nil {
+		return err
+	}
+	defer release()
 	uid := string(pod.UID)
 	as, err := e.ledger.Reserve(args.Node, uid, &req)
 	if err != nil {
@@ -326,6 +360,11 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 		}
 		return err
 	}
+	// Bound and not realized: the node stays locked until a Sync sees
+	// the runtime identity.
+	e.mu.Lock()
+	e.locked[args.Node] = key
+	e.mu.Unlock()
 	// Observed now: the reservation is a fact, no longer an assumption.
 	if err := e.ledger.AddPod(args.Node, uid, placement.Reservations(uid, as)); err != nil {
 		e.log.Warn("confirming reservation", "pod", pod.Namespace+"/"+pod.Name, "err", err)

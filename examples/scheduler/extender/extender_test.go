@@ -296,3 +296,44 @@ func TestFilterNodeObjects(t *testing.T) {
 	assert.Equal(t, "n1", res.Nodes.Items[0].Name)
 	assert.Contains(t, res.FailedNodes, "n2")
 }
+
+// Bind enforces the node lock Filter applies: a second MIG pod is refused
+// while the first is bound but unrealized, even when the scheduler did not
+// filter in between, and nothing is written for it.
+func TestBindRefusesLockedNode(t *testing.T) {
+	ctx := context.Background()
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	a := create(t, client, migPod("a", "5000"))
+	b := create(t, client, migPod("b", "5000"))
+	require.NoError(t, ext.Bind(ctx, bindArgs(a, "n1")))
+
+	err := ext.Bind(ctx, bindArgs(b, "n1"))
+	require.ErrorIs(t, err, extender.ErrNodeLocked)
+	after := get(t, client, "b")
+	assert.Empty(t, after.Spec.NodeName)
+	assert.NotContains(t, after.Annotations, reservation.AnnotationKey)
+	_, _, ok := ext.Ledger().Pod("uid-b")
+	assert.False(t, ok, "nothing is reserved for a refused pod")
+}
+
+// Two MIG binds racing for one node that has room for both: the second to
+// claim the node is refused, so at most one unrealized pod is ever bound
+// there.
+func TestConcurrentBindsLockTheNode(t *testing.T) {
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	pods := []*corev1.Pod{create(t, client, migPod("x", "5000")), create(t, client, migPod("y", "5000"))}
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Go(func() { errs[i] = ext.Bind(context.Background(), bindArgs(p, "n1")) })
+	}
+	wg.Wait()
+	require.True(t, (errs[0] == nil) != (errs[1] == nil), "exactly one bind succeeds: %v", errs)
+	for _, err := range errs {
+		if err != nil {
+			assert.ErrorIs(t, err, extender.ErrNodeLocked)
+		}
+	}
+}
