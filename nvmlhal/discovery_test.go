@@ -108,22 +108,10 @@ func TestDiscoveryEightSlotModels(t *testing.T) {
 	}
 	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
-			ctx := context.Background()
 			var named [2][]string
 			for i, opts := range []nvmlmock.Options{{}, {NoV3: true}} {
 				b, _ := newBackend(t, model, opts)
-				devs, err := b.Devices(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				infos, err := b.GIProfiles(ctx, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gpu, errs := capability.GPUFromDevice(devs[0], infos)
-				if len(errs) > 0 {
-					t.Fatal(errs)
-				}
+				gpu := discoverGPU0(t, b)
 				for _, p := range gpu.Profiles {
 					named[i] = append(named[i], p.Name)
 					if p.GIProfileID == uint32(p.GIProfileIndex) {
@@ -167,21 +155,9 @@ func TestDiscoveryOtherGrids(t *testing.T) {
 			"2g.48gb", "2g.48gb+gfx", "2g.48gb+me.all", "2g.48gb-me", "4g.96gb", "4g.96gb+gfx"}},
 	} {
 		t.Run(tc.model.String(), func(t *testing.T) {
-			ctx := context.Background()
 			for _, opts := range []nvmlmock.Options{{}, {NoV3: true}} {
 				b, _ := newBackend(t, tc.model, opts)
-				devs, err := b.Devices(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				infos, err := b.GIProfiles(ctx, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gpu, errs := capability.GPUFromDevice(devs[0], infos)
-				if len(errs) > 0 {
-					t.Fatal(errs)
-				}
+				gpu := discoverGPU0(t, b)
 				var names []string
 				for _, p := range gpu.Profiles {
 					names = append(names, p.Name)

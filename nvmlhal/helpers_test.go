@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/nvmlhal"
 	"github.com/dynmig/dynmig/nvmlhal/nvmlmock"
 )
@@ -29,4 +30,23 @@ func newBackend(t *testing.T, model nvmlmock.Model, opts nvmlmock.Options) (*nvm
 		}
 	})
 	return b, srv
+}
+
+// discoverGPU0 builds GPU 0's capability from what the backend discovers.
+func discoverGPU0(t *testing.T, b *nvmlhal.Backend) capability.GPU {
+	t.Helper()
+	ctx := context.Background()
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := b.GIProfiles(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, errs := capability.GPUFromDevice(devs[0], infos)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return gpu
 }

@@ -25,20 +25,7 @@ type node struct {
 
 func newNode(t *testing.T, model nvmlmock.Model) *node {
 	b, srv := newBackend(t, model, nvmlmock.Options{})
-	ctx := context.Background()
-	devs, err := b.Devices(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	infos, err := b.GIProfiles(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpu, errs := capability.GPUFromDevice(devs[0], infos)
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	return &node{t: t, b: b, srv: srv, m: realize.NewManager(b, realize.Options{}), gpu0: gpu}
+	return &node{t: t, b: b, srv: srv, m: realize.NewManager(b, realize.Options{}), gpu0: discoverGPU0(t, b)}
 }
 
 // entry reserves the profile of index p at placement pl on GPU 0.
