@@ -137,15 +137,29 @@ type Plugin struct {
 	publisher *kube.RegistrationPublisher
 	ready     chan struct{}
 
-	mu       sync.Mutex // guards gpus and realized; held for container selection only
-	gpus     []capability.GPU
-	realized map[target]bool // containers this plugin realized or is realizing
+	mu     sync.Mutex // guards gpus and claims; held for container selection only
+	gpus   []capability.GPU
+	claims map[target]claim // containers this plugin realized or is realizing
 }
 
 type target struct {
 	uid       types.UID
 	container int
 }
+
+// claim is how far the plugin got with a container it picked.
+type claim uint8
+
+const (
+	// realizing: an Allocate call is realizing the container now. The
+	// claim is kept even when the pod is missing from a lagging cache:
+	// without it a concurrent call could pick the same container from a
+	// direct listing and hand its instance out twice.
+	realizing claim = iota + 1
+	// realized: the runtime identity was written; the claim only bridges
+	// the time until the cache shows it, and is dropped with the pod.
+	realized
+)
 
 // New checks cfg and builds the plugin; it touches neither the API server
 // nor the hardware.
@@ -191,7 +205,7 @@ func New(cfg Config) (*Plugin, error) {
 		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
 		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
 		ready:     make(chan struct{}),
-		realized:  map[target]bool{},
+		claims:    map[target]claim{},
 	}
 	// A deleted or finished pod triggers a reconcile pass at once.
 	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
@@ -424,18 +438,20 @@ func (p *Plugin) allocateContainer(ctx context.Context, n int) (_ []string, err 
 	p.mu.Lock()
 	pod, ci, err := p.resolve(ctx, n)
 	if err == nil {
-		p.realized[target{pod.UID, ci}] = true // claimed: a concurrent call moves on
+		p.claims[target{pod.UID, ci}] = realizing // a concurrent call moves on
 	}
 	p.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		if err != nil { // release the claim so the kubelet's retry finds it
-			p.mu.Lock()
-			delete(p.realized, target{pod.UID, ci})
-			p.mu.Unlock()
+			delete(p.claims, target{pod.UID, ci})
+			return
 		}
+		p.claims[target{pod.UID, ci}] = realized
 	}()
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
 		Pod: kube.PodView(pod), ContainerIndex: ci, Snapshot: p.source.Snapshot(),
@@ -443,13 +459,13 @@ func (p *Plugin) allocateContainer(ctx context.Context, n int) (_ []string, err 
 	if err != nil {
 		return nil, fmt.Errorf("plugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
 	}
-	realized := make([]reservation.Allocation, len(res.Devices))
+	entries := make([]reservation.Allocation, len(res.Devices))
 	uuids := make([]string, len(res.Devices))
 	for i, d := range res.Devices {
-		realized[i] = d.Entry
+		entries[i] = d.Entry
 		uuids[i] = d.Runtime.MIGUUID
 	}
-	if _, err := p.writer.WriteRuntime(ctx, pod, realized); err != nil {
+	if _, err := p.writer.WriteRuntime(ctx, pod, entries); err != nil {
 		return nil, err
 	}
 	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids)
@@ -527,7 +543,7 @@ func (p *Plugin) pendingContainer(uid types.UID, allocs []reservation.Allocation
 	}
 	var cis []int
 	for ci := range pending {
-		if count[ci] == n && !p.realized[target{uid, ci}] {
+		if _, claimed := p.claims[target{uid, ci}]; count[ci] == n && !claimed {
 			cis = append(cis, ci)
 		}
 	}
@@ -537,15 +553,16 @@ func (p *Plugin) pendingContainer(uid types.UID, allocs []reservation.Allocation
 	return slices.Min(cis)
 }
 
-// prune forgets realized containers of pods that left the node.
+// prune forgets realized containers of pods that are not in pods, the
+// cached listing; containers being realized stay claimed.
 func (p *Plugin) prune(pods []*corev1.Pod) {
 	live := map[types.UID]bool{}
 	for _, pod := range pods {
 		live[pod.UID] = true
 	}
-	for t := range p.realized {
-		if !live[t.uid] {
-			delete(p.realized, t)
+	for t, c := range p.claims {
+		if c == realized && !live[t.uid] {
+			delete(p.claims, t)
 		}
 	}
 }
