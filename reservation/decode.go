@@ -259,15 +259,8 @@ func (d *decoder[T]) entry(index int, prev []Allocation) (Allocation, error) {
 		return a, d.missing(index, seen)
 	}
 	for {
-		bit, name, err := d.key(index, "")
+		bit, name, err := d.member(index, "", &seen)
 		if err != nil {
-			return a, err
-		}
-		if bit != 0 && seen&bit != 0 {
-			return a, d.fail(index, name, ErrDuplicateKey, "key appears twice")
-		}
-		seen |= bit
-		if err := d.colon(index, name); err != nil {
 			return a, err
 		}
 		switch bit {
@@ -346,6 +339,20 @@ func (d *decoder[T]) missing(index int, seen uint) error {
 	return nil
 }
 
+// member reads one object member's key and the colon after it, refusing a
+// key already in seen (a tolerated unknown key has bit 0 and may repeat).
+func (d *decoder[T]) member(index int, parent string, seen *uint) (uint, string, error) {
+	bit, name, err := d.key(index, parent)
+	if err != nil {
+		return bit, name, err
+	}
+	if bit != 0 && *seen&bit != 0 {
+		return bit, name, d.fail(index, name, ErrDuplicateKey, "key appears twice")
+	}
+	*seen |= bit
+	return bit, name, d.colon(index, name)
+}
+
 func (d *decoder[T]) colon(index int, field string) error {
 	if c := d.peek(); c != ':' {
 		return d.unexpectedPunct(index, field, c, "':' after an object key")
@@ -406,6 +413,12 @@ func joinField(parent, k string) string {
 	return parent + "." + k
 }
 
+// Bits of the placement object's keys, in placementKeys order.
+const (
+	keyStart uint = 1 << iota
+	keySize
+)
+
 func (d *decoder[T]) placement(index int) (p capability.Placement, err error) {
 	const field = "placement"
 	if c := d.peek(); c != '{' {
@@ -413,53 +426,41 @@ func (d *decoder[T]) placement(index int) (p capability.Placement, err error) {
 	}
 	d.pos++
 	var seen uint
-	if d.peek() != '}' {
-		for {
-			bit, name, err := d.key(index, field)
+	for empty := d.peek() == '}'; !empty; {
+		bit, name, err := d.member(index, field, &seen)
+		if err != nil {
+			return p, err
+		}
+		switch bit {
+		case keyStart, keySize:
+			v, err := d.uint(index, name, math.MaxUint32)
 			if err != nil {
 				return p, err
 			}
-			if bit != 0 && seen&bit != 0 {
-				return p, d.fail(index, name, ErrDuplicateKey, "key appears twice")
+			if bit == keyStart {
+				p.Start = uint32(v)
+			} else {
+				p.Size = uint32(v)
 			}
-			seen |= bit
-			if err := d.colon(index, name); err != nil {
+		default:
+			if err := d.skipValue(index, name, 1); err != nil {
 				return p, err
 			}
-			switch bit {
-			case 1:
-				v, err := d.uint(index, name, math.MaxUint32)
-				if err != nil {
-					return p, err
-				}
-				p.Start = uint32(v)
-			case 2:
-				v, err := d.uint(index, name, math.MaxUint32)
-				if err != nil {
-					return p, err
-				}
-				p.Size = uint32(v)
-			default:
-				if err := d.skipValue(index, name, 1); err != nil {
-					return p, err
-				}
-			}
-			c := d.peek()
-			if c == ',' {
-				d.pos++
-				continue
-			}
-			if c == '}' {
-				break
-			}
+		}
+		c := d.peek()
+		if c == '}' {
+			break
+		}
+		if c != ',' {
 			return p, d.unexpectedPunct(index, field, c, "',' or '}' after an object member")
 		}
+		d.pos++
 	}
 	d.pos++
-	if seen&1 == 0 {
+	if seen&keyStart == 0 {
 		return p, d.fail(index, "placement.start", ErrMissingField, "required key is absent")
 	}
-	if seen&2 == 0 {
+	if seen&keySize == 0 {
 		return p, d.fail(index, "placement.size", ErrMissingField, "required key is absent")
 	}
 	return p, nil

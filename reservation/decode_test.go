@@ -186,6 +186,8 @@ func TestDecodeAllowUnknownKeys(t *testing.T) {
 	}{
 		{name: "case variant still refused", in: arr(entry(mContainer, mDevice, mGPU, mProfile, mPlacement, `"ContainerIndex":3`)), wantKind: reservation.ErrUnknownKey},
 		{name: "unknown value must be valid JSON", in: arr(entry(mContainer, mDevice, mGPU, mProfile, mPlacement, `"x":[1,]`)), wantKind: reservation.ErrSyntax},
+		{name: "trailing comma after an unknown placement key", in: arr(entry(mContainer, mDevice, mGPU, mProfile, `"placement":{"start":0,"size":1,"x":1,}`)), wantKind: reservation.ErrSyntax},
+		{name: "only an unknown placement key", in: arr(entry(mContainer, mDevice, mGPU, mProfile, `"placement":{"x":1}`)), wantKind: reservation.ErrMissingField},
 		{name: "unknown bad literal", in: arr(entry(mContainer, mDevice, mGPU, mProfile, mPlacement, `"x":tru`)), wantKind: reservation.ErrSyntax},
 		{name: "unknown too deep", in: arr(entry(mContainer, mDevice, mGPU, mProfile, mPlacement, `"x":`+strings.Repeat("[", 1000)+strings.Repeat("]", 1000))), wantKind: reservation.ErrSyntax},
 	} {
