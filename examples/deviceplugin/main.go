@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -43,19 +44,34 @@ var backends = map[string]backend{"fake": fakeBackend}
 
 var fakeGPUs = flag.String("fake-gpus", "2x"+fakehal.DefaultModel, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 
+// maxFakeGPUs bounds "NxMODEL", so that a typo cannot ask for billions of
+// GPUs.
+const maxFakeGPUs = 64
+
 func fakeBackend(context.Context, *slog.Logger) (realize.Realizer, func(), error) {
-	models := strings.Split(*fakeGPUs, ",")
-	if n, model, ok := strings.Cut(*fakeGPUs, "x"); ok && len(models) == 1 {
-		var count int
-		if _, err := fmt.Sscanf(n, "%d", &count); err == nil {
-			models = fakehal.Repeat(count, model)
-		}
+	models, err := parseFakeGPUs(*fakeGPUs)
+	if err != nil {
+		return nil, nil, err
 	}
 	hw, err := fakehal.New(fakehal.Options{GPUs: models})
 	if err != nil {
 		return nil, nil, err
 	}
 	return hw, func() {}, nil
+}
+
+// parseFakeGPUs reads -fake-gpus: "NxMODEL" (N of one model, 1..64) or a
+// comma-separated list of models. Unknown models are fakehal's to refuse.
+func parseFakeGPUs(v string) ([]string, error) {
+	if n, model, ok := strings.Cut(v, "x"); ok && !strings.Contains(v, ",") {
+		if count, err := strconv.Atoi(n); err == nil {
+			if count < 1 || count > maxFakeGPUs {
+				return nil, fmt.Errorf("-fake-gpus %q: want 1..%d GPUs", v, maxFakeGPUs)
+			}
+			return fakehal.Repeat(count, model), nil
+		}
+	}
+	return strings.Split(v, ","), nil
 }
 
 func main() {
