@@ -15,7 +15,8 @@
 // fail or lag), kubelet (Allocate, repeated Allocate, lost annotation
 // patches, processes on the exposed MIG devices), the device plugin
 // (reconcile, leak collection, restarts between any two steps followed by
-// startup adoption, deaths in the middle of a hardware call) and an
+// startup adoption, deaths in the middle of a hardware call, two Allocates
+// and a reconcile served concurrently) and an
 // adversary (forged annotations that copy another pod's placement or MIG
 // UUID, truncated JSON, partial runtime identity, garbage, placements the
 // scheduler never chose, a second pod duplicating a placement). NVML faults
@@ -67,6 +68,8 @@
 //
 // # Concurrency
 //
-// Each sequence runs in one goroutine; the test starts no goroutine that
-// outlives it (checked with go.uber.org/goleak).
+// Each sequence runs in one goroutine, except the burst action, which calls
+// the manager from three goroutines and waits for them; the test starts no
+// goroutine that outlives it (checked with go.uber.org/goleak). Run it with
+// -race.
 package systemtest

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ func TestSystem(t *testing.T) {
 			"startProcess":   s.startProcess,
 			"stopProcess":    s.stopProcess,
 			"settle":         s.settle,
+			"burst":          s.burst,
 			"":               s.check,
 		})
 		s.drain(rt)
@@ -598,6 +600,24 @@ func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
 		s.startPlugin(t, false)
 		return
 	}
+	s.allocated(t, p, container, must, allocateCall{snap: snap, armed: armed, before: before, res: res, err: err})
+}
+
+// allocateCall is one Allocate and what it was called with.
+type allocateCall struct {
+	snap   reservation.Snapshot
+	armed  bool
+	before []reservation.Allocation
+	res    realize.AllocateResult
+	err    error
+}
+
+// allocated is kubelet and the plugin after an Allocate returned: a
+// failure is checked against what may fail; on success the plugin patches
+// the pod (the patch may be lost, failing kubelet's call) and the
+// container receives the devices.
+func (s *system) allocated(t *rapid.T, p *simPod, container int, must bool, c allocateCall) {
+	res, err := c.res, c.err
 	if err != nil {
 		if must {
 			t.Fatalf("Allocate(%s container %d) in the drain: %v", p.uid(), container, err)
@@ -605,7 +625,7 @@ func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
 		if p.attack != "" {
 			s.stats.forgerRefusals++
 		}
-		s.expectAllocateError(t, p, snap, armed, err)
+		s.expectAllocateError(t, p, c.snap, c.armed, err)
 		return
 	}
 	s.stats.allocations++
@@ -626,8 +646,77 @@ func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
 		s.setAnnotation(p, res.Annotation)
 	}
 	for _, d := range res.Devices {
-		s.handOut(t, p, d, before)
+		s.handOut(t, p, d, c.before)
 	}
+}
+
+// burst runs kubelet's Allocate for two different pods and a reconcile
+// pass at the same time, as a device plugin serves them, then handles the
+// results in order. The race detector watches the manager and the fake.
+func (s *system) burst(t *rapid.T) {
+	s.plugin(t)
+	var pods []*simPod
+	for _, p := range s.pods {
+		if p.active && !p.gone {
+			pods = append(pods, p)
+		}
+	}
+	if len(pods) < 2 {
+		t.Skip("fewer than two active pods")
+	}
+	i := rapid.IntRange(0, len(pods)-1).Draw(t, "first pod")
+	j := rapid.IntRange(0, len(pods)-2).Draw(t, "second pod")
+	if j >= i {
+		j++
+	}
+	chosen := []*simPod{pods[i], pods[j]}
+	containers := []int{s.drawContainer(t, chosen[0]), s.drawContainer(t, chosen[1])}
+	armed := s.armed()
+	calls := make([]allocateCall, 2)
+	for k, p := range chosen {
+		calls[k] = allocateCall{snap: s.listing(t, "burst allocate", false), armed: armed}
+		calls[k].before, _ = reservation.DecodeString(p.annotation())
+	}
+	rsnap := s.listing(t, "burst reconcile", false)
+	before := s.node.Snapshot()
+	var rerr error
+	var wg sync.WaitGroup
+	for k, p := range chosen {
+		req := realize.AllocateRequest{Pod: *p.pod, ContainerIndex: containers[k], Snapshot: calls[k].snap}
+		wg.Go(func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
+	}
+	wg.Go(func() { _, rerr = s.mgr.Reconcile(s.ctx, rsnap) })
+	wg.Wait()
+	if s.hw.dead.Load() {
+		s.startPlugin(t, false)
+		return
+	}
+	if rerr != nil && !armed {
+		t.Fatalf("concurrent Reconcile without faults: %v", rerr)
+	}
+	if !reservation.Desired(rsnap).Authorized && !reservation.Desired(calls[0].snap).Authorized &&
+		!reservation.Desired(calls[1].snap).Authorized && !s.createdOnly(before) {
+		t.Fatalf("a burst without any authorised listing destroyed instances")
+	}
+	for k, p := range chosen {
+		s.allocated(t, p, containers[k], false, calls[k])
+	}
+}
+
+// createdOnly reports whether every complete instance in before is still
+// live (a GI without a CI at a reserved key is removed without
+// authorisation: nothing can run on it).
+func (s *system) createdOnly(before []realize.Instance) bool {
+	live := map[[2]uint32]bool{}
+	for _, in := range s.node.Snapshot() {
+		live[[2]uint32{uint32(in.GPU), in.GIID}] = true
+	}
+	for _, in := range before {
+		if len(in.ComputeInstances) > 0 && !live[[2]uint32{uint32(in.GPU), in.GIID}] {
+			return false
+		}
+	}
+	return true
 }
 
 // handOut records that p's container received d and checks that no other
