@@ -32,16 +32,30 @@ import (
 //     MIG UUID or a GPU instance ID on one GPU ([ErrRuntimeConflict]).
 //
 // It returns nil or the errors.Join of one [*ValidationError] per problem,
-// in entry order. Validate does not allocate when allocs are valid.
+// in entry order, at most [MaxProblems] of them. Validate does not allocate
+// when allocs are valid.
 func Validate(allocs []Allocation) error {
 	var errs []error
 	for i := range allocs {
-		errs = validateEntry(errs, allocs, i)
+		if errs = validateEntry(errs, allocs, i); len(errs) >= MaxProblems {
+			break
+		}
 	}
+	return joinProblems(errs)
+}
+
+// MaxProblems bounds the problems [Validate] and [ValidateAgainst] report
+// for one record; validation stops once it is reached. A record with more
+// is refused all the same, and every pair of a forged record of thousands
+// of identical entries (a 256 KiB annotation holds about 2,400) is two
+// problems: millions of errors, gigabytes, on every reconciliation.
+const MaxProblems = 64
+
+func joinProblems(errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return errors.Join(errs...)
+	return errors.Join(errs[:min(len(errs), MaxProblems)]...)
 }
 
 // GPULookup finds a GPU's capability by UUID. It returns nil for an unknown
@@ -76,11 +90,11 @@ func ValidateAgainst(allocs []Allocation, gpus GPULookup) error {
 		if len(errs) == n {
 			errs = validateCapability(errs, &allocs[i], i, gpus)
 		}
+		if len(errs) >= MaxProblems {
+			break
+		}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return errors.Join(errs...)
+	return joinProblems(errs)
 }
 
 func invalid(index, other int, field string, problem error, detail string, cause error) *ValidationError {

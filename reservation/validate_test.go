@@ -204,3 +204,38 @@ func TestMIGUUIDForms(t *testing.T) {
 		}
 	}
 }
+
+// A forged record of thousands of identical entries has millions of
+// conflicting pairs; Validate reports the first MaxProblems and stops, so
+// the device plugin's reconciliation stays cheap. The record is refused
+// all the same.
+func TestValidateBoundsProblems(t *testing.T) {
+	same := alloc(0, 0, gpuA, "1g.5gb", 0, 1)
+	allocs := make([]reservation.Allocation, 2400)
+	for i := range allocs {
+		allocs[i] = same
+	}
+	for name, validate := range map[string]func() error{
+		"Validate":        func() error { return reservation.Validate(allocs) },
+		"ValidateAgainst": func() error { return reservation.ValidateAgainst(allocs, reservation.GPUs{}) },
+	} {
+		err := validate()
+		if !errors.Is(err, reservation.ErrDuplicateEntry) || !errors.Is(err, reservation.ErrOverlap) {
+			t.Fatalf("%s = %v, want duplicate and overlap problems", name, err)
+		}
+		if got := len(err.(interface{ Unwrap() []error }).Unwrap()); got != reservation.MaxProblems {
+			t.Errorf("%s reports %d problems, want MaxProblems (%d)", name, got, reservation.MaxProblems)
+		}
+	}
+	value := reservation.EncodeString(allocs)
+	set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: []reservation.Pod{{
+		UID: "u", Namespace: "ns", Name: "forged", Phase: reservation.PodRunning,
+		Annotations: map[string]string{reservation.AnnotationKey: value},
+	}}})
+	if set.Authorized || len(set.Active) != 0 || len(set.Unknown) != 1 {
+		t.Fatalf("forged record: authorized %v, %d active, unknown %v; want refused", set.Authorized, len(set.Active), set.Unknown)
+	}
+	if len(set.Reasons) > reservation.MaxProblems {
+		t.Errorf("%d reasons, want at most %d", len(set.Reasons), reservation.MaxProblems)
+	}
+}
