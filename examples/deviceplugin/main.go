@@ -1,17 +1,3 @@
-// Command deviceplugin is an example kubelet device plugin that realizes
-// dynmig MIG reservations: it publishes the node's MIG capability in
-// hami.io/node-nvidia-register, creates each container's GPU and compute
-// instances at exactly the scheduler-reserved placements during Allocate,
-// exposes them through NVIDIA_VISIBLE_DEVICES, writes the runtime identity
-// back to the pod, reclaims instances of finished pods and adopts live
-// instances after a restart. The logic lives in package plugin.
-//
-// The default backend is fakehal, in-memory hardware that needs no GPU and
-// no cgo (-fake-gpus chooses its models). -backend=nvml drives real GPUs
-// through nvmlhal; it exists only in binaries built with cgo.
-//
-// It runs in the cluster as a DaemonSet pod with the node's name in
-// NODE_NAME and the kubelet's device-plugin directory mounted.
 package main
 
 import (

@@ -1,0 +1,23 @@
+// Command deviceplugin is an example kubelet device plugin that realizes
+// dynmig MIG reservations: it publishes the node's MIG capability in
+// hami.io/node-nvidia-register, creates each container's GPU and compute
+// instances at exactly the scheduler-reserved placements during Allocate,
+// exposes them through NVIDIA_VISIBLE_DEVICES, writes the runtime identity
+// back to the pod, reclaims instances of finished pods and adopts live
+// instances after a restart. The logic lives in package plugin.
+//
+// The default backend is fakehal, in-memory hardware that needs no GPU and
+// no cgo (-fake-gpus chooses its models). -backend=nvml drives real GPUs
+// through nvmlhal; it exists only in binaries built with cgo.
+//
+// It runs in the cluster as a DaemonSet pod with the node's name in
+// NODE_NAME and the kubelet's device-plugin directory mounted.
+//
+// Flags: -node (default $NODE_NAME), -backend (fake or, with cgo, nvml),
+// -fake-gpus, -socket-dir, -resource and -allow-mig-manager; -help lists
+// them. Placements are half-open slot intervals [start, start+size) and
+// memory is MiB, as in package plugin, which also states the failure
+// semantics and the concurrency contract: the command runs one
+// plugin.Plugin until SIGINT or SIGTERM and exits when every goroutine has
+// stopped.
+package main
