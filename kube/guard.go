@@ -90,8 +90,8 @@ type OwnershipGuardOptions struct {
 	// nil. Only for operators who have stopped MIG Manager some other way.
 	Override bool
 	// PodNamePrefix marks MIG Manager pods by name; empty means
-	// "nvidia-mig-manager". Pods labelled app=nvidia-mig-manager always
-	// count.
+	// "nvidia-mig-manager". Pods labelled app=nvidia-mig-manager or
+	// app.kubernetes.io/name=nvidia-mig-manager always count.
 	PodNamePrefix string
 	// Logger receives overridden refusals; nil discards.
 	Logger *slog.Logger
@@ -107,8 +107,9 @@ type OwnershipGuardOptions struct {
 //     flight even if the config label was just removed);
 //   - [MIGManagerDeployLabel] is "true" (the operator schedules MIG
 //     Manager onto the node);
-//   - a non-terminal pod labelled app=nvidia-mig-manager, or named with the
-//     MIG Manager prefix, is scheduled to the node.
+//   - a non-terminal pod labelled app=nvidia-mig-manager or
+//     app.kubernetes.io/name=nvidia-mig-manager, or named with the MIG
+//     Manager prefix, is scheduled to the node.
 //
 // When the node or its pods cannot be read, Check fails closed with
 // [ErrOwnershipUnknown]. Check makes two API calls and keeps no state; it

@@ -74,6 +74,13 @@ func TestOwnershipGuard(t *testing.T) {
 			evidence: []string{`label nvidia.com/gpu.deploy.mig-manager="true"`},
 		},
 		{
+			name: "pod with the recommended name label",
+			objects: []runtime.Object{node("n1", nil),
+				podOn("gpu-operator", "mig-reconciler-x1", "n1", map[string]string{"app.kubernetes.io/name": "nvidia-mig-manager"})},
+			wantErr:  kube.ErrMIGManagerOwnsNode,
+			evidence: []string{"pod gpu-operator/mig-reconciler-x1"},
+		},
+		{
 			name:    "operator told not to deploy",
 			objects: []runtime.Object{node("n1", map[string]string{kube.MIGManagerDeployLabel: "false"})},
 		},
