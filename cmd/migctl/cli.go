@@ -73,7 +73,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := lookup(args[1]); ok {
-				c.writeHelp(stdout, c.flags())
+				fs := c.flags()
+				c.setup(fs) // declares the flags; the command does not run
+				c.writeHelp(stdout, fs)
 				return exitOK
 			}
 			fmt.Fprintf(stderr, "migctl: unknown command %q\n", args[1])

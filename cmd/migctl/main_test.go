@@ -129,7 +129,7 @@ func TestUsage(t *testing.T) {
 		{name: "no arguments", args: nil, code: exitUsage, inStderr: []string{"usage: migctl <command>"}},
 		{name: "help", args: []string{"help"}, code: exitOK, inStdout: []string{"commands:", "simulate", "exit codes"}},
 		{name: "--help", args: []string{"--help"}, code: exitOK, inStdout: []string{"convert-legacy"}},
-		{name: "help for a command", args: []string{"help", "place"}, code: exitOK, inStdout: []string{"usage: migctl place", "-policy"}},
+		{name: "help for a command", args: []string{"help", "place"}, code: exitOK, inStdout: []string{"usage: migctl place", "flags:", "-node-name string"}},
 		{name: "help for an unknown command", args: []string{"help", "frobnicate"}, code: exitUsage, inStderr: []string{`unknown command "frobnicate"`}},
 		{name: "unknown command", args: []string{"frobnicate"}, code: exitUsage, inStderr: []string{`unknown command "frobnicate"`}},
 		{name: "unknown flag", args: []string{"status", "--frobnicate"}, code: exitUsage, inStderr: []string{"frobnicate", "usage: migctl status"}},
@@ -151,6 +151,10 @@ func TestEveryCommandHasHelp(t *testing.T) {
 				if r.stderr != "" {
 					t.Errorf("%s %s wrote to stderr: %s", c.name, flag, r.stderr)
 				}
+			}
+			// "migctl help CMD" prints the same text, flags included.
+			if got, want := migctl(t, "", "help", c.name).stdout, migctl(t, "", c.name, "--help").stdout; got != want {
+				t.Errorf("migctl help %s:\n%s\nwant (as %s --help):\n%s", c.name, got, c.name, want)
 			}
 		})
 	}
