@@ -114,7 +114,9 @@ type DesiredSet struct {
 	// conflict-free. Reasons is empty exactly when Authorized is true.
 	Authorized bool
 	// Reasons explain a withheld authorisation: [ErrIncompleteSnapshot],
-	// [*PodError] values in pod listing order, then [*ConflictError] values.
+	// [*PodError] values in pod listing order (at most [MaxProblems] per
+	// pod), then [*ConflictError] values (at most MaxProblems; every pod in
+	// a conflict is in Unknown all the same).
 	Reasons []error
 	// Unknown are active pods whose records cannot be trusted (malformed,
 	// invalid, legacy identifiers, conflicting), sorted by UID. What they
@@ -164,11 +166,9 @@ func Desired(snap Snapshot) DesiredSet {
 		unknown[pod.UID] = pod.Ref()
 		set.Withheld = append(set.Withheld, entries...)
 	}
-	conflicts := crossPodConflicts(trusted)
+	conflicts := crossPodConflicts(trusted, func(e *Entry) { unknown[e.PodUID] = e.Pod() })
 	for _, c := range conflicts {
 		set.Reasons = append(set.Reasons, c)
-		unknown[c.First.PodUID] = c.First.Pod()
-		unknown[c.Second.PodUID] = c.Second.Pod()
 	}
 	for _, e := range trusted {
 		if _, bad := unknown[e.PodUID]; bad {
@@ -234,30 +234,81 @@ func flatten(err error) []error {
 }
 
 // crossPodConflicts finds hardware claimed by entries of two different
-// pods.
-func crossPodConflicts(entries []Entry) []*ConflictError {
-	var out []*ConflictError
-	for i := range entries {
-		for j := 0; j < i; j++ {
-			a, b := &entries[j], &entries[i]
-			if a.PodUID == b.PodUID {
-				continue
-			}
-			switch {
-			case a.GPUUUID == b.GPUUUID && a.Placement.Overlaps(b.Placement):
-				out = append(out, &ConflictError{Problem: ErrOverlap, First: *a, Second: *b,
-					Detail: a.Placement.String() + " overlaps " + b.Placement.String() + " on " + a.GPUUUID})
-			case a.MIGUUID != "" && a.MIGUUID == b.MIGUUID:
-				out = append(out, &ConflictError{Problem: ErrRuntimeConflict, First: *a, Second: *b,
-					Detail: "both claim " + a.MIGUUID})
-			case a.GPUUUID == b.GPUUUID && a.GPUInstanceID.Valid && b.GPUInstanceID.Valid &&
-				a.GPUInstanceID.ID == b.GPUInstanceID.ID:
-				out = append(out, &ConflictError{Problem: ErrRuntimeConflict, First: *a, Second: *b,
-					Detail: "both claim GPU instance " + strconv.FormatUint(uint64(a.GPUInstanceID.ID), 10) + " on " + a.GPUUUID})
+// pods, calls claimant for both entries of every such pair, and returns the
+// first [MaxProblems] pairs as errors, ordered as a scan of every pair (i,
+// j<i) would find them. A pair is one conflict, reported as overlap before
+// MIG UUID before GPU instance ID.
+//
+// Only entries that can conflict are compared: those on one GPU (a pod's
+// valid entries on one GPU do not overlap, so at most [capability.MaxSlots]
+// of each pod) and those naming one MIG UUID (unique within a pod). Forged
+// records of thousands of entries on distinct GPUs therefore cost linear
+// time, not the square of every pod's entries.
+func crossPodConflicts(entries []Entry, claimant func(*Entry)) []*ConflictError {
+	type pair struct{ i, j int }
+	var found []pair
+	check := func(group []int, sameGPU bool) {
+		for x, i := range group {
+			for _, j := range group[:x] {
+				a, b := &entries[j], &entries[i]
+				if a.PodUID == b.PodUID || !sameGPU && a.GPUUUID == b.GPUUUID {
+					continue // the same GPU's pairs are the sameGPU pass's
+				}
+				if conflictProblem(a, b) != nil {
+					claimant(a)
+					claimant(b)
+					found = append(found, pair{i, j})
+				}
 			}
 		}
 	}
+	byGPU := map[string][]int{}
+	byMIG := map[string][]int{}
+	for i := range entries {
+		byGPU[entries[i].GPUUUID] = append(byGPU[entries[i].GPUUUID], i)
+		if m := entries[i].MIGUUID; m != "" {
+			byMIG[m] = append(byMIG[m], i)
+		}
+	}
+	for _, g := range byGPU {
+		check(g, true)
+	}
+	for _, g := range byMIG {
+		check(g, false)
+	}
+	slices.SortFunc(found, func(p, q pair) int { return cmp.Or(cmp.Compare(p.i, q.i), cmp.Compare(p.j, q.j)) })
+	out := make([]*ConflictError, 0, min(len(found), MaxProblems))
+	for _, p := range found[:min(len(found), MaxProblems)] {
+		out = append(out, conflictOf(&entries[p.j], &entries[p.i]))
+	}
 	return out
+}
+
+// conflictProblem returns the problem ([ErrOverlap], [ErrRuntimeConflict])
+// of two entries of different pods, or nil. It does not allocate.
+func conflictProblem(a, b *Entry) error {
+	switch {
+	case a.GPUUUID == b.GPUUUID && a.Placement.Overlaps(b.Placement):
+		return ErrOverlap
+	case a.MIGUUID != "" && a.MIGUUID == b.MIGUUID,
+		a.GPUUUID == b.GPUUUID && a.GPUInstanceID.Valid && b.GPUInstanceID.Valid && a.GPUInstanceID.ID == b.GPUInstanceID.ID:
+		return ErrRuntimeConflict
+	}
+	return nil
+}
+
+// conflictOf describes the conflict of a pair conflictProblem found.
+func conflictOf(a, b *Entry) *ConflictError {
+	c := &ConflictError{Problem: conflictProblem(a, b), First: *a, Second: *b}
+	switch {
+	case c.Problem == ErrOverlap:
+		c.Detail = a.Placement.String() + " overlaps " + b.Placement.String() + " on " + a.GPUUUID
+	case a.MIGUUID != "" && a.MIGUUID == b.MIGUUID:
+		c.Detail = "both claim " + a.MIGUUID
+	default:
+		c.Detail = "both claim GPU instance " + strconv.FormatUint(uint64(a.GPUInstanceID.ID), 10) + " on " + a.GPUUUID
+	}
+	return c
 }
 
 func compareEntries(a, b Entry) int {

@@ -3,6 +3,7 @@ package reservation_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/dynmig/dynmig/capability"
@@ -259,5 +260,33 @@ func TestDesiredZeroValue(t *testing.T) {
 	}
 	if _, ok := set.Lookup("x", 0, 0); ok || set.Claimed(gpuA, capability.Placement{Size: 8}) {
 		t.Fatalf("zero DesiredSet claims something")
+	}
+}
+
+// Pods whose large, individually valid records claim the same hardware
+// are all unknown, and reporting them stays bounded: at most MaxProblems
+// conflicts are listed, however many pairs conflict.
+func TestDesiredBoundsConflicts(t *testing.T) {
+	allocs := make([]reservation.Allocation, 2400)
+	for i := range allocs {
+		allocs[i] = alloc(0, i, "GPU-"+strconv.Itoa(i), "1g.5gb", 0, 1)
+	}
+	value := reservation.EncodeString(allocs)
+	var pods []reservation.Pod
+	for p := range 5 {
+		pods = append(pods, reservation.Pod{UID: "u" + strconv.Itoa(p), Phase: reservation.PodRunning,
+			Annotations: map[string]string{reservation.AnnotationKey: value}})
+	}
+	set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: pods})
+	if set.Authorized || len(set.Active) != 0 || len(set.Unknown) != len(pods) {
+		t.Fatalf("authorized %v, %d active, %d unknown; want all %d pods unknown", set.Authorized, len(set.Active), len(set.Unknown), len(pods))
+	}
+	if got := len(set.Reasons); got != reservation.MaxProblems {
+		t.Errorf("%d reasons, want MaxProblems (%d)", got, reservation.MaxProblems)
+	}
+	for _, r := range set.Reasons {
+		if !errors.Is(r, reservation.ErrConflict) || !errors.Is(r, reservation.ErrOverlap) {
+			t.Fatalf("reason %v, want an overlap conflict", r)
+		}
 	}
 }
