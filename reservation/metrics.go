@@ -53,8 +53,10 @@ type CollectorOptions struct {
 //
 // for every reservation with a complete runtime identity on a GPU the
 // node registration lists. Identical series (the same reservation listed
-// twice) are exported once. It is an unchecked-free, described collector
-// and safe for concurrent collection.
+// twice) are exported once. A reservation whose labels are not valid
+// UTF-8 (Prometheus refuses them) is skipped with a debug record, never a
+// panic. It is a described (not unchecked) collector and safe for
+// concurrent collection.
 type Collector struct {
 	source  func() []NodeReservations
 	opts    CollectorOptions
@@ -124,7 +126,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if !seen[labels] {
 				seen[labels] = true
-				ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, labels[:]...)
+				c.send(ch, c.info, node.Node, labels[:])
 			}
 			if !c.opts.LegacyMetrics {
 				continue
@@ -132,8 +134,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			legacy := [4]string{node.Node, a.GPUUUID, idx, a.Profile + "-" + gi}
 			if !seenLegacy[legacy] {
 				seenLegacy[legacy] = true
-				ch <- prometheus.MustNewConstMetric(c.legacy, prometheus.GaugeValue, 1, legacy[:]...)
+				c.send(ch, c.legacy, node.Node, legacy[:])
 			}
 		}
 	}
+}
+
+// send emits one series, or logs why it cannot (label values that are not
+// valid UTF-8 come only from records that bypassed Decode).
+func (c *Collector) send(ch chan<- prometheus.Metric, desc *prometheus.Desc, node string, labels []string) {
+	m, err := prometheus.NewConstMetric(desc, prometheus.GaugeValue, 1, labels...)
+	if err != nil {
+		c.logger.LogAttrs(context.Background(), slog.LevelDebug, "reservation: unexportable labels, no metric",
+			slog.String("node", node), slog.String("error", err.Error()))
+		return
+	}
+	ch <- m
 }

@@ -76,3 +76,26 @@ func TestCollectorEmpty(t *testing.T) {
 		t.Fatalf("series = %d, want 0", got)
 	}
 }
+
+// Labels Prometheus refuses (invalid UTF-8, possible only for records that
+// bypassed Decode) drop that series instead of panicking the scrape.
+func TestCollectorSkipsInvalidLabels(t *testing.T) {
+	source := func() []reservation.NodeReservations {
+		nodes := specNode()
+		bad := nodes[0].Allocations[0]
+		bad.GPUUUID, bad.MIGUUID = "GPU-\xff", "MIG-\xfe"
+		nodes[0].DeviceIndex[bad.GPUUUID] = 1
+		nodes[0].Allocations = append(nodes[0].Allocations, bad)
+		return nodes
+	}
+	for _, legacy := range []bool{false, true} {
+		c := reservation.NewCollector(source, reservation.CollectorOptions{LegacyMetrics: legacy})
+		want := 1
+		if legacy {
+			want = 2
+		}
+		if got := testutil.CollectAndCount(c); got != want {
+			t.Errorf("legacy %v: series = %d, want %d (the valid reservation only)", legacy, got, want)
+		}
+	}
+}
