@@ -19,6 +19,7 @@ import (
 	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -28,7 +29,7 @@ import (
 // own listing and hand the same MIG device to a second container.
 func TestConcurrentAllocateOfAPodTheCacheLacks(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{})
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	// The cache syncs on the (empty) listing and then hears nothing.
 	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
 		return true, watch.NewFake(), nil

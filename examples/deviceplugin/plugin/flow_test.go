@@ -2,53 +2,24 @@ package plugin_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
 	"github.com/dynmig/dynmig/examples/scheduler/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/realize"
 )
-
-var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-
-// emulateBinding makes pods/binding set spec.nodeName, as the API server
-// does (the fake clientset does not).
-func emulateBinding(client *fake.Clientset) {
-	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		ca := a.(k8stesting.CreateAction)
-		if ca.GetSubresource() != "binding" {
-			return false, nil, nil
-		}
-		b := ca.GetObject().(*corev1.Binding)
-		obj, err := client.Tracker().Get(podsGVR, b.Namespace, b.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		pod := obj.(*corev1.Pod).DeepCopy()
-		if pod.Spec.NodeName != "" {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods/binding"}, b.Name, errors.New("already bound"))
-		}
-		pod.Spec.NodeName = b.Target.Name
-		pod.ResourceVersion = nextVersion(pod.ResourceVersion)
-		return true, b, client.Tracker().Update(podsGVR, pod, b.Namespace)
-	})
-}
 
 func migPod(name, gpumem string) *corev1.Pod {
 	return &corev1.Pod{
@@ -124,8 +95,7 @@ func deleteGracefully(t *testing.T, client *fake.Clientset, name string, release
 // turn.
 func TestWholeFlow(t *testing.T) {
 	ctx := context.Background()
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	emulateBinding(client)
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	hw := fakehal.MustNew(fakehal.Options{})
 	r1 := start(t, client, hw)
 

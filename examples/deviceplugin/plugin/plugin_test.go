@@ -28,6 +28,7 @@ import (
 	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -121,7 +122,7 @@ func TestPluginOverGRPC(t *testing.T) {
 	c0 := reservation.Allocation{ContainerIndex: 0, DeviceIndex: 0, GPUUUID: uuid, Profile: "3g.20gb", Placement: capability.Placement{Start: 4, Size: 4}}
 	c1a := reservation.Allocation{ContainerIndex: 1, DeviceIndex: 0, GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}}
 	c1b := reservation.Allocation{ContainerIndex: 1, DeviceIndex: 1, GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 1, Size: 1}}
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", c0, c1a, c1b))
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", c0, c1a, c1b))
 	r := start(t, client, hw)
 	ctx := context.Background()
 
@@ -176,7 +177,7 @@ func TestPluginRefusesWhileMIGManagerOwnsTheNode(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{})
 	leftover, err := hw.AddInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 0, Size: 1})
 	require.NoError(t, err)
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: "n1", Labels: map[string]string{kube.MIGConfigLabel: "all-1g.5gb"},
 	}})
 	p, err := plugin.New(plugin.Config{Node: "n1", Client: client, Hardware: hw, SocketDir: t.TempDir()})
@@ -203,7 +204,7 @@ func TestPluginReclaimsVanishedPod(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{})
 	uuid := gpuOf(t, hw, 0).UUID
 	a := reservation.Allocation{GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a))
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a))
 	r := start(t, client, hw, func(c *plugin.Config) { c.Manager.AbsentPodGrace = -1 })
 	ctx := context.Background()
 	_, err := allocate(ctx, r.client, "id")
@@ -223,7 +224,7 @@ func TestPluginKeepsInstancesWhileARecordIsInvalid(t *testing.T) {
 	a := reservation.Allocation{GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
 	broken := boundPod("broken")
 	broken.Annotations[reservation.AnnotationKey] = `[{"containerIndex":0}]`
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a), broken)
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a), broken)
 	r := start(t, client, hw, func(c *plugin.Config) { c.Manager.AbsentPodGrace = -1 })
 	ctx := context.Background()
 	_, err := allocate(ctx, r.client, "id")
@@ -243,7 +244,7 @@ func TestPluginKeepsInstancesWhileARecordIsInvalid(t *testing.T) {
 func TestPluginSkipsGPUsWithoutMIG(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
 	require.NoError(t, hw.ForceMIGMode(0, capability.MIGDisabled))
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	r := start(t, client, hw)
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -280,7 +281,7 @@ func TestPluginRegistersWithKubelet(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	r := start(t, client, fakehal.MustNew(fakehal.Options{}), func(c *plugin.Config) {
 		c.SocketDir = dir
 		c.KubeletSocket = filepath.Join(dir, "kubelet.sock")
@@ -312,7 +313,7 @@ func TestPluginRegistersWithKubelet(t *testing.T) {
 func TestAllocateRefusesOnceMIGManagerAppears(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{})
 	a := reservation.Allocation{GPUUUID: gpuOf(t, hw, 0).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
-	client := newClient(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a))
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a))
 	r := start(t, client, hw)
 	mm := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-mig-manager-7xk2p", Labels: map[string]string{"app": "nvidia-mig-manager"}},
@@ -336,7 +337,7 @@ func TestConcurrentAllocate(t *testing.T) {
 		a := reservation.Allocation{GPUUUID: gpuOf(t, hw, i%2).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: uint32(i / 2), Size: 1}}
 		objs = append(objs, boundPod(name, a))
 	}
-	client := newClient(objs...)
+	client := kubetest.NewClientset(objs...)
 	r := start(t, client, hw)
 	var wg sync.WaitGroup
 	got := make([]string, len(names))

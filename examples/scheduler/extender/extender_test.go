@@ -29,19 +29,18 @@ import (
 	"github.com/dynmig/dynmig/examples/scheduler/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-
 // cluster is a fake API server with node n1 (one registered A100) and n2
 // (no registration), which binds pods as the real one does.
 func cluster(t *testing.T) *fake.Clientset {
 	t.Helper()
-	client := fake.NewClientset(
+	client := kubetest.NewClientset(
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
 	)
@@ -50,30 +49,7 @@ func cluster(t *testing.T) *fake.Clientset {
 	require.NoError(t, err)
 	_, err = kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(context.Background(), gpus)
 	require.NoError(t, err)
-	EmulateBinding(client)
 	return client
-}
-
-// EmulateBinding makes pods/binding set spec.nodeName, as the API server
-// does (the fake clientset does not).
-func EmulateBinding(client *fake.Clientset) {
-	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		ca := a.(k8stesting.CreateAction)
-		if ca.GetSubresource() != "binding" {
-			return false, nil, nil
-		}
-		b := ca.GetObject().(*corev1.Binding)
-		obj, err := client.Tracker().Get(podsGVR, b.Namespace, b.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		pod := obj.(*corev1.Pod).DeepCopy()
-		if pod.Spec.NodeName != "" {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods/binding"}, b.Name, errors.New("already bound"))
-		}
-		pod.Spec.NodeName = b.Target.Name
-		return true, b, client.Tracker().Update(podsGVR, pod, b.Namespace)
-	})
 }
 
 func migPod(name string, gpumem string) *corev1.Pod {
