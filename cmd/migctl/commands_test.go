@@ -68,13 +68,7 @@ func TestDiscoverNode(t *testing.T) {
 func TestDiscoverErrors(t *testing.T) {
 	onlyA30 := writeTemp(t, "a30.yaml", "nvidia:\n  migProfileAllowlist:\n  - models: [A30]\n    profiles: [1g.6gb]\n")
 	only1g := writeTemp(t, "1g.yaml", "nvidia:\n  migProfileAllowlist:\n  - models: [A100-SXM4-40GB]\n    profiles: [1g.5gb, 1g.5gb+me]\n")
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		inStdout []string
-		inStderr []string
-	}{
+	tests := []cliCase{
 		{name: "no --fake", args: []string{"discover"}, code: exitUsage, inStderr: []string{"--fake is required"}},
 		{name: "unknown model", args: []string{"discover", "--fake", "Z80"}, code: exitUsage, inStderr: []string{`unknown model "Z80"`, "NVIDIA A30"}},
 		{name: "bad count", args: []string{"discover", "--fake", "99xA30"}, code: exitUsage, inStderr: []string{"count 99"}},
@@ -87,11 +81,7 @@ func TestDiscoverErrors(t *testing.T) {
 		{name: "missing allowlist file", args: []string{"discover", "--fake", "A100", "--allowlist", "testdata/nope.yaml"},
 			code: exitInvalid, inStderr: []string{"nope.yaml"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			migctl(t, "", tt.args...).check(t, tt.code, tt.inStdout, tt.inStderr)
-		})
-	}
+	runCases(t, tests)
 }
 
 func TestValidate(t *testing.T) {
@@ -99,14 +89,7 @@ func TestValidate(t *testing.T) {
 	quoted, _ := json.Marshal(strings.TrimSpace(spec))
 	unknownGPU := `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-00000000-0000-4000-8000-000000000000","profile":"1g.5gb","placement":{"start":0,"size":1}}]`
 	unpublished := `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + gpu0 + `","profile":"3g.20gb","placement":{"start":2,"size":4}}]`
-	tests := []struct {
-		name     string
-		args     []string
-		stdin    string
-		code     int
-		inStdout []string
-		inStderr []string
-	}{
+	tests := []cliCase{
 		{name: "spec example", args: []string{"validate", testdata("spec-allocation.json")}, code: exitOK,
 			inStdout: []string{"valid: 1 entry, 1 realized, 0 not yet realized"}},
 		{name: "spec example on stdin", args: []string{"validate", "-"}, stdin: spec, code: exitOK, inStdout: []string{"valid: 1 entry"}},
@@ -147,11 +130,7 @@ func TestValidate(t *testing.T) {
 		{name: "two files", args: []string{"validate", "a", "b"}, code: exitUsage, inStderr: []string{"want one file"}},
 		{name: "both on stdin", args: []string{"validate", "--node", "-", "-"}, code: exitUsage, inStderr: []string{"standard input"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			migctl(t, tt.stdin, tt.args...).check(t, tt.code, tt.inStdout, tt.inStderr)
-		})
-	}
+	runCases(t, tests)
 }
 
 func TestValidateDuplicateUID(t *testing.T) {
@@ -259,12 +238,7 @@ func TestPlaceResultIsValid(t *testing.T) {
 func TestStatus(t *testing.T) {
 	node := testdata("node.json")
 	reg := writeTemp(t, "reg.json", nodeAnnotation(t))
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		inStdout []string
-	}{
+	tests := []cliCase{
 		{name: "kubectl List", args: []string{"status", "--node", node, "--pods", testdata("pods.json")}, code: exitOK,
 			inStdout: []string{
 				"node mig-node-a: 2 MIG GPUs (NVIDIA A100-SXM4-40GB x2), 3 active pods hold 4 reservations (2 realized, 2 not yet), 1 pending MIG pods",
@@ -286,11 +260,7 @@ func TestStatus(t *testing.T) {
 		{name: "pending pod that does not fit", args: []string{"status", "--node", node, "--pods", testdata("pods.json"), "--policy", "first-fit"}, code: exitOK,
 			inStdout: []string{"pending MIG pods (policy first-fit):"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			migctl(t, "", tt.args...).check(t, tt.code, tt.inStdout, nil)
-		})
-	}
+	runCases(t, tests)
 }
 
 func TestStatusPendingDoesNotFit(t *testing.T) {
@@ -399,14 +369,7 @@ func TestConvertLegacy(t *testing.T) {
 		t.Errorf("converted allowlist allows a profile no geometry named")
 	}
 
-	tests := []struct {
-		name     string
-		args     []string
-		stdin    string
-		code     int
-		inStdout []string
-		inStderr []string
-	}{
+	tests := []cliCase{
 		{name: "lossy", args: []string{"convert-legacy", testdata("legacy-config-lossy.yaml")}, code: exitInvalid,
 			inStdout: []string{"1g.5gb"}, inStderr: []string{"not profile names: MIG 2g.10gb", `empty or duplicate models: [""]`}},
 		{name: "stdin, JSON out", args: []string{"convert-legacy", "--json", "-"}, stdin: readTestdata(t, "legacy-config.yaml"), code: exitOK,
@@ -415,11 +378,7 @@ func TestConvertLegacy(t *testing.T) {
 			inStderr: []string{"knownMigGeometries"}},
 		{name: "no file", args: []string{"convert-legacy"}, code: exitUsage, inStderr: []string{"want exactly one FILE"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			migctl(t, tt.stdin, tt.args...).check(t, tt.code, tt.inStdout, tt.inStderr)
-		})
-	}
+	runCases(t, tests)
 }
 
 func TestSimulate(t *testing.T) {
@@ -456,14 +415,7 @@ func TestSimulate(t *testing.T) {
 		t.Errorf("replaying the written trace differs:\n%s\nvs\n%s", again.stdout, r.stdout)
 	}
 
-	tests := []struct {
-		name     string
-		args     []string
-		stdin    string
-		code     int
-		inStdout []string
-		inStderr []string
-	}{
+	tests := []cliCase{
 		{name: "one policy", args: []string{"simulate", "--synthetic", "1", "--arrivals", "50", "--policy", "v210"}, code: exitOK,
 			inStdout: []string{"v2.10"}},
 		{name: "trace on stdin", args: []string{"simulate", "--trace", "-", "--gpus", "1"}, stdin: readTestdata(t, "trace.jsonl"), code: exitOK,
@@ -477,9 +429,5 @@ func TestSimulate(t *testing.T) {
 		{name: "bad trace names the line", args: []string{"simulate", "--trace", "-"}, stdin: "{\"t\":0,\"op\":\"arrive\",\"id\":\"a\"}\n{\"t\":1,\"op\":\"leave\",\"id\":\"a\"}\n",
 			code: exitInvalid, inStderr: []string{"line 2"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			migctl(t, tt.stdin, tt.args...).check(t, tt.code, tt.inStdout, tt.inStderr)
-		})
-	}
+	runCases(t, tests)
 }

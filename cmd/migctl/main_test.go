@@ -118,14 +118,29 @@ func entry(gpu, profile string, start, size uint32) reservation.Allocation {
 	return reservation.Allocation{GPUUUID: gpu, Profile: profile, Placement: capability.Placement{Start: start, Size: size}}
 }
 
+// cliCase is one migctl invocation and what it must print: exit code
+// and substrings of standard output and standard error.
+type cliCase struct {
+	name     string
+	args     []string
+	stdin    string
+	code     int
+	inStdout []string
+	inStderr []string
+}
+
+// runCases runs each case as a subtest.
+func runCases(t *testing.T, tests []cliCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			migctl(t, tt.stdin, tt.args...).check(t, tt.code, tt.inStdout, tt.inStderr)
+		})
+	}
+}
+
 func TestUsage(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		inStdout []string
-		inStderr []string
-	}{
+	tests := []cliCase{
 		{name: "no arguments", args: nil, code: exitUsage, inStderr: []string{"usage: migctl <command>"}},
 		{name: "help", args: []string{"help"}, code: exitOK, inStdout: []string{"commands:", "simulate", "exit codes"}},
 		{name: "--help", args: []string{"--help"}, code: exitOK, inStdout: []string{"convert-legacy"}},
@@ -135,11 +150,7 @@ func TestUsage(t *testing.T) {
 		{name: "unknown flag", args: []string{"status", "--frobnicate"}, code: exitUsage, inStderr: []string{"frobnicate", "usage: migctl status"}},
 		{name: "stray argument", args: []string{"defaults", "extra"}, code: exitUsage, inStderr: []string{`unexpected argument "extra"`}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			migctl(t, "", tt.args...).check(t, tt.code, tt.inStdout, tt.inStderr)
-		})
-	}
+	runCases(t, tests)
 }
 
 func TestEveryCommandHasHelp(t *testing.T) {
