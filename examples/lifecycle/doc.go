@@ -12,6 +12,13 @@
 //	go run ./examples/lifecycle [-model NAME] [-gpus N]
 //
 // -model takes any fakehal preset (for example A100-SXM4-40GB, H100, H200,
-// B200, A30, "RTX PRO 6000"); -gpus the number of GPUs. The output is
-// deterministic.
+// B200, A30, "RTX PRO 6000"); -gpus the number of GPUs (1..64). The output
+// is deterministic; a golden test pins it.
+//
+// In a slot map each character is one memory slot of a GPU's placement
+// grid and each reservation covers the half-open interval
+// [start, start+size) of its placement; memory is MiB. The walk-through
+// runs on one goroutine and starts no others; the "API server" is a slice
+// of pods in memory, and the device plugin's restart is a new
+// realize.Manager over the same fake hardware.
 package main
