@@ -180,3 +180,39 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDesired feeds Desired two pods whose allocation and legacy
+// annotations are arbitrary: it never panics, authorises exactly when it
+// gives no reason, and never lets an untrusted pod's entry into Active or
+// two active pods claim one slot.
+func FuzzDesired(f *testing.F) {
+	for _, s := range seedAnnotations {
+		f.Add(s, wireExample, "", false)
+	}
+	f.Add(wireExample, wireExample, "", true)
+	f.Add(wireExample, scheduledExample, "GPU-a[1-2],NVIDIA,0,0:", true)
+	f.Fuzz(func(t *testing.T, a, b, legacy string, deleting bool) {
+		snap := reservation.Snapshot{Complete: true, Pods: []reservation.Pod{
+			{UID: "a", Phase: reservation.PodRunning, Annotations: map[string]string{reservation.AnnotationKey: a}},
+			{UID: "b", Phase: reservation.PodPending, Deleting: deleting, Annotations: map[string]string{
+				reservation.AnnotationKey: b, reservation.LegacyDevicesAnnotationKey: legacy}},
+		}}
+		set := reservation.Desired(snap)
+		if set.Authorized != (len(set.Reasons) == 0) {
+			t.Fatalf("Authorized %v with %d reasons", set.Authorized, len(set.Reasons))
+		}
+		if len(set.Reasons) > 0 && set.Verdict() == nil {
+			t.Fatal("reasons but a nil verdict")
+		}
+		for i, e := range set.Active {
+			if set.IsUnknown(e.PodUID) {
+				t.Fatalf("active entry %v of an unknown pod", e)
+			}
+			for _, o := range set.Active[:i] {
+				if o.PodUID != e.PodUID && o.GPUUUID == e.GPUUUID && o.Placement.Overlaps(e.Placement) {
+					t.Fatalf("active entries %v and %v overlap", o, e)
+				}
+			}
+		}
+	})
+}
