@@ -498,3 +498,25 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	unlock()
 	mustCreate(t, b, 0, p1g, at(0, 1))
 }
+
+// A GPU whose MIG mode cannot be read is never reported as having no
+// instances, no profiles or no processes: every read says why it failed.
+func TestUnreadableMIGMode(t *testing.T) {
+	ctx := context.Background()
+	b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
+	mustCreate(t, b, 0, p1g, at(0, 1))
+	for name, call := range map[string]func() error{
+		"MIGMode":    func() error { _, _, err := b.MIGMode(ctx, 0); return err },
+		"Instances":  func() error { _, err := b.Instances(ctx, 0); return err },
+		"Processes":  func() error { _, err := b.Processes(ctx, 0); return err },
+		"GIProfiles": func() error { _, err := b.GIProfiles(ctx, 0); return err },
+	} {
+		srv.FailNext(nvmlmock.OpGetMigMode, nvml.ERROR_UNKNOWN)
+		if err := call(); returnCode(err) != nvml.ERROR_UNKNOWN {
+			t.Errorf("%s with GetMigMode failing = %v, want the NVML error", name, err)
+		}
+	}
+	if got := len(mustInstances(t, b, 0)); got != 1 {
+		t.Errorf("after the failures %d instances, want 1", got)
+	}
+}

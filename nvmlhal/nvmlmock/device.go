@@ -112,6 +112,9 @@ func (d *Device) GetMigMode() (int, int, nvml.Return) {
 	if !d.srv.lock() {
 		return 0, 0, nvml.ERROR_UNINITIALIZED
 	}
+	if ret, ok := d.srv.fault(OpGetMigMode); ok {
+		return 0, 0, ret
+	}
 	return d.migMode, d.pendingMode, nvml.SUCCESS
 }
 

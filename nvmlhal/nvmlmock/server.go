@@ -48,6 +48,7 @@ const (
 	OpGetMigDeviceHandleByIndex Op = "GetMigDeviceHandleByIndex"
 	OpGetComputeRunningProcs    Op = "GetComputeRunningProcesses"
 	OpSetMigMode                Op = "SetMigMode"
+	OpGetMigMode                Op = "GetMigMode"
 )
 
 // Server is a strict NVML mock of an 8-GPU DGX server: go-nvml's mock
