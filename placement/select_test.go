@@ -390,3 +390,37 @@ func TestNewGridErrors(t *testing.T) {
 		t.Fatalf("grid %v: width %d full %v", g, g.Width(), g.Full())
 	}
 }
+
+func TestSplitList(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{in: "", want: nil},
+		{in: " , ,", want: nil},
+		{in: "GPU-a", want: []string{"GPU-a"}},
+		{in: " GPU-a ,GPU-b,, GPU-c ", want: []string{"GPU-a", "GPU-b", "GPU-c"}},
+	}
+	for _, tc := range tests {
+		if got := placement.SplitList(tc.in); !slices.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+			t.Errorf("SplitList(%q) = %#v, want %#v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestMemoryString(t *testing.T) {
+	tests := []struct {
+		m    placement.Memory
+		want string
+	}{
+		{m: placement.Memory{}, want: "whole GPU"},
+		{m: placement.MiB(4864), want: "4864MiB"},
+		{m: placement.Percent(50), want: "50%"},
+		{m: placement.Memory{Kind: 7}, want: "MemoryKind(7)"},
+	}
+	for _, tc := range tests {
+		if got := tc.m.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+}
