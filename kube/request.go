@@ -235,29 +235,22 @@ func wholeResource(c *corev1.Container, name corev1.ResourceName, limit int64) (
 }
 
 // fromPlacementError names the container and resource behind a
-// placement.RequestError.
+// placement.RequestError. parseContainer has already refused bad memory
+// resources and SplitList drops empty list entries, so what placement
+// still refuses is a device count (the pod's total above
+// placement.MaxDevices); any other field is reported as placement names it.
 func fromPlacementError(pod *corev1.Pod, err error) error {
+	re := &RequestError{Container: -1, Field: "request", Reason: err.Error(), Err: err}
 	var pe *placement.RequestError
 	if !errors.As(err, &pe) {
-		return &RequestError{Container: -1, Field: "request", Reason: err.Error(), Err: err}
+		return re
 	}
-	re := &RequestError{Container: pe.Container, Reason: pe.Reason, Err: err}
+	re.Field, re.Reason = pe.Field, pe.Reason
 	if c := ContainerAt(pod, pe.Container); c != nil {
-		re.ContainerName = c.Name
+		re.Container, re.ContainerName = pe.Container, c.Name
 		re.Field = string(ResourceGPU)
 		if strings.HasPrefix(pe.Field, "Memory") {
 			re.Field = string(ResourceGPUMem)
-		}
-		return re
-	}
-	re.Container = -1
-	re.Field = pe.Field
-	for prefix, ann := range map[string]string{
-		"Preference": ProfilePreferenceAnnotation, "UseUUIDs": UseGPUUUIDAnnotation, "NoUseUUIDs": NoUseGPUUUIDAnnotation,
-		"UseTypes": UseGPUTypeAnnotation, "NoUseTypes": NoUseGPUTypeAnnotation,
-	} {
-		if strings.HasPrefix(pe.Field, prefix+"[") {
-			re.Field = ann
 		}
 	}
 	return re

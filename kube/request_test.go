@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -100,6 +101,7 @@ func TestParseRequestErrors(t *testing.T) {
 		container int
 		cname     string
 		field     string
+		placement bool // placement's validation refused it, and the error says so
 	}{
 		{name: "fractional count", pod: migPod(nil, nil, ctr("a", res("nvidia.com/gpu", "1500m"))),
 			container: 0, cname: "a", field: "nvidia.com/gpu"},
@@ -116,7 +118,9 @@ func TestParseRequestErrors(t *testing.T) {
 		{name: "memory without devices", pod: migPod(nil, []corev1.Container{ctr("i", nil)}, ctr("a", res("nvidia.com/gpumem", "1000"))),
 			container: 1, cname: "a", field: "nvidia.com/gpumem"},
 		{name: "too many devices", pod: migPod(nil, nil, ctr("a", res("nvidia.com/gpu", "257"))),
-			container: 0, cname: "a", field: "nvidia.com/gpu"},
+			container: 0, cname: "a", field: "nvidia.com/gpu", placement: true},
+		{name: "too many devices in total", pod: migPod(nil, []corev1.Container{ctr("i", res("nvidia.com/gpu", "200"))}, ctr("a", res("nvidia.com/gpu", "100"))),
+			container: 1, cname: "a", field: "nvidia.com/gpu", placement: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +132,8 @@ func TestParseRequestErrors(t *testing.T) {
 			assert.Equal(t, tt.cname, re.ContainerName)
 			assert.Equal(t, tt.field, re.Field)
 			assert.NotEmpty(t, re.Reason)
+			var pe *placement.RequestError
+			assert.Equal(t, tt.placement, errors.As(err, &pe), "wraps placement's *RequestError")
 		})
 	}
 }
