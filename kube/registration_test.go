@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -121,4 +122,15 @@ func TestNodeGPUs(t *testing.T) {
 	got, err := kube.NodeGPUs(mixed)
 	require.NoError(t, err)
 	assert.Empty(t, got, "only MIG-mode devices are MIG capability")
+}
+
+func TestRegistrationPublisherPatchFails(t *testing.T) {
+	client := fake.NewClientset(node("n1", nil))
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", assert.AnError)
+	})
+	gpus := discovered(t, fakehal.Options{})
+	changed, err := kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(context.Background(), gpus)
+	assert.True(t, apierrors.IsForbidden(err), "got %v", err)
+	assert.False(t, changed)
 }

@@ -234,3 +234,68 @@ func TestWriteRuntimeGivesUp(t *testing.T) {
 	require.ErrorIs(t, err, reservation.ErrBadIdentity)
 	assert.NotErrorIs(t, err, kube.ErrReservationChanged)
 }
+
+// The pod can vanish or be replaced at each step of a write; the writer
+// reports ErrPodGone and writes nothing to a replacement.
+func TestWriteRuntimePodGone(t *testing.T) {
+	a0 := scheduled(0, 0, 0, 2)
+	want := []reservation.Allocation{realizedAs(a0, migA, 1)}
+	replacement := reservedPod("9", a0)
+	replacement.UID = "uid-replacement"
+	tests := []struct {
+		name     string
+		reactors func(client *fake.Clientset)
+		apiErr   bool // the API's NotFound is wrapped too
+	}{
+		{name: "deleted before the patch", apiErr: true, reactors: func(client *fake.Clientset) {
+			client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(podGR, "p")
+			})
+		}},
+		{name: "deleted before the re-read", apiErr: true, reactors: func(client *fake.Clientset) {
+			client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewConflict(podGR, "p", assert.AnError)
+			})
+			client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(podGR, "p")
+			})
+		}},
+		{name: "replaced by a pod with another UID", reactors: func(client *fake.Clientset) {
+			client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewConflict(podGR, "p", assert.AnError)
+			})
+			client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, replacement, nil
+			})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := reservedPod("7", a0)
+			client := fake.NewClientset(pod)
+			tt.reactors(client)
+			_, err := kube.NewAnnotationWriter(client, kube.AnnotationWriterOptions{}).WriteRuntime(context.Background(), pod, want)
+			require.ErrorIs(t, err, kube.ErrPodGone)
+			var pe *kube.PatchError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, 1, pe.Attempts)
+			assert.Equal(t, tt.apiErr, apierrors.IsNotFound(err))
+			assert.NotEmpty(t, err.Error())
+		})
+	}
+}
+
+// A pod whose stored record is already malformed gives the writer nothing
+// to merge into: it refuses before any API call.
+func TestWriteRuntimeMalformedRecord(t *testing.T) {
+	a0 := scheduled(0, 0, 0, 2)
+	pod := reservedPod("7", a0)
+	pod.Annotations[reservation.AnnotationKey] = `[{"containerIndex":0`
+	client := fake.NewClientset(pod)
+	sent := patches(client)
+	_, err := kube.NewAnnotationWriter(client, kube.AnnotationWriterOptions{}).WriteRuntime(context.Background(), pod,
+		[]reservation.Allocation{realizedAs(a0, migA, 1)})
+	require.ErrorIs(t, err, kube.ErrReservationChanged)
+	assert.ErrorIs(t, err, reservation.ErrMalformed)
+	assert.Empty(t, *sent)
+}
