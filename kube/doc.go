@@ -3,8 +3,12 @@
 // model, keeps an informer-backed snapshot of one node's pods for the device
 // plugin, writes the runtime identity and the node registration back with
 // JSON merge patches, drives periodic and event-driven reconciliation, and
-// guards a node against concurrent mutation by NVIDIA MIG Manager. It is the
-// only package of the library (examples aside) that imports Kubernetes.
+// guards a node against concurrent mutation by NVIDIA MIG Manager. For
+// schedulers it decodes node registrations ([NodeGPUs]) and pod records
+// ([PodAllocations]) and converts between those records and the placement
+// ledger ([LedgerReservations], [Allocations]). It is the only package of
+// the library (examples aside) that imports Kubernetes; its subpackage
+// kubetest is a fake API server for tests.
 //
 // # Model
 //
