@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"weak"
 
 	"github.com/dynmig/dynmig/capability"
 )
@@ -130,40 +131,71 @@ func NewGrid(gpu *capability.GPU) (*Grid, error) {
 
 // shapes interns compiled profile tables, so GPUs of one model share one
 // table (and its lookup tables) process-wide: a map from the table's hash to
-// the shapes with that hash, each compared in full before reuse. It only
-// grows; a cluster has a handful of distinct tables (models x allowlists x
-// driver memory drift).
+// the shapes with that hash, each compared in full before reuse. The map
+// holds weak pointers: a table no Grid uses any more is collected, so a
+// node that publishes a new table on every update (driver memory drift, a
+// faulty or hostile registration) cannot grow the scheduler without bound.
 var shapes struct {
-	sync.RWMutex
-	m map[uint64][]*shape
+	sync.Mutex
+	m map[uint64][]weak.Pointer[shape]
+	// sweepAt is the map size at which the next insert drops every
+	// collected shape: twice the size left by the last sweep, so sweeping
+	// costs amortised constant time per insert.
+	sweepAt int
 }
 
 func internShape(gpu *capability.GPU) (*shape, error) {
 	h := tableHash(gpu.Profiles)
-	shapes.RLock()
-	for _, sh := range shapes.m[h] {
-		if sameTable(sh.src, gpu.Profiles) {
-			shapes.RUnlock()
-			return sh, nil
-		}
+	if sh := lookupShape(h, gpu.Profiles, false); sh != nil {
+		return sh, nil
 	}
-	shapes.RUnlock()
 	sh, err := newShape(gpu)
 	if err != nil {
 		return nil, err
 	}
 	shapes.Lock()
 	defer shapes.Unlock()
-	for _, old := range shapes.m[h] {
-		if sameTable(old.src, gpu.Profiles) {
-			return old, nil
-		}
+	if old := lookupShapeLocked(h, gpu.Profiles, true); old != nil {
+		return old, nil
 	}
 	if shapes.m == nil {
-		shapes.m = map[uint64][]*shape{}
+		shapes.m = map[uint64][]weak.Pointer[shape]{}
 	}
-	shapes.m[h] = append(shapes.m[h], sh)
+	if len(shapes.m) >= shapes.sweepAt {
+		for k := range shapes.m {
+			lookupShapeLocked(k, nil, true)
+		}
+		shapes.sweepAt = 2*len(shapes.m) + 64
+	}
+	shapes.m[h] = append(shapes.m[h], weak.Make(sh))
 	return sh, nil
+}
+
+func lookupShape(h uint64, ps []capability.Profile, prune bool) *shape {
+	shapes.Lock()
+	defer shapes.Unlock()
+	return lookupShapeLocked(h, ps, prune)
+}
+
+// lookupShapeLocked returns the live shape of table ps, and with prune
+// drops the collected shapes with hash h.
+func lookupShapeLocked(h uint64, ps []capability.Profile, prune bool) *shape {
+	var found *shape
+	for _, w := range shapes.m[h] {
+		if sh := w.Value(); sh != nil && sameTable(sh.src, ps) {
+			found = sh
+			break
+		}
+	}
+	if prune {
+		live := slices.DeleteFunc(shapes.m[h], func(w weak.Pointer[shape]) bool { return w.Value() == nil })
+		if len(live) == 0 {
+			delete(shapes.m, h)
+		} else {
+			shapes.m[h] = live
+		}
+	}
+	return found
 }
 
 // tableHash is an FNV-1a hash of what a shape depends on.

@@ -3,6 +3,7 @@ package placement_test
 import (
 	"errors"
 	"math"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -423,4 +424,37 @@ func TestMemoryString(t *testing.T) {
 			t.Errorf("String() = %q, want %q", got, tc.want)
 		}
 	}
+}
+
+// Grids of equal profile tables share one compiled table while any of them
+// lives; tables no grid uses are dropped from the cache, so a stream of
+// distinct tables (driver memory drift, a faulty registration) does not
+// grow the process without bound.
+func TestGridTablesInternedAndCollected(t *testing.T) {
+	table := func(uuid string, mem uint64) *placement.Grid {
+		gpu := capability.GPU{UUID: uuid, Profiles: []capability.Profile{{Name: "1g.5gb", MemoryMB: mem, SliceCount: 1, Placements: []capability.Placement{pl(0, 1)}}}}
+		g, err := placement.NewGrid(&gpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	keep := table("GPU-keep", 1_000_000)
+	for i := range 5000 {
+		a, b := table("GPU-a", uint64(2_000_000+i)), table("GPU-b", uint64(2_000_000+i))
+		if !placement.SameTable(a, b) {
+			t.Fatalf("table %d: equal tables not shared", i)
+		}
+		if i%500 == 0 {
+			runtime.GC()
+		}
+	}
+	runtime.GC()
+	if again := table("GPU-again", 1_000_000); !placement.SameTable(again, keep) {
+		t.Error("a live table was not reused")
+	}
+	if n := placement.InternedShapes(); n > 2000 {
+		t.Errorf("%d tables cached after 5000 distinct ones were dropped, want the cache swept", n)
+	}
+	runtime.KeepAlive(keep)
 }
