@@ -55,9 +55,11 @@ each device goes to standard error.
 If POD is among the active pods, its current reservation is ignored (it is
 placed again). The annotation is the internal protocol between scheduler and
 device plugin: this is for inspection and what-if questions, never write the
-output to a pod yourself. Exit 2 with the reason when the pod is unschedulable on the
-node (not enough free slots, free slots but no legal placement, no profile
-large enough, every GPU excluded by constraints).`,
+output to a pod yourself.
+
+Exit 2 with the reason when the pod is unschedulable on the node (not enough
+free slots, free slots but no legal placement, no profile large enough, every
+GPU excluded by constraints).`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			node := fs.String("node", "", "Node JSON (or NodeList/List, or a bare registration value)")
 			nodeName := fs.String("node-name", "", "the node to use when NODE.json holds several")

@@ -25,10 +25,10 @@ character per memory slot, one letter per pod, '|' between placements, '.'
 free, '!' claimed twice) with its free slots, capacity (how many more
 instances fit, summed over the profiles), the largest profile that still fits
 and unusable slots (free slots no free published placement covers); each
-reservation of the active
-pods and whether the device plugin has realized it (runtime identity in the
-annotation); the MIG pods still pending and whether they would fit now (with
---policy); and every problem found (malformed or conflicting records).
+reservation of the active pods and whether the device plugin has realized it
+(runtime identity in the annotation); the MIG pods still pending and whether
+they would fit now (with --policy); and every problem found (malformed or
+conflicting records).
 
 Exit 0, or 1 when a record is malformed or conflicting.`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
