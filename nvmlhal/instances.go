@@ -335,15 +335,11 @@ func (b *Backend) destroyGI(gpu int, dev nvml.Device, gi nvml.GpuInstance) error
 // instance gi. A GPU or compute instance that does not exist is
 // realize.ErrNotFound; processes on it realize.ErrInUse.
 func (b *Backend) DestroyComputeInstance(ctx context.Context, gpu int, gi, ci uint32) error {
-	dev, unlock, err := b.begin(ctx, "DestroyComputeInstance", gpu)
+	dev, g, unlock, err := b.beginGI(ctx, "DestroyComputeInstance", gpu, gi)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	g, err := lookupGI(gpu, dev, gi)
-	if err != nil {
-		return err
-	}
 	c, ret := g.GetComputeInstanceById(int(ci))
 	if ret != nvml.SUCCESS {
 		return lookupError("GetComputeInstanceById", gpu, dev, ret)
@@ -359,15 +355,11 @@ func (b *Backend) DestroyComputeInstance(ctx context.Context, gpu int, gi, ci ui
 // instances or processes are realize.ErrInUse (NVML's IN_USE); a GPU
 // instance that does not exist is realize.ErrNotFound.
 func (b *Backend) DestroyGPUInstance(ctx context.Context, gpu int, gi uint32) error {
-	dev, unlock, err := b.begin(ctx, "DestroyGPUInstance", gpu)
+	dev, g, unlock, err := b.beginGI(ctx, "DestroyGPUInstance", gpu, gi)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	g, err := lookupGI(gpu, dev, gi)
-	if err != nil {
-		return err
-	}
 	if ret := g.Destroy(); ret != nvml.SUCCESS {
 		return hwError("GpuInstance.Destroy", gpu, dev, ret)
 	}
@@ -375,12 +367,19 @@ func (b *Backend) DestroyGPUInstance(ctx context.Context, gpu int, gi uint32) er
 	return nil
 }
 
-func lookupGI(gpu int, dev nvml.Device, gi uint32) (nvml.GpuInstance, error) {
+// beginGI is [Backend.begin] for a call on GPU instance gi: it also looks
+// the instance up, releasing the lock again when that fails.
+func (b *Backend) beginGI(ctx context.Context, op string, gpu int, gi uint32) (nvml.Device, nvml.GpuInstance, func(), error) {
+	dev, unlock, err := b.begin(ctx, op, gpu)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	g, ret := dev.GetGpuInstanceById(int(gi))
 	if ret != nvml.SUCCESS {
-		return nil, lookupError("GetGpuInstanceById", gpu, dev, ret)
+		unlock()
+		return nil, nil, nil, lookupError("GetGpuInstanceById", gpu, dev, ret)
 	}
-	return g, nil
+	return dev, g, unlock, nil
 }
 
 // lookupError maps a failed by-ID lookup: NVML reports an unknown ID as
