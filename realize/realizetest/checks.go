@@ -524,11 +524,11 @@ var checkMIGDisabled = checkFunc(func(ctx context.Context, e *env) error {
 		_, err = e.r.CreateInstance(ctx, d.Index, p.Index, p.Placements[0])
 		e.expectKind(fmt.Sprintf("CreateInstance on MIG-disabled GPU %d", d.Index), err, d.Index, realize.ErrMIGDisabled)
 		insts, err := e.r.Instances(ctx, d.Index)
-		if err != nil {
-			e.expectKind(fmt.Sprintf("Instances on MIG-disabled GPU %d", d.Index), err, d.Index, realize.ErrMIGDisabled)
-		} else if len(insts) != 0 {
-			e.failf("Instances on MIG-disabled GPU %d lists %d instances", d.Index, len(insts))
+		if err == nil {
+			e.failf("Instances on MIG-disabled GPU %d listed %d instances, want ErrMIGDisabled", d.Index, len(insts))
+			return nil
 		}
+		e.expectKind(fmt.Sprintf("Instances on MIG-disabled GPU %d", d.Index), err, d.Index, realize.ErrMIGDisabled)
 		return nil
 	}
 	return skip("no GPU has MIG disabled")

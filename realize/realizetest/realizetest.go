@@ -66,7 +66,7 @@ func Checks() []Check {
 		{Name: "Processes", Run: checkProcesses, Doc: "An idle GPU reports no processes. With StartProcess: a process on a MIG device is counted in Total and under its GI only, makes destroying its CI and GI ErrInUse, and once stopped no longer counts."},
 		{Name: "Concurrency", Run: checkConcurrency, Doc: "Creates at disjoint placements from parallel goroutines all succeed with distinct GI IDs; parallel creates of one placement have exactly one winner, the rest ErrOccupied; parallel destroys succeed."},
 		{Name: "CanceledContext", Run: checkCanceled, Doc: "CreateInstance and Instances with a done context fail with the context's error and create nothing."},
-		{Name: "MIGDisabled", Run: checkMIGDisabled, Doc: "On a GPU listed with MIG disabled, CreateInstance is ErrMIGDisabled and Instances lists nothing (an empty list or ErrMIGDisabled). Skipped when no GPU has MIG disabled."},
+		{Name: "MIGDisabled", Run: checkMIGDisabled, Doc: "On a GPU listed with MIG disabled, CreateInstance is ErrMIGDisabled and Instances is ErrMIGDisabled, as NVML's GetGpuInstances answers NOT_SUPPORTED. Skipped when no GPU has MIG disabled."},
 	}
 }
 

@@ -20,16 +20,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // mutant wraps a correct fake and breaks one rule of the contract.
 type mutant struct {
 	*fakehal.Node
-	anyPlacement   bool // create at the first free placement, not the one asked
-	plainErrors    bool // return bare sentinels instead of HardwareErrors
-	hideBareGIs    bool // Instances leaves out GIs without compute instances
-	forceDestroy   bool // destroying a GI destroys its compute instances first
-	occupiedKind   bool // report unpublished placements as occupied
-	renameUUIDs    bool // MIG UUIDs change between listings
-	ignoreCtx      bool // calls ignore their context
-	blindProcesses bool // Processes never reports any
-	idempotentGone bool // destroying a missing GI succeeds
-	calls          int
+	anyPlacement    bool // create at the first free placement, not the one asked
+	plainErrors     bool // return bare sentinels instead of HardwareErrors
+	hideBareGIs     bool // Instances leaves out GIs without compute instances
+	forceDestroy    bool // destroying a GI destroys its compute instances first
+	occupiedKind    bool // report unpublished placements as occupied
+	renameUUIDs     bool // MIG UUIDs change between listings
+	ignoreCtx       bool // calls ignore their context
+	blindProcesses  bool // Processes never reports any
+	idempotentGone  bool // destroying a missing GI succeeds
+	listsWithoutMIG bool // Instances on a MIG-disabled GPU lists nothing instead of ErrMIGDisabled
+	calls           int
 }
 
 func (m *mutant) CreateInstance(ctx context.Context, gpu int, p capability.GIProfileIndex, at capability.Placement) (realize.Instance, error) {
@@ -74,6 +75,9 @@ func (m *mutant) Instances(ctx context.Context, gpu int) ([]realize.Instance, er
 		ctx = context.Background()
 	}
 	insts, err := m.Node.Instances(ctx, gpu)
+	if m.listsWithoutMIG && errors.Is(err, realize.ErrMIGDisabled) {
+		return nil, nil
+	}
 	if m.hideBareGIs {
 		insts = slices.DeleteFunc(insts, func(i realize.Instance) bool { return len(i.ComputeInstances) == 0 })
 	}
@@ -168,6 +172,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{name: "ignores context", mutant: mutant{ignoreCtx: true}, wantFailed: []string{"CanceledContext"}},
 		{name: "blind to processes", mutant: mutant{blindProcesses: true}, wantFailed: []string{"Processes"}},
 		{name: "destroying nothing succeeds", mutant: mutant{idempotentGone: true}, wantFailed: []string{"NotFound"}},
+		{name: "lists nothing without MIG", mutant: mutant{listsWithoutMIG: true}, wantFailed: []string{"MIGDisabled"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
