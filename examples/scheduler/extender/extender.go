@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,13 +82,13 @@ func New(client kubernetes.Interface, opts Options) *Extender {
 // Ledger returns the extender's ledger, for inspection.
 func (e *Extender) Ledger() *placement.Ledger { return e.ledger }
 
-// Sync brings the ledger up to date with the API server: node
-// registrations (SetNode when a value changed, RemoveNode when it vanished
-// or is malformed) and the reservations of bound, active pods (AddPod when
-// changed, DeletePod when the pod is gone or terminal). Pods the ledger only
-// assumed and that are not bound yet are left alone. A production scheduler
-// would feed the same calls from informers; listing keeps the example
-// short.
+// Sync brings the ledger up to date with the API server: node registrations
+// (SetNode when a value changed, with no GPUs when it is malformed or empty
+// so that the node's pods keep their slots; RemoveNode when the node
+// vanished) and the reservations of bound, active pods (AddPod when changed,
+// DeletePod when the pod is gone or terminal). Pods the ledger only assumed
+// and that are not bound yet are left alone. A production scheduler would
+// feed the same calls from informers; listing keeps the example short.
 func (e *Extender) Sync(ctx context.Context) error {
 	nodes, err := e.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -115,11 +116,17 @@ func (e *Extender) syncNodes(nodes []corev1.Node) {
 		}
 		e.regs[n.Name] = v
 		gpus, err := kube.NodeGPUs(n)
-		if err != nil || len(gpus) == 0 {
-			if err != nil {
-				e.log.Warn("node registration unusable; node gets no MIG pods", "node", n.Name, "err", err)
-			}
-			e.ledger.RemoveNode(n.Name)
+		if err != nil {
+			// No GPUs until the registration is usable again, but the
+			// node's pods stay in the ledger: their slots are still
+			// taken when the GPUs come back.
+			e.log.Warn("node registration unusable; node gets no MIG pods", "node", n.Name, "err", err)
+			gpus = nil
+		}
+		if len(gpus) == 0 {
+			// Without GPUs the pods' reservations do not resolve, which
+			// is expected and not worth a warning per pod.
+			_ = e.ledger.SetNode(n.Name, nil)
 			continue
 		}
 		if err := e.ledger.SetNode(n.Name, gpus); err != nil {
@@ -132,6 +139,13 @@ func (e *Extender) syncNodes(nodes []corev1.Node) {
 		if !seen[name] {
 			e.ledger.RemoveNode(name)
 			delete(e.regs, name)
+			// RemoveNode forgot the node's pods; have syncPods record
+			// any that are still listed again.
+			for uid, key := range e.observed {
+				if strings.HasPrefix(key, name+"\x00") {
+					delete(e.observed, uid)
+				}
+			}
 		}
 	}
 }

@@ -313,3 +313,43 @@ func TestConcurrentBindsLockTheNode(t *testing.T) {
 		}
 	}
 }
+
+// A registration that is briefly unusable (a device plugin mid-restart, a
+// bad write) takes the node out of scheduling, but the ledger must not
+// forget the pods running there: when the registration is back, their
+// slots are still taken.
+func TestUnusableRegistrationKeepsRunningPods(t *testing.T) {
+	ctx := context.Background()
+	client := cluster(t)
+	ext := extender.New(client, extender.Options{})
+	a := create(t, client, migPod("a", ""))
+	require.NoError(t, ext.Bind(ctx, bindArgs(a, "n1")))
+	allocs, err := kube.PodAllocations(get(t, client, "a"))
+	require.NoError(t, err)
+	realized := allocs[0].WithRuntime(reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 0})
+	_, err = kube.NewAnnotationWriter(client, kube.AnnotationWriterOptions{}).WriteRuntime(ctx, get(t, client, "a"), []reservation.Allocation{realized})
+	require.NoError(t, err)
+	require.NoError(t, ext.Sync(ctx)) // the ledger has seen pod a's current record
+
+	n1, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	require.NoError(t, err)
+	good := n1.Annotations[capability.NodeRegisterAnnotation]
+	setRegistration := func(v string) {
+		t.Helper()
+		n1.Annotations[capability.NodeRegisterAnnotation] = v
+		_, err := client.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, ext.Sync(ctx))
+	}
+	setRegistration("[{") // malformed
+	b := create(t, client, migPod("b", ""))
+	res := ext.Filter(ctx, extender.Args{Pod: b, NodeNames: names("n1")})
+	assert.Empty(t, *res.NodeNames, "no MIG pods for a node without a usable registration")
+
+	setRegistration(good)
+	_, _, ok := ext.Ledger().Pod("uid-a")
+	assert.True(t, ok, "the running pod's reservation survived")
+	res = ext.Filter(ctx, extender.Args{Pod: b, NodeNames: names("n1")})
+	assert.Empty(t, *res.NodeNames, "the whole GPU is still taken by pod a")
+	assert.Empty(t, ext.Ledger().Conflicts())
+}
