@@ -161,7 +161,11 @@ func (l *Ledger) node(name string) *nodeLedger {
 	return n
 }
 
-// RemoveNode forgets a node and every pod the ledger holds for it.
+// RemoveNode forgets a node and every pod the ledger holds for it. The pods'
+// reservations are gone for good: a caller that only feeds the ledger pod
+// changes must add them again if the node returns. To take a node out of
+// scheduling while keeping its pods (a registration that is briefly
+// malformed, say), call SetNode with no GPUs instead.
 func (l *Ledger) RemoveNode(name string) {
 	l.mu.Lock()
 	n := l.nodes[name]
