@@ -47,7 +47,7 @@ func PlainGPUs(model string, n int) ([]capability.GPU, error) {
 type Trace struct {
 	Model string // a fakehal model name or alias
 	GPUs  int    // GPUs on the node
-	Mix   string // "uniform" or "skewed"
+	Mix   string // "uniform" or "skewed", see [sim.MixByName]
 	// Opts are the generator options; [sim.HeavyChurn] for the quality
 	// traces. Opts.Memory makes arrivals memory demands.
 	Opts sim.GenOptions
@@ -68,14 +68,12 @@ func (t Trace) Events() ([]capability.GPU, []sim.Event, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var mix sim.Mix
-	switch t.Mix {
-	case "uniform":
-		mix = sim.UniformMix(&gpus[0])
-	case "skewed":
-		mix = sim.SkewedMix(&gpus[0])
-	default:
-		return nil, nil, fmt.Errorf("%w: unknown mix %q", sim.ErrMix, t.Mix)
+	if len(gpus) == 0 {
+		return nil, nil, fmt.Errorf("%w: no GPUs", sim.ErrMix)
+	}
+	mix, err := sim.MixByName(t.Mix, &gpus[0])
+	if err != nil {
+		return nil, nil, err
 	}
 	evs, err := sim.Generate(gpus, mix, t.Opts)
 	return gpus, evs, err

@@ -14,14 +14,17 @@ import (
 const PolicyName = "dra-structured"
 
 // Run replays evs (see package placement/sim for the trace format) on one
-// node of gpus with the DRA structured allocator: each arrival is one claim
-// allocated by a fresh allocator over the current state and committed; a
-// departure releases its devices and so their counters. Rejections are
-// classified as [Node.Explain] does, so the result lines up with
-// [sim.Run]'s for dynmig's policies, utilisation included. It fails with
+// node of gpus with the DRA structured allocator, through [sim.Replay]: each
+// arrival is one claim allocated by a fresh allocator over the current state
+// and committed; a departure releases its devices and so their counters.
+// Rejections are classified as [Node.Explain] does, so the result lines up
+// with [sim.Run]'s for dynmig's policies, utilisation included. It fails with
 // the trace's [*sim.TraceError], a model error, a fatal allocator error, or
-// [ErrDisagree].
+// [ErrDisagree]; only an [*placement.UnschedulableError] counts as a
+// rejection.
 func Run(ctx context.Context, gpus []capability.GPU, evs []sim.Event, opts NodeOptions) (sim.Result, error) {
+	// Validated before the model is built, so a bad trace is reported as
+	// such whatever the GPUs; sim.Replay checks again, cheaply.
 	if err := sim.Validate(evs); err != nil {
 		return sim.Result{}, err
 	}
@@ -29,54 +32,80 @@ func Run(ctx context.Context, gpus []capability.GPU, evs []sim.Event, opts NodeO
 	if err != nil {
 		return sim.Result{}, err
 	}
-	n := NewNode(m, opts)
-	res := sim.Result{Policy: PolicyName}
-	var total int
+	var slots int
 	for _, g := range m.grids {
-		total += int(g.Width())
+		slots += int(g.Width())
 	}
-	held := map[string][]Device{}
-	req := placement.Request{Containers: make([]placement.ContainerRequest, 1)}
-	taken := 0
-	var area, sum float64
+	p := &placer{
+		ctx:  ctx,
+		node: NewNode(m, opts),
+		req:  placement.Request{Containers: make([]placement.ContainerRequest, 1)},
+		held: map[string][]Device{},
+	}
+	res, err := sim.Replay(evs, slots, p)
+	res.Policy = PolicyName
+	if p.fatal != nil {
+		i := arrival(evs, p.arrivals)
+		return res, fmt.Errorf("dra: event %d (%s): %w", i+1, evs[i].ID, p.fatal)
+	}
+	return res, err
+}
+
+// placer is the [sim.Placer] of [Run]: one claim per arrival on node. It
+// lives only for one Run call and holds that call's ctx, because
+// sim.Placer's methods take none.
+type placer struct {
+	ctx  context.Context
+	node *Node
+	req  placement.Request
+	held map[string][]Device // devices of each accepted, present arrival
+	// arrivals counts Arrive calls, to name the event of fatal.
+	arrivals int
+	// fatal is the first error that is not a rejection. Arrive hands
+	// sim.Replay errFatal instead, which stops the replay whatever fatal
+	// wraps (sim would count a placement.ErrInvalidRequest as a rejection).
+	fatal error
+}
+
+// errFatal stops [sim.Replay] after [placer.fatal] is set; Run reports
+// placer.fatal instead.
+var errFatal = errors.New("dra: fatal error")
+
+func (p *placer) Arrive(ev *sim.Event) (int, error) {
+	p.arrivals++
+	p.req.Containers[0] = sim.ContainerOf(ev)
+	devs, err := p.node.arrive(p.ctx, ev.ID, &p.req)
+	if err != nil {
+		var ue *placement.UnschedulableError
+		if errors.As(err, &ue) {
+			return 0, err
+		}
+		p.fatal = err
+		return 0, errFatal
+	}
+	p.held[ev.ID] = devs
+	n := 0
+	for _, d := range devs {
+		n += int(d.Placement.Size)
+	}
+	return n, nil
+}
+
+func (p *placer) Depart(ev *sim.Event) {
+	p.node.Release(p.held[ev.ID])
+	delete(p.held, ev.ID)
+}
+
+// arrival returns the index in evs of the n-th (from 1) arrival.
+func arrival(evs []sim.Event, n int) int {
 	for i := range evs {
-		ev := &evs[i]
-		if i > 0 {
-			area += (ev.T - evs[i-1].T) * float64(taken)
+		if evs[i].Op == sim.Arrive {
+			if n--; n == 0 {
+				return i
+			}
 		}
-		switch ev.Op {
-		case sim.Arrive:
-			res.Arrivals++
-			req.Containers[0] = containerOf(ev)
-			devs, err := n.arrive(ctx, ev.ID, &req)
-			if err != nil {
-				if cerr := count(&res, err); cerr != nil {
-					return res, fmt.Errorf("dra: event %d (%s): %w", i+1, ev.ID, cerr)
-				}
-				break
-			}
-			res.Accepted++
-			held[ev.ID] = devs
-			for _, d := range devs {
-				taken += int(d.Placement.Size)
-			}
-		case sim.Depart:
-			for _, d := range held[ev.ID] {
-				taken -= int(d.Placement.Size)
-			}
-			n.Release(held[ev.ID])
-			delete(held, ev.ID)
-		}
-		sum += float64(taken)
 	}
-	switch {
-	case total == 0 || len(evs) == 0:
-	case evs[len(evs)-1].T > evs[0].T:
-		res.Utilisation = area / (evs[len(evs)-1].T - evs[0].T) / float64(total)
-	default:
-		res.Utilisation = sum / float64(len(evs)) / float64(total)
-	}
-	return res, nil
+	return len(evs) - 1 // unreachable: Replay calls Arrive once per arrival
 }
 
 // arrive allocates and commits one arrival, or returns why not: an
@@ -100,38 +129,6 @@ func (n *Node) arrive(ctx context.Context, id string, req *placement.Request) ([
 		return nil, err
 	}
 	return devs, nil
-}
-
-// count records a rejection in r, or returns err when it is not one.
-func count(r *sim.Result, err error) error {
-	var ue *placement.UnschedulableError
-	if !errors.As(err, &ue) {
-		return err
-	}
-	switch {
-	case errors.Is(err, placement.ErrCapacity):
-		r.Capacity++
-	case errors.Is(err, placement.ErrFragmented):
-		r.Fragmented++
-	case errors.Is(err, placement.ErrNoProfile):
-		r.NoProfile++
-	default:
-		r.Other++
-	}
-	return nil
-}
-
-// containerOf turns an arrival into the container demand the simulator
-// places: Devices (at least 1) of Profile, MemoryMB, Percent or a whole GPU.
-func containerOf(ev *sim.Event) placement.ContainerRequest {
-	c := placement.ContainerRequest{Devices: max(ev.Devices, 1), Profile: ev.Profile}
-	switch {
-	case ev.MemoryMB > 0:
-		c.Memory = placement.MiB(ev.MemoryMB)
-	case ev.Percent > 0:
-		c.Memory = placement.Percent(ev.Percent)
-	}
-	return c
 }
 
 // Compare runs dynmig's policies (with [sim.Compare]) and then the DRA
