@@ -406,15 +406,6 @@ func (s *system) listing(t *rapid.T, label string, forced bool) reservation.Snap
 
 func (s *system) gpuUUID(i int) string { return s.sched[i].UUID }
 
-func (s *system) gpuIndex(uuid string) int {
-	for i, g := range s.sched {
-		if g.UUID == uuid {
-			return i
-		}
-	}
-	return -1
-}
-
 // armed reports whether an injected fault may still affect a call.
 func (s *system) armed() bool {
 	s.faults = slices.DeleteFunc(s.faults, func(a armedFault) bool { return a.f.Fired() > 0 && a.after <= 0 })
@@ -770,16 +761,6 @@ func (s *system) unprovable(uid string) bool {
 	}
 	_, err := reservation.DecodeString(p.annotation())
 	return err != nil
-}
-
-// runs reports whether any process of the pod still runs.
-func (s *system) runs(uid string) bool {
-	for _, pr := range s.procs {
-		if pr.uid == uid {
-			return true
-		}
-	}
-	return false
 }
 
 // checkForgerResult: a forged record that names another pod's placement or
