@@ -87,7 +87,13 @@
 // # Failure semantics for a device plugin
 //
 // Call [Manager.Adopt] once at startup, and again whenever an earlier call
-// had no authorised snapshot. In kubelet's Allocate, call
+// had no authorised snapshot or rejected an entry (AdoptReport.Rejected or
+// Unverified non-empty): a rejection caused by a passing ambiguity, such as
+// an ended pod's copied record still listed, clears once that pod is gone,
+// and kubelet never calls Allocate again for a running container, so only
+// a later Adopt takes such an instance back under management (the
+// whole-system test in package systemtest re-runs Adopt this way). In
+// kubelet's Allocate, call
 // [Manager.Allocate] with the pod and a fresh listing, expose each
 // Device.Runtime.MIGUUID to the container and send AllocateResult.Patch to
 // the API server; on error, fail kubelet's Allocate (kubelet retries), and
