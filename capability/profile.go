@@ -71,7 +71,7 @@ func (m MIGMode) String() string {
 // GPU is the MIG capability of one physical GPU: what the device plugin
 // publishes and what the scheduler and realization manager check against.
 //
-// The zero value is a GPU with no profiles.
+// The zero value is a healthy GPU with no profiles.
 type GPU struct {
 	// UUID is the physical GPU UUID, "GPU-...".
 	UUID string
@@ -88,6 +88,12 @@ type GPU struct {
 	// Profiles are the allowlisted profiles NVML resolves, ordered by
 	// MemoryMB, then SliceCount, then Name.
 	Profiles []Profile
+	// Unhealthy marks a GPU the device plugin reports unhealthy: in the
+	// node registration its "health" is false or, as the deployed plugin
+	// writes it, absent. Placement never chooses an unhealthy GPU for a new
+	// reservation; reservations already on it keep their slots. The zero
+	// value, false, is healthy, so GPUs from [Discover] are healthy.
+	Unhealthy bool
 }
 
 // Width returns the width of the GPU's slot grid: the largest placement end
