@@ -96,38 +96,67 @@ func FuzzDecodeNodeRegistration(f *testing.F) {
 	f.Add([]byte(`[{"id":"GPU-a","index":0,"count":1,"devmem":1,"devcore":0,"type":"T","numa":-1,"mode":"mps","health":false}]`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`[{"id":"GPU-a","id":"GPU-b"}]`))
+	// Every shape the deployed device plugin writes.
+	for _, tc := range deployedShapes {
+		f.Add([]byte(tc.doc))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		devs, err := capability.DecodeNodeRegistration(data)
-		// The canonical fast path and the strict decoder agree.
-		strict, strictErr := capability.DecodeNodeRegistrationStrict(data)
-		if (err == nil) != (strictErr == nil) || !reflect.DeepEqual(devs, strict) {
-			t.Fatalf("fast path %#v %v, strict %#v %v", devs, err, strict, strictErr)
+		reg, err := capability.ReadNodeRegistration(data)
+		// The canonical fast path and the strict reader agree.
+		strict, strictErr := capability.ReadNodeRegistrationStrict(data)
+		if (err == nil) != (strictErr == nil) || !reflect.DeepEqual(reg, strict) {
+			t.Fatalf("fast path %#v %v, strict %#v %v", reg, err, strict, strictErr)
 		}
+		devs, decodeErr := capability.DecodeNodeRegistration(data)
 		if err != nil {
-			if !errors.Is(err, capability.ErrRegistration) {
-				t.Fatalf("error %v does not match ErrRegistration", err)
+			var re *capability.RegistrationError
+			if !errors.As(err, &re) || re.Device != -1 || !errors.Is(err, capability.ErrRegistration) {
+				t.Fatalf("array error %v is not a RegistrationError for the array", err)
+			}
+			if !reflect.DeepEqual(reg, capability.NodeRegistration{}) || decodeErr == nil {
+				t.Fatalf("unusable value read as %#v; Decode %v", reg, decodeErr)
 			}
 			return
 		}
-		enc, err := capability.EncodeNodeRegistration(devs)
+		for _, re := range reg.Rejected {
+			if re.Device < 0 || !errors.Is(re, capability.ErrRegistration) {
+				t.Fatalf("rejection %v names no device", re)
+			}
+		}
+		// Decode is all or nothing over the same reading.
+		if (decodeErr == nil) != (len(reg.Rejected) == 0) || (decodeErr == nil && !reflect.DeepEqual(devs, reg.Devices)) {
+			t.Fatalf("Decode %#v %v, Read %#v", devs, decodeErr, reg)
+		}
+		enc, err := capability.EncodeNodeRegistration(reg.Devices)
 		if err != nil {
-			t.Fatalf("encode of decoded value: %v", err)
+			t.Fatalf("encode of the usable devices: %v", err)
 		}
-		again, err := capability.DecodeNodeRegistration(enc)
-		if err != nil {
-			t.Fatalf("re-decode: %v\n%s", err, enc)
+		again, err := capability.ReadNodeRegistration(enc)
+		if err != nil || len(again.Rejected) > 0 {
+			t.Fatalf("re-read: %v %v\n%s", err, again.Err(), enc)
 		}
-		if !reflect.DeepEqual(again, devs) {
-			t.Fatalf("not a fixed point:\n%#v\n%#v", devs, again)
+		if !reflect.DeepEqual(again.Devices, reg.Devices) || len(again.Findings) != len(reg.Findings) {
+			t.Fatalf("not a fixed point:\n%#v\n%#v", reg, again)
 		}
-		enc2, err := capability.EncodeNodeRegistration(again)
+		enc2, err := capability.EncodeNodeRegistration(again.Devices)
 		if err != nil || !bytes.Equal(enc, enc2) {
 			t.Fatalf("encoding not stable: %v\n%s\n%s", err, enc, enc2)
 		}
-		for i := range devs {
-			if _, err := devs[i].GPU(); err != nil {
+		mig := 0
+		for i := range reg.Devices {
+			g, err := reg.Devices[i].GPU()
+			if err != nil {
 				t.Fatalf("device %d: GPU: %v", i, err)
 			}
+			if g.Unhealthy == reg.Devices[i].Health {
+				t.Fatalf("device %d: health %v read as Unhealthy %v", i, reg.Devices[i].Health, g.Unhealthy)
+			}
+			if reg.Devices[i].Mode == capability.ModeMIG {
+				mig++
+			}
+		}
+		if got := len(reg.GPUs()); got != mig {
+			t.Fatalf("GPUs: %d, want the %d MIG devices", got, mig)
 		}
 	})
 }

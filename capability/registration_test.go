@@ -12,14 +12,16 @@ import (
 // specProfile is the migProfiles example of dynamic-mig-design.md, compact.
 const specProfile = `{"name":"2g.10gb","memoryMB":9984,"core":29,"sliceCount":2,"placements":[{"start":0,"size":2},{"start":2,"size":2},{"start":4,"size":2}]}`
 
-// specRegistration is a full A100-40GB registration as the deployed device
-// plugin writes it, every key in wire order.
+// specRegistration is a node registration as the deployed device plugin
+// writes it: a full A100-40GB, keys in wire order, and an unhealthy T4 in
+// hami-core mode, whose zero index, zero NUMA node and false health are
+// left out (every key of the deployed struct is omitempty).
 const specRegistration = `[{"id":"GPU-8d7f3c2e-5b1a-4c3d-9e8f-0a1b2c3d4e5f","index":1,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","numa":1,"mode":"mig","migProfiles":[` +
 	`{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1},{"start":1,"size":1},{"start":2,"size":1},{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]},` +
 	specProfile + `,` +
 	`{"name":"3g.20gb","memoryMB":20096,"core":43,"sliceCount":3,"placements":[{"start":0,"size":4},{"start":4,"size":4}]},` +
 	`{"name":"7g.40gb","memoryMB":40448,"core":100,"sliceCount":7,"placements":[{"start":0,"size":8}]}],"health":true},` +
-	`{"id":"GPU-00000000-0000-0000-0000-000000000001","count":10,"devmem":15360,"devcore":100,"type":"Tesla T4","mode":"hami-core","health":false}]`
+	`{"id":"GPU-00000000-0000-0000-0000-000000000001","count":10,"devmem":15360,"devcore":100,"type":"Tesla T4","mode":"hami-core"}]`
 
 func TestNodeRegistrationSpecExampleRoundTrip(t *testing.T) {
 	for _, doc := range []string{
@@ -85,11 +87,10 @@ func TestDecodeNodeRegistrationErrors(t *testing.T) {
 		{name: "not JSON", doc: `[{`, device: -1},
 		{name: "not an array", doc: `{}`, device: -1},
 		{name: "device not an object", doc: `[1]`, device: 0},
-		{name: "unknown key", doc: `[{` + dev + `,"devicevendor":"NVIDIA"}]`, device: 0, field: "devicevendor"},
+		{name: "unknown key", doc: `[{` + dev + `,"vendor":"NVIDIA"}]`, device: 0, field: "vendor"},
 		{name: "miscased key", doc: `[{"ID":"GPU-a","count":1,"devmem":1,"devcore":100,"type":"T","mode":"mig","health":true}]`, device: 0, field: "ID"},
 		{name: "duplicate key", doc: `[{` + dev + `,"count":2}]`, device: 0, field: "count"},
 		{name: "duplicate placement key", doc: `[{` + dev + `,"migProfiles":[{` + prof + `,"placements":[{"start":0,"size":1,"start":1}]}]}]`, device: 0, field: "migProfiles[0].placements[0].start"},
-		{name: "missing health", doc: `[{"id":"GPU-a","count":1,"devmem":1,"devcore":100,"type":"T","mode":"mig"}]`, device: 0, field: "health"},
 		{name: "count float", doc: `[{"id":"GPU-a","count":1.5,"devmem":1,"devcore":100,"type":"T","mode":"mig","health":true}]`, device: 0, field: "count"},
 		{name: "devmem overflow", doc: `[{"id":"GPU-a","count":1,"devmem":4294967296,"devcore":100,"type":"T","mode":"mig","health":true}]`, device: 0, field: "devmem"},
 		{name: "health string", doc: `[{"id":"GPU-a","count":1,"devmem":1,"devcore":100,"type":"T","mode":"mig","health":"true"}]`, device: 0, field: "health"},
@@ -98,12 +99,16 @@ func TestDecodeNodeRegistrationErrors(t *testing.T) {
 		{name: "empty id", doc: `[{"id":"","count":1,"devmem":1,"devcore":100,"type":"T","mode":"mig","health":true}]`, device: 0, field: "id"},
 		{name: "unknown mode", doc: `[{"id":"GPU-a","count":1,"devmem":1,"devcore":100,"type":"T","mode":"MIG","health":true}]`, device: 0, field: "mode"},
 		{name: "MIG devcore", doc: `[{"id":"GPU-a","count":1,"devmem":1,"devcore":50,"type":"T","mode":"mig","health":true}]`, device: 0, field: "devcore"},
-		{name: "duplicate id", doc: `[{` + dev + `},{` + dev + `}]`, device: 1, field: "id"},
+		{name: "duplicate id", doc: `[{` + dev + `},{` + dev + `}]`, device: 0, field: "id"},
 		{name: "profiles outside MIG", doc: `[{"id":"GPU-a","count":1,"devmem":1,"devcore":100,"type":"T","mode":"hami-core","migProfiles":[{` + prof + `,"placements":[{"start":0,"size":1}]}],"health":true}]`, device: 0, field: "migProfiles"},
 		{name: "profiles not a list", doc: `[{` + dev + `,"migProfiles":{}}]`, device: 0, field: "migProfiles"},
 		{name: "profile unknown key", doc: `[{` + dev + `,"migProfiles":[{` + prof + `,"placements":[{"start":0,"size":1}],"maxInstances":7}]}]`, device: 0, field: "migProfiles[0].maxInstances"},
 		{name: "profile missing placements", doc: `[{` + dev + `,"migProfiles":[{` + prof + `}]}]`, device: 0, field: "migProfiles[0].placements"},
-		{name: "empty placements", doc: `[{` + dev + `,"migProfiles":[{` + prof + `,"placements":[]}]}]`, device: 0, field: "migProfiles[0].placements"},
+		{name: "placements a number", doc: `[{` + dev + `,"migProfiles":[{` + prof + `,"placements":1}]}]`, device: 0, field: "migProfiles[0].placements"},
+		{name: "memory above int32", doc: `[{` + dev + `,"migProfiles":[{"name":"1g.5gb","memoryMB":2147483648,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1}]}]}]`, device: 0, field: "migProfiles[0].memoryMB"},
+		{name: "null id", doc: `[{"id":null}]`, device: 0, field: "id"},
+		{name: "no id", doc: `[{"count":1}]`, device: 0, field: "id"},
+		{name: "profile null", doc: `[{` + dev + `,"migProfiles":[null]}]`, device: 0, field: "migProfiles[0]"},
 		{name: "malformed name", doc: `[{` + dev + `,"migProfiles":[{"name":"MIG 1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1}]}]}]`, device: 0, field: "migProfiles[0].name", cause: capability.ErrProfileName},
 		{name: "duplicate name", doc: `[{` + dev + `,"migProfiles":[{` + prof + `,"placements":[{"start":0,"size":1}]},{` + prof + `,"placements":[{"start":1,"size":1}]}]}]`, device: 0, field: "migProfiles[1].name"},
 		{name: "zero memory", doc: `[{` + dev + `,"migProfiles":[{"name":"1g.5gb","memoryMB":0,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1}]}]}]`, device: 0, field: "migProfiles[0].memoryMB"},
@@ -288,7 +293,8 @@ func TestNewMIGNodeDevices(t *testing.T) {
 		field string
 	}{
 		{name: "not in MIG mode", gpus: []capability.GPU{gpus[0], gpus[1], t4}, want: 2, field: "mode"},
-		{name: "duplicate UUID", gpus: []capability.GPU{gpus[0], gpus[1], gpus[0]}, want: 2, field: "id"},
+		// Every device sharing the UUID is named, the first one first.
+		{name: "duplicate UUID", gpus: []capability.GPU{gpus[0], gpus[1], gpus[0]}, want: 0, field: "id"},
 	}
 	for _, tc := range tests {
 		_, err := capability.NewMIGNodeDevices(tc.gpus, nil)
