@@ -71,6 +71,9 @@ type Grid struct {
 	memoryMB uint64
 	index    int
 	shape    *shape
+	// unhealthy is the GPU's [capability.GPU.Unhealthy]: new devices never
+	// go on it, its reservations keep their slots.
+	unhealthy bool
 }
 
 // shape is the part of a Grid that depends only on the profile table.
@@ -126,8 +129,15 @@ func NewGrid(gpu *capability.GPU) (*Grid, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Grid{uuid: gpu.UUID, name: gpu.Name, memoryMB: gpu.MemoryMB, index: gpu.Index, shape: sh}, nil
+	return &Grid{uuid: gpu.UUID, name: gpu.Name, memoryMB: gpu.MemoryMB, index: gpu.Index, shape: sh,
+		unhealthy: gpu.Unhealthy}, nil
 }
+
+// Healthy reports whether the GPU may take new devices: false when the GPU
+// was compiled with [capability.GPU.Unhealthy] set. An unhealthy GPU is
+// never chosen by [Selector.Select]; its existing reservations still occupy
+// their slots.
+func (g *Grid) Healthy() bool { return !g.unhealthy }
 
 // shapes interns compiled profile tables, so GPUs of one model share one
 // table (and its lookup tables) process-wide: a map from the table's hash to

@@ -110,6 +110,10 @@ func (s *Selector) Policy() Policy { return s.policy }
 // evaluations; when a phase is stopped early and nothing was found, the
 // error's reason is [ErrSearchLimit].
 //
+// Unhealthy GPUs ([Grid.Healthy]) are never chosen, as if the request's
+// constraints excluded them: when no healthy allowed GPU is left the
+// reason is [ErrExcluded].
+//
 // A pod that cannot be placed gets an [*UnschedulableError]; a malformed
 // request a [*RequestError].
 func (s *Selector) Select(gpus []GPUState, req *Request, dst []Assignment) ([]Assignment, error) {
@@ -141,7 +145,7 @@ func (s *Selector) reset(gpus []GPUState, req *Request) {
 	s.allowed = s.allowed[:0]
 	for i := range gpus {
 		s.used = append(s.used, gpus[i].Used)
-		s.allowed = append(s.allowed, gpus[i].Grid != nil && req.Allows(gpus[i].Grid))
+		s.allowed = append(s.allowed, selectable(&gpus[i], req))
 	}
 	s.devs = s.devs[:0]
 	for c, cr := range req.Containers {
@@ -151,6 +155,13 @@ func (s *Selector) reset(gpus []GPUState, req *Request) {
 	}
 	s.choice = slices.Grow(s.choice[:0], len(s.devs))[:len(s.devs)]
 	s.steps, s.limited = 0, false
+}
+
+// selectable reports whether new devices of req may go on g: it has a
+// grid, is healthy ([Grid.Healthy]; an unhealthy GPU's reservations still
+// count in its Used) and the request's constraints allow it.
+func selectable(g *GPUState, req *Request) bool {
+	return g.Grid != nil && g.Grid.Healthy() && req.Allows(g.Grid)
 }
 
 func (s *Selector) assignment(gpus []GPUState, i int) Assignment {
