@@ -28,8 +28,10 @@
 //
 // The device plugin publishes GPUs as [NodeDevice] values
 // ([NewMIGNodeDevice], [EncodeNodeRegistration]); the scheduler reads them
-// back ([DecodeNodeRegistration], [NodeDevice.GPU]). The codec matches the
-// deployed format byte for byte: keys in wire order, compact JSON.
+// back device by device ([ReadNodeRegistration], [NodeRegistration.GPUs]), so
+// that a malformed entry takes out that GPU only. The codec matches the
+// deployed format byte for byte: keys in wire order, zero values left out
+// (an unhealthy GPU has no "health" key, [GPU.Unhealthy]), compact JSON.
 //
 // # Units
 //
