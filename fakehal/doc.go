@@ -9,11 +9,18 @@
 // instances outlive any manager built over it, which is how tests model a
 // device-plugin restart (build a new manager over the same Node). GPUs are
 // built from [Model] profile tables ([Models], [LookupModel]) that follow
-// ../shared/data/mig-hardware-facts.md: A30 (4-slot grid), A100, H100,
-// H20, H200, B200, GB200 (8 slots, 7 compute slices) and RTX PRO 6000
-// Blackwell (12 slots). GPUs are addressed by NVML index, profiles by NVML
-// GPU instance profile index ([capability.GIProfileIndex]); profile IDs are
-// reported but never used as keys.
+// ../shared/data/mig-hardware-facts.md and the MIG User Guide (R580): A30
+// (4-slot grid), A100, A800, H100 (SXM5, PCIe with its 114 SMs, NVL), H800,
+// H20, GH200, H200, B200, GB200 (8 slots, 7 compute slices) and RTX PRO 6000
+// Blackwell in its Server, Workstation and Max-Q Workstation editions (12
+// slots), each under the name its driver reports. Tables not confirmed on
+// hardware have Confirmed false and a Note saying what is estimated (the
+// H20's SM counts, for one). Where driver generations report different
+// tables (B200's 1g memory, GB200's early profile names), [Model.Older]
+// carries them and [Options.Driver] picks one, the current drivers' by
+// default. GPUs are addressed by NVML index, profiles by NVML GPU instance
+// profile index ([capability.GIProfileIndex]); profile IDs are reported but
+// never used as keys.
 //
 // Units: placements are memory slots, not compute slices. A placement
 // occupies the half-open interval [Start, Start+Size): [0,4) and [4,8) do
@@ -24,8 +31,14 @@
 // CreateInstance accepts only a placement the profile publishes
 // (ErrInvalidPlacement otherwise, NVML ERROR_INVALID_ARGUMENT) on a free
 // range (ErrOccupied, ERROR_INSUFFICIENT_RESOURCES), within the profile's
-// instance count (one 1g.5gb+me on an A100) and the GPU's compute-slice
-// budget (ErrOccupied). An unsupported profile index is ErrNotSupported,
+// instance count (one 1g.5gb+me on an A100), the GPU's compute-slice
+// budget and its media engines (ErrOccupied with INSUFFICIENT_RESOURCES,
+// the code the driver gives for exhausted resources). Media engines
+// ([Engines]: NVDEC, NVENC, JPEG, OFA) are a per-GPU budget independent of
+// slots, from the guide's per-profile engine columns: on an A30 only one
+// GPU instance holds the JPEG/OFA engines, so 1g.6gb+me and 2g.12gb+me
+// exclude each other; on an RTX PRO 6000 a +me.all instance takes all four
+// NVDEC/NVENC and excludes every other instance but -me ones. An unsupported profile index is ErrNotSupported,
 // MIG disabled ErrMIGDisabled; with MIG disabled Instances is
 // ErrMIGDisabled too and GIProfiles lists nothing, as NVML answers GPU
 // instance queries only in MIG mode. Destroying a GPU instance with compute
@@ -37,9 +50,10 @@
 //
 // IDs are assigned as a driver would, which is realism, not contract: a
 // GPU instance gets the ID of the node of the binary tree over the slot
-// grid that its placement covers (A100: 7g 0, 3g/4g 1..2, 2g and 1g.10gb
-// 3..6, 1g 7..14), compute instances the lowest free ID from 0 within their
-// GPU instance. GPU UUIDs ("GPU-<uuid>") derive from [Options.Seed] and the
+// grid that its placement covers, the upper half first on 8-slot grids as
+// the A100 driver numbers them (7g 0; 3g/4g [4,8) 1, [0,4) 2; 2g and
+// 1g.10gb 3..6 from slot 4; 1g [4,5) 7 .. [3,4) 14), compute instances the
+// lowest free ID from 0 within their GPU instance. GPU UUIDs ("GPU-<uuid>") derive from [Options.Seed] and the
 // index; MIG UUIDs ("MIG-<uuid>") from the seed, the GPU and how many
 // compute instances the GPU has created, so they are stable while the
 // instance lives, differ when it is recreated, and repeat exactly for the

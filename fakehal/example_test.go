@@ -29,7 +29,7 @@ func Example() {
 	_, err = node.CreateInstance(ctx, 1, capability.GIProfile1Slice, capability.Placement{Start: 7, Size: 1})
 	fmt.Println(errors.Is(err, realize.ErrInvalidPlacement))
 	// Output:
-	// GPU 1 GI 4 at [2,4), CI 0
+	// GPU 1 GI 6 at [2,4), CI 0
 	// true true
 	// true
 }
@@ -49,7 +49,7 @@ func ExampleNode_CrashAfterGI() {
 	}
 	// Output:
 	// true
-	// GI 2 at [4,8) with 0 compute instances
+	// GI 1 at [4,8) with 0 compute instances
 }
 
 func ExampleNode_Inject() {

@@ -123,7 +123,7 @@ func (e *InvariantError) Error() string {
 // every violation joined (nil when none): GPU instances only at published
 // placements of supported profiles and inside the grid, no two overlapping,
 // distinct GI IDs, per-profile instance counts and the compute-slice budget
-// respected, no GIs with MIG disabled, compute instances fitting their GI
+// respected, media engines within the GPU's, no GIs with MIG disabled, compute instances fitting their GI
 // with distinct IDs, MIG UUIDs unique across the node, and processes only
 // on live MIG devices. Tests call it after every step.
 func (n *Node) Check() error {
@@ -167,6 +167,13 @@ func (n *Node) Check() error {
 		}
 		if slicesUsed > g.compute {
 			bad(i, "%d compute slices used of %d", slicesUsed, g.compute)
+		}
+		var engines Engines
+		for _, gi := range g.gis {
+			engines = engines.Add(g.model.EnginesOf(gi.profile.Index))
+		}
+		if g.model.ProfileEngines != nil && !engines.Within(g.model.Engines) {
+			bad(i, "media engines %v taken of %v", engines, g.model.Engines)
 		}
 	}
 	for _, p := range n.procs {

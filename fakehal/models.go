@@ -1,15 +1,18 @@
 package fakehal
 
 import (
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/dynmig/dynmig/capability"
 )
 
 // Model is the MIG profile table of one GPU model, as NVML reports it, used
-// to build fake GPUs. The data follows ../shared/data/mig-hardware-facts.md;
-// Confirmed is false for tables that were not confirmed on hardware.
+// to build fake GPUs. The data follows ../shared/data/mig-hardware-facts.md
+// and the MIG User Guide (R580); Confirmed is false for tables that were not
+// confirmed on hardware, and Note then says what is unconfirmed.
 type Model struct {
 	// Name is the NVML device name real drivers report.
 	Name string
@@ -21,9 +24,73 @@ type Model struct {
 	// Profiles are the GPU instance profiles the model supports, with the
 	// canonical names a V3-capable driver reports.
 	Profiles []capability.GIProfileInfo
+	// Engines are the media engines of the whole GPU: the budget every
+	// GPU instance's engines come out of (see [Engines]). The zero value
+	// models a GPU whose engines are not limited.
+	Engines Engines
+	// ProfileEngines are the media engines a GPU instance of each profile
+	// takes, by profile index, from the MIG User Guide's per-profile
+	// engine columns. A profile not listed takes none.
+	ProfileEngines map[capability.GIProfileIndex]Engines
+	// Older are the tables earlier driver generations report where they
+	// differ from the current one; [Options.Driver] selects one.
+	Older []DriverTable
 	// Confirmed reports whether the profile table was confirmed on hardware.
 	Confirmed bool
+	// Note says what is unconfirmed or estimated about the table; "" for a
+	// confirmed table.
+	Note string
 }
+
+// Driver names a driver generation whose profile tables differ from the
+// current drivers' for some models (B200's 1g memory, GB200's profile
+// names). The zero value is [DriverCurrent].
+type Driver uint8
+
+const (
+	// DriverCurrent is the profile table current (R580) drivers report.
+	DriverCurrent Driver = iota
+	// DriverEarly is the table of the first drivers that supported the
+	// model (R570 for B200 and GB200).
+	DriverEarly
+)
+
+// String returns "current" or "early".
+func (d Driver) String() string {
+	switch d {
+	case DriverCurrent:
+		return "current"
+	case DriverEarly:
+		return "early"
+	}
+	return "Driver(" + strconv.Itoa(int(d)) + ")"
+}
+
+// DriverTable is what one driver generation reports for a model where it
+// differs from the current drivers: total memory and the profile table.
+type DriverTable struct {
+	Driver   Driver
+	MemoryMB uint64
+	Profiles []capability.GIProfileInfo
+}
+
+// ForDriver returns the model as driver generation d reports it: the
+// matching entry of Older, or the model itself when d reports the current
+// table. The result is a copy.
+func (m Model) ForDriver(d Driver) Model {
+	out := m.clone()
+	for _, t := range m.Older {
+		if t.Driver == d {
+			out.MemoryMB = t.MemoryMB
+			out.Profiles = cloneProfiles(t.Profiles)
+		}
+	}
+	return out
+}
+
+// EnginesOf returns the media engines a GPU instance of profile index p
+// takes on this model.
+func (m *Model) EnginesOf(p capability.GIProfileIndex) Engines { return m.ProfileEngines[p] }
 
 // Width returns the model's slot grid width.
 func (m *Model) Width() uint32 {
@@ -39,11 +106,21 @@ func (m *Model) Width() uint32 {
 // clone returns a deep copy so callers cannot alter the built-in tables.
 func (m Model) clone() Model {
 	m.Aliases = slices.Clone(m.Aliases)
-	m.Profiles = slices.Clone(m.Profiles)
-	for i := range m.Profiles {
-		m.Profiles[i].Placements = slices.Clone(m.Profiles[i].Placements)
+	m.Profiles = cloneProfiles(m.Profiles)
+	m.ProfileEngines = maps.Clone(m.ProfileEngines)
+	m.Older = slices.Clone(m.Older)
+	for i := range m.Older {
+		m.Older[i].Profiles = cloneProfiles(m.Older[i].Profiles)
 	}
 	return m
+}
+
+func cloneProfiles(ps []capability.GIProfileInfo) []capability.GIProfileInfo {
+	ps = slices.Clone(ps)
+	for i := range ps {
+		ps[i].Placements = slices.Clone(ps[i].Placements)
+	}
+	return ps
 }
 
 // Models returns every built-in model, in a fixed order. The result is a
@@ -114,87 +191,4 @@ func eightSlot(names [7]string, mib [7]uint64, sms [7]uint32) []capability.GIPro
 		gi(capability.GIProfile4Slice, 5, names[5], 4, mib[5], sms[5], 1, slots8x4g),
 		gi(capability.GIProfile7Slice, 0, names[6], 7, mib[6], sms[6], 1, slots8x7g),
 	}
-}
-
-var (
-	a100_40 = eightSlot(
-		[7]string{"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"},
-		[7]uint64{4864, 4864, 9856, 9856, 19968, 19968, 40192},
-		[7]uint32{14, 14, 14, 28, 42, 56, 98})
-	a100_80 = eightSlot(
-		[7]string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
-		[7]uint64{9728, 9728, 19968, 19968, 40192, 40192, 80896},
-		[7]uint32{14, 14, 14, 28, 42, 56, 98})
-	h100_80 = eightSlot(
-		[7]string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
-		[7]uint64{9984, 9984, 20096, 20096, 40448, 40448, 81152},
-		[7]uint32{16, 16, 26, 32, 60, 64, 132})
-	h100_94 = eightSlot(
-		[7]string{"1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"},
-		[7]uint64{11008, 11008, 22144, 22144, 47488, 47488, 95360},
-		[7]uint32{16, 16, 26, 32, 60, 64, 132})
-	// H20 and GH200 96GB: SM counts and exact memory unconfirmed (?); SMs
-	// follow H100, which keeps the core shares proportional.
-	h20_96 = eightSlot(
-		[7]string{"1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"},
-		[7]uint64{11264, 11264, 23552, 23552, 47616, 47616, 96768},
-		[7]uint32{16, 16, 26, 32, 60, 64, 132})
-	// H200 placements unconfirmed (?): as A100.
-	h200 = eightSlot(
-		[7]string{"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
-		[7]uint64{16384, 16384, 33024, 33024, 71168, 71168, 143360},
-		[7]uint32{16, 16, 26, 32, 60, 64, 132})
-	// B200: 3g/4g/7g SM counts and memory unconfirmed (?), placements as
-	// A100 (?).
-	b200 = eightSlot(
-		[7]string{"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"},
-		[7]uint64{22528, 22528, 45312, 45312, 90624, 90624, 180480},
-		[7]uint32{18, 18, 30, 36, 72, 96, 148})
-	// GB200 (?): unconfirmed table.
-	gb200 = eightSlot(
-		[7]string{"1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"},
-		[7]uint64{22528, 22528, 46592, 46592, 93184, 93184, 186368},
-		[7]uint32{18, 18, 32, 38, 72, 96, 148})
-
-	rtxPro6000 = []capability.GIProfileInfo{
-		gi(capability.GIProfile1Slice, 14, "1g.24gb", 1, 24192, 46, 4, starts(3, 0, 3, 6, 9)),
-		gi(capability.GIProfile1SliceRev1, 21, "1g.24gb+me", 1, 24192, 46, 1, starts(3, 0, 3, 6, 9)),
-		gi(capability.GIProfile1SliceGFX, 47, "1g.24gb+gfx", 1, 24192, 46, 4, starts(3, 0, 3, 6, 9)),
-		gi(capability.GIProfile1SliceAllME, 65, "1g.24gb+me.all", 1, 24192, 46, 1, starts(3, 0, 3, 6, 9)),
-		gi(capability.GIProfile1SliceNoME, 67, "1g.24gb-me", 1, 24192, 46, 4, starts(3, 0, 3, 6, 9)),
-		gi(capability.GIProfile2Slice, 5, "2g.48gb", 2, 48512, 94, 2, starts(6, 0, 6)),
-		gi(capability.GIProfile2SliceGFX, 35, "2g.48gb+gfx", 2, 48512, 94, 2, starts(6, 0, 6)),
-		gi(capability.GIProfile2SliceAllME, 64, "2g.48gb+me.all", 2, 48512, 94, 1, starts(6, 0, 6)),
-		gi(capability.GIProfile2SliceNoME, 66, "2g.48gb-me", 2, 48512, 94, 2, starts(6, 0, 6)),
-		gi(capability.GIProfile4Slice, 0, "4g.96gb", 4, 97408, 188, 1, starts(12, 0)),
-		gi(capability.GIProfile4SliceGFX, 32, "4g.96gb+gfx", 4, 97408, 188, 1, starts(12, 0)),
-	}
-
-	a30 = []capability.GIProfileInfo{
-		gi(capability.GIProfile1Slice, 14, "1g.6gb", 1, 5952, 14, 4, starts(1, 0, 1, 2, 3)),
-		gi(capability.GIProfile1SliceRev1, 21, "1g.6gb+me", 1, 5952, 14, 1, starts(1, 0, 1, 2, 3)),
-		gi(capability.GIProfile2Slice, 5, "2g.12gb", 2, 11968, 28, 2, starts(2, 0, 2)),
-		gi(capability.GIProfile2SliceRev1, 6, "2g.12gb+me", 2, 11968, 28, 1, starts(2, 0, 2)),
-		gi(capability.GIProfile4Slice, 0, "4g.24gb", 4, 24000, 56, 1, starts(4, 0)),
-	}
-)
-
-// models is the built-in catalogue. Names are what real drivers report;
-// aliases include the HAMi chart strings and go-nvml mock names.
-var models = []Model{
-	{Name: "NVIDIA A100-SXM4-40GB", Aliases: []string{"A100-SXM4-40GB", "A100-40GB", "A100"}, MemoryMB: 40960, Profiles: a100_40, Confirmed: true},
-	{Name: "NVIDIA A100-PCIE-40GB", Aliases: []string{"A100-PCIE-40GB", "A100-40GB-PCIe"}, MemoryMB: 40960, Profiles: a100_40, Confirmed: true},
-	{Name: "NVIDIA A100-SXM4-80GB", Aliases: []string{"A100-SXM4-80GB", "A100-80GB"}, MemoryMB: 81920, Profiles: a100_80, Confirmed: true},
-	{Name: "NVIDIA A100 80GB PCIe", Aliases: []string{"A100-PCIE-80GB", "A100-80GB-PCIe"}, MemoryMB: 81920, Profiles: a100_80, Confirmed: true},
-	{Name: "NVIDIA H100 80GB HBM3", Aliases: []string{"H100-SXM5-80GB", "H100", "H100-80GB"}, MemoryMB: 81559, Profiles: h100_80, Confirmed: true},
-	{Name: "NVIDIA H100 PCIe", Aliases: []string{"H100-PCIE-80GB"}, MemoryMB: 81559, Profiles: h100_80, Confirmed: true},
-	{Name: "NVIDIA H100 NVL", Aliases: []string{"H100-PCIE-94GB", "H100-SXM5-94GB", "H100-94GB"}, MemoryMB: 95830, Profiles: h100_94, Confirmed: true},
-	{Name: "NVIDIA H20", Aliases: []string{"H20"}, MemoryMB: 97871, Profiles: h20_96},
-	{Name: "NVIDIA GH200 96GB HBM3", Aliases: []string{"GH200", "H100 on GH200"}, MemoryMB: 97871, Profiles: h20_96},
-	{Name: "NVIDIA H200", Aliases: []string{"H200-SXM5", "H200", "NVIDIA H200 141GB HBM3e"}, MemoryMB: 143771, Profiles: h200},
-	{Name: "NVIDIA H200 NVL", Aliases: []string{"H200 NVL"}, MemoryMB: 143771, Profiles: h200},
-	{Name: "NVIDIA B200", Aliases: []string{"B200", "NVIDIA B200 180GB HBM3e"}, MemoryMB: 183359, Profiles: b200},
-	{Name: "NVIDIA GB200", Aliases: []string{"GB200"}, MemoryMB: 190464, Profiles: gb200},
-	{Name: "NVIDIA RTX PRO 6000 Blackwell Server Edition", Aliases: []string{"RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000", "RTXPRO6000"}, MemoryMB: 97887, Profiles: rtxPro6000, Confirmed: true},
-	{Name: "NVIDIA A30", Aliases: []string{"A30", "NVIDIA A30-PCIE-24GB", "A30-24GB"}, MemoryMB: 24576, Profiles: a30, Confirmed: true},
 }

