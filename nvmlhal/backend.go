@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/internal/gpulock"
 	"github.com/dynmig/dynmig/realize"
 )
 
@@ -49,8 +50,7 @@ type Backend struct {
 	initMu sync.Mutex   // serialises Init and Shutdown
 	inits  atomic.Int64 // successful Init calls not yet balanced by Shutdown
 
-	locksMu sync.Mutex
-	locks   map[int]chan struct{} // per-GPU mutation lock, a 1-slot semaphore
+	locks gpulock.Set // per-GPU mutation lock
 }
 
 // New returns a Backend over opts.NVML. It does not call NVML; call
@@ -64,7 +64,7 @@ func New(opts Options) *Backend {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{lib: lib, log: log, owned: opts.NVML == nil, locks: make(map[int]chan struct{})}
+	return &Backend{lib: lib, log: log, owned: opts.NVML == nil}
 }
 
 // Init initialises NVML (nvmlInit_v2; for nvml.New() this loads the
@@ -103,23 +103,6 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	}
 	b.inits.Add(-1)
 	return nil
-}
-
-// lockGPU takes the GPU's mutation lock, waiting no longer than ctx allows.
-func (b *Backend) lockGPU(ctx context.Context, gpu int) (unlock func(), err error) {
-	b.locksMu.Lock()
-	l, ok := b.locks[gpu]
-	if !ok {
-		l = make(chan struct{}, 1)
-		b.locks[gpu] = l
-	}
-	b.locksMu.Unlock()
-	select {
-	case l <- struct{}{}:
-		return func() { <-l }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // device returns the handle of the GPU at NVML index gpu. An index NVML does
@@ -161,7 +144,7 @@ func (b *Backend) begin(ctx context.Context, op string, gpu int) (nvml.Device, f
 	if err != nil {
 		return nil, nil, err
 	}
-	unlock, err := b.lockGPU(ctx, gpu)
+	unlock, err := b.locks.Lock(ctx, gpu)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -157,7 +157,7 @@ func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptRe
 // adoptGPU runs adoption for one GPU under its lock.
 func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability.DeviceInfo, rep *AdoptReport) (GPUReport, error) {
 	g := GPUReport{Index: dev.Index, UUID: dev.UUID, MIGMode: dev.MIGMode}
-	unlock, err := m.lockGPU(ctx, dev.Index)
+	unlock, err := m.locks.Lock(ctx, dev.Index)
 	if err != nil {
 		return g, err
 	}
@@ -432,7 +432,7 @@ func (m *Manager) collectOn(ctx context.Context, want *desiredSet, dev capabilit
 	if dev.MIGMode != capability.MIGEnabled {
 		return nil
 	}
-	unlock, err := m.lockGPU(ctx, dev.Index)
+	unlock, err := m.locks.Lock(ctx, dev.Index)
 	if err != nil {
 		return err
 	}

@@ -264,7 +264,7 @@ func (m *Manager) rollback(ctx context.Context, created []*record) error {
 
 // releaseLocked takes r's GPU lock and releases r.
 func (m *Manager) releaseLocked(ctx context.Context, r *record) error {
-	unlock, err := m.lockGPU(ctx, r.Key.GPU)
+	unlock, err := m.locks.Lock(ctx, r.Key.GPU)
 	if err != nil {
 		return &ReleaseError{Key: r.Key, Owner: r.Owner, GIID: r.Runtime.GPUInstanceID, Err: err}
 	}
@@ -276,7 +276,7 @@ func (m *Manager) releaseLocked(ctx context.Context, r *record) error {
 // realizeOne realizes one step under its GPU's lock. It returns the record
 // it created or adopted, if any.
 func (m *Manager) realizeOne(ctx context.Context, want *desiredSet, s step) (Device, *record, error) {
-	unlock, err := m.lockGPU(ctx, s.key.GPU)
+	unlock, err := m.locks.Lock(ctx, s.key.GPU)
 	if err != nil {
 		return Device{}, nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dynmig/dynmig/internal/gpulock"
 )
 
 // Options configures a [Manager]. The zero value works: no logging, MIG mode
@@ -55,11 +57,11 @@ type Manager struct {
 	grace     time.Duration
 	now       func() time.Time
 
-	// mu guards managed and locks. It is never held during a hardware
-	// call; hardware mutation is serialised per GPU by locks.
+	// mu guards managed. It is never held during a hardware call;
+	// hardware mutation is serialised per GPU by locks.
 	mu      sync.Mutex
 	managed map[Key]*record
-	locks   map[int]chan struct{}
+	locks   gpulock.Set
 
 	stats counters
 }
@@ -123,7 +125,6 @@ func NewManager(hw Realizer, opts Options) *Manager {
 		grace:     grace,
 		now:       now,
 		managed:   make(map[Key]*record),
-		locks:     make(map[int]chan struct{}),
 	}
 }
 
@@ -166,27 +167,6 @@ func compareKeys(a, b Key) int {
 		cmp.Compare(a.Placement.Size, b.Placement.Size),
 		strings.Compare(a.Profile, b.Profile),
 	)
-}
-
-// lockGPU acquires the mutation lock of one physical GPU, waiting until ctx
-// is done. The returned function releases it.
-func (m *Manager) lockGPU(ctx context.Context, gpu int) (func(), error) {
-	m.mu.Lock()
-	ch, ok := m.locks[gpu]
-	if !ok {
-		ch = make(chan struct{}, 1)
-		m.locks[gpu] = ch
-	}
-	m.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // lookup returns the record at key, or nil.

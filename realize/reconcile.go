@@ -107,7 +107,7 @@ func (m *Manager) young(want *desiredSet, r *record) bool {
 // reconcileOne releases r under its GPU lock if it is still managed and
 // still unwanted.
 func (m *Manager) reconcileOne(ctx context.Context, want *desiredSet, r *record, rep *ReconcileReport) error {
-	unlock, err := m.lockGPU(ctx, r.Key.GPU)
+	unlock, err := m.locks.Lock(ctx, r.Key.GPU)
 	if err != nil {
 		return err
 	}
