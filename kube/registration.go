@@ -64,10 +64,11 @@ func (p *RegistrationPublisher) Publish(ctx context.Context, devs []capability.N
 	return true, nil
 }
 
-// PublishGPUs publishes the MIG-enabled GPUs of gpus, all reported
-// healthy ([MIGNodeDevices]). GPUs that cannot be published, such as those
-// with MIG disabled, are left out and logged: they must not keep the rest
-// from being scheduled. The error is [RegistrationPublisher.Publish]'s.
+// PublishGPUs publishes the MIG-enabled GPUs of gpus ([MIGNodeDevices]),
+// healthy unless marked [capability.GPU.Unhealthy]. GPUs that cannot be
+// published, such as those with MIG disabled, are left out and logged: they
+// must not keep the rest from being scheduled. The error is
+// [RegistrationPublisher.Publish]'s.
 func (p *RegistrationPublisher) PublishGPUs(ctx context.Context, gpus []capability.GPU) (changed bool, err error) {
 	devs, skipped := MIGNodeDevices(gpus)
 	for _, err := range skipped {
@@ -77,13 +78,15 @@ func (p *RegistrationPublisher) PublishGPUs(ctx context.Context, gpus []capabili
 }
 
 // MIGNodeDevices converts the GPUs to registration devices with
-// [capability.NewMIGNodeDevice], all reported healthy. GPUs it cannot
-// convert (MIG disabled, memory out of range) are left out and described in
+// [capability.NewMIGNodeDevice], each healthy unless marked
+// [capability.GPU.Unhealthy] (an unhealthy GPU is published without the
+// "health" key, as the deployed plugin writes it). GPUs it cannot convert
+// (MIG disabled, memory out of range) are left out and described in
 // skipped, one error per GPU naming its index and UUID.
 func MIGNodeDevices(gpus []capability.GPU) (devs []capability.NodeDevice, skipped []error) {
 	devs = make([]capability.NodeDevice, 0, len(gpus))
 	for _, g := range gpus {
-		d, err := capability.NewMIGNodeDevice(g, true)
+		d, err := capability.NewMIGNodeDevice(g, !g.Unhealthy)
 		if err != nil {
 			skipped = append(skipped, fmt.Errorf("kube: GPU %d (%s) not published: %w", g.Index, g.UUID, err))
 			continue
@@ -105,29 +108,42 @@ func annotationPatch(key, value string) []byte {
 }
 
 // NodeGPUs decodes a node's registration into the capability the scheduler
-// works with (only devices in MIG mode). A node without the annotation has
-// no GPUs. Malformed values fail with capability's registration errors.
-func NodeGPUs(node *corev1.Node) ([]capability.GPU, error) {
+// works with ([capability.ReadNodeRegistration]): the devices in MIG mode,
+// ordered by index, each with [capability.GPU.Unhealthy] set from the
+// registration's health (placement never chooses an unhealthy GPU, and its
+// pods keep their slots). A node without the annotation has no GPUs.
+//
+// A device entry that is malformed or invalid takes out that GPU only:
+// gpus holds the others and err reports every rejected entry, wrapping
+// capability's [*capability.RegistrationError] values (entry position and
+// field, joined), so a scheduler keeps placing on gpus and logs err. When
+// the value as a whole is unusable (not a JSON array), gpus is nil.
+func NodeGPUs(node *corev1.Node) (gpus []capability.GPU, err error) {
 	v, ok := node.Annotations[capability.NodeRegisterAnnotation]
 	if !ok {
 		return nil, nil
 	}
-	devs, err := capability.DecodeNodeRegistration([]byte(v))
+	reg, err := capability.ReadNodeRegistration([]byte(v))
 	if err != nil {
 		return nil, fmt.Errorf("kube: node %q annotation %s: %w", node.Name, capability.NodeRegisterAnnotation, err)
 	}
-	gpus := make([]capability.GPU, 0, len(devs))
-	for i, d := range devs {
-		if d.Mode != capability.ModeMIG {
-			continue
-		}
-		g, err := d.GPU()
-		if err != nil {
-			return nil, fmt.Errorf("kube: node %q annotation %s device %d: %w", node.Name, capability.NodeRegisterAnnotation, i, err)
-		}
-		gpus = append(gpus, g)
+	gpus = reg.GPUs()
+	if err := reg.Err(); err != nil {
+		return gpus, fmt.Errorf("kube: node %q annotation %s: %d GPUs left out: %w",
+			node.Name, capability.NodeRegisterAnnotation, rejectedEntries(reg), err)
 	}
 	return gpus, nil
+}
+
+// rejectedEntries counts the entries with at least one rejection.
+func rejectedEntries(reg capability.NodeRegistration) int {
+	n, last := 0, -1
+	for _, re := range reg.Rejected {
+		if re.Device != last {
+			n, last = n+1, re.Device
+		}
+	}
+	return n
 }
 
 // PodAllocations decodes and validates a pod's hami.io/vgpu-mig-allocations

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -111,17 +112,100 @@ func TestNodeGPUs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, none)
 
-	bad := node("n1", nil)
-	bad.Annotations = map[string]string{capability.NodeRegisterAnnotation: `[{"id":1}]`}
-	_, err = kube.NodeGPUs(bad)
-	var re *capability.RegistrationError
-	assert.ErrorAs(t, err, &re)
+	const (
+		a30 = `"count":4,"devmem":24576,"devcore":100,"type":"NVIDIA A30","mode":"mig","migProfiles":[` +
+			`{"name":"1g.6gb","memoryMB":5952,"core":25,"sliceCount":1,"placements":[{"start":0,"size":1},{"start":1,"size":1},{"start":2,"size":1},{"start":3,"size":1}]}]`
+		healthy0   = `{"id":"GPU-a",` + a30 + `,"health":true}`
+		unhealthy1 = `{"id":"GPU-b","index":1,` + a30 + `}` // as the deployed plugin writes an unhealthy GPU
+		malformed2 = `{"id":"GPU-c","index":2,"count":"4","devcore":100,"mode":"mig","health":true}`
+	)
+	type gpu struct {
+		uuid      string
+		unhealthy bool
+	}
+	tests := []struct {
+		name     string
+		value    string
+		want     []gpu
+		rejected []int // entries reported in the error; nil: no error
+		array    bool  // the value as a whole is refused
+	}{
+		{name: "unhealthy GPU without health", value: `[` + unhealthy1 + `,` + healthy0 + `]`,
+			want: []gpu{{uuid: "GPU-a"}, {uuid: "GPU-b", unhealthy: true}}},
+		{name: "malformed entry takes out that GPU only", value: `[` + healthy0 + `,` + malformed2 + `,` + unhealthy1 + `]`,
+			want: []gpu{{uuid: "GPU-a"}, {uuid: "GPU-b", unhealthy: true}}, rejected: []int{1}},
+		{name: "only a malformed entry", value: `[{"id":1}]`, rejected: []int{0}},
+		{name: "only MIG-mode devices are MIG capability", value: `[{"id":"GPU-x","count":10,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","mode":"hami-core","health":true}]`},
+		{name: "malformed array", value: `[` + healthy0 + `,`, array: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := node("n1", nil)
+			n.Annotations = map[string]string{capability.NodeRegisterAnnotation: tc.value}
+			gpus, err := kube.NodeGPUs(n)
+			var got []gpu
+			for _, g := range gpus {
+				got = append(got, gpu{uuid: g.UUID, unhealthy: g.Unhealthy})
+			}
+			assert.Equal(t, tc.want, got)
+			if tc.rejected == nil && !tc.array {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, capability.ErrRegistration)
+			var entries []int
+			for _, e := range flattenErrors(err) {
+				var re *capability.RegistrationError
+				if errors.As(e, &re) {
+					entries = append(entries, re.Device)
+				}
+			}
+			if tc.array {
+				assert.Equal(t, []int{-1}, entries)
+				assert.Nil(t, gpus)
+			} else {
+				assert.Equal(t, tc.rejected, entries)
+			}
+		})
+	}
+}
 
-	mixed := node("n1", nil)
-	mixed.Annotations = map[string]string{capability.NodeRegisterAnnotation: `[{"id":"GPU-x","count":10,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","mode":"hami-core","health":true}]`}
-	got, err := kube.NodeGPUs(mixed)
+// flattenErrors expands errors.Join trees (and wrapping around them).
+func flattenErrors(err error) []error {
+	switch e := err.(type) {
+	case *capability.RegistrationError:
+		return []error{e}
+	case interface{ Unwrap() []error }:
+		var out []error
+		for _, c := range e.Unwrap() {
+			out = append(out, flattenErrors(c)...)
+		}
+		return out
+	case interface{ Unwrap() error }:
+		return flattenErrors(e.Unwrap())
+	}
+	return []error{err}
+}
+
+func TestPublishUnhealthyGPU(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(node("n1", nil))
+	gpus := discovered(t, fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
+	gpus[1].Unhealthy = true
+	_, err := kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(ctx, gpus)
 	require.NoError(t, err)
-	assert.Empty(t, got, "only MIG-mode devices are MIG capability")
+	n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	require.NoError(t, err)
+	reg, err := capability.ReadNodeRegistration([]byte(n.Annotations[capability.NodeRegisterAnnotation]))
+	require.NoError(t, err)
+	require.Len(t, reg.Devices, 2)
+	assert.True(t, reg.Devices[0].Health)
+	assert.False(t, reg.Devices[1].Health, "published without health, as the deployed plugin writes an unhealthy GPU")
+	got, err := kube.NodeGPUs(n)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.False(t, got[0].Unhealthy)
+	assert.True(t, got[1].Unhealthy)
 }
 
 func TestRegistrationPublisherPatchFails(t *testing.T) {
