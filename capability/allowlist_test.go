@@ -38,6 +38,13 @@ func TestDefaultAllowlistMatchesRealNames(t *testing.T) {
 		{device: "NVIDIA A30", want: "NVIDIA A30", seven: "4g.24gb"},
 		{device: "NVIDIA A30-PCIE-24GB", want: "NVIDIA A30", seven: "4g.24gb"},
 		{device: "NVIDIA RTX PRO 6000 Blackwell Server Edition", want: "NVIDIA RTX PRO 6000 Blackwell Server Edition", seven: "4g.96gb"},
+		{device: "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", want: "NVIDIA RTX PRO 6000 Blackwell Server Edition", seven: "4g.96gb"},
+		{device: "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", want: "NVIDIA RTX PRO 6000 Blackwell Server Edition", seven: "4g.96gb"},
+		{device: "NVIDIA A800-SXM4-80GB", want: "NVIDIA A100-SXM4-80GB", seven: "7g.80gb"},
+		{device: "NVIDIA A800 80GB PCIe", want: "NVIDIA A100-SXM4-80GB", seven: "7g.80gb"},
+		{device: "NVIDIA H800", want: "NVIDIA H100 80GB HBM3", seven: "7g.80gb"},
+		{device: "NVIDIA H800 PCIe", want: "NVIDIA H100 80GB HBM3", seven: "7g.80gb"},
+		{device: "NVIDIA GB200", want: "NVIDIA GB200", seven: "7g.189gb"}, // early drivers' name
 		// The chart's strings keep matching.
 		{device: "A100-SXM4-40GB", want: "NVIDIA A100-SXM4-40GB", seven: "7g.40gb"},
 		{device: "A100-40GB-PCIe", want: "NVIDIA A100-SXM4-40GB", seven: "7g.40gb"},
@@ -59,6 +66,8 @@ func TestDefaultAllowlistMatchesRealNames(t *testing.T) {
 		// Substring traps: the longer name must win.
 		{device: "NVIDIA GH200 144G HBM3e", want: "NVIDIA GH200 480GB", seven: "7g.96gb"},
 		{device: "NVIDIA H20 96GB", want: "NVIDIA H20", seven: "7g.96gb"},
+		{device: "NVIDIA GB200 189GB", want: "NVIDIA GB200", seven: "7g.186gb"},
+		{device: "NVIDIA H200 NVL", want: "NVIDIA H200", seven: "7g.141gb"},
 	}
 	a := capability.DefaultAllowlist()
 	for _, tc := range tests {
@@ -79,7 +88,7 @@ func TestDefaultAllowlistMatchesRealNames(t *testing.T) {
 
 func TestDefaultAllowlistNonMatches(t *testing.T) {
 	a := capability.DefaultAllowlist()
-	for _, name := range []string{"Tesla T4", "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "NVIDIA H800", "NVIDIA A10", ""} {
+	for _, name := range []string{"Tesla T4", "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "NVIDIA A10", "NVIDIA RTX PRO 4000 Blackwell", ""} {
 		if i, m, ok := a.Match(name); ok {
 			t.Errorf("%q: got entry %d via %q, want no match", name, i, m)
 		}

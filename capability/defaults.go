@@ -6,7 +6,11 @@ package capability
 //
 //   - "H200" and "H20" occur in "NVIDIA GH200 ...", so GH200 comes first;
 //   - "B200" occurs in "NVIDIA GB200", so GB200 precedes B200;
-//   - "H20" occurs in "NVIDIA H200 ...", so H200 precedes H20.
+//   - "H20" occurs in "NVIDIA H200 ...", so H200 precedes H20;
+//   - "NVIDIA H800" occurs in "NVIDIA H800 PCIe", which is meant: both
+//     have the H100 80GB profiles;
+//   - no A100 string occurs in "NVIDIA A800 ...", so the A800 names are
+//     listed themselves.
 //
 // Real NVML names come first in each entry; the HAMi chart's strings follow
 // as aliases so configs written for the chart keep matching. Profile lists
@@ -23,9 +27,10 @@ var defaultAllowlist = Allowlist{
 		Models:   []string{"NVIDIA GH200 480GB", "GH200"},
 		Profiles: []string{"1g.12gb", "2g.24gb", "3g.48gb", "7g.96gb"},
 	},
-	{ // GB200 186GB (?). 1g drifts between 1g.23gb and 1g.24gb.
+	{ // GB200 186GB (?). Early drivers name 1g, 3g and 7g 1g.24gb,
+		// 3g.95gb and 7g.189gb; current ones 1g.23gb, 3g.93gb, 7g.186gb.
 		Models:   []string{"NVIDIA GB200"},
-		Profiles: []string{"1g.23gb", "1g.24gb", "2g.47gb", "3g.93gb", "7g.186gb"},
+		Profiles: []string{"1g.23gb", "1g.24gb", "2g.47gb", "3g.93gb", "3g.95gb", "7g.186gb", "7g.189gb"},
 	},
 	{ // H200 141GB, SXM ("NVIDIA H200", "NVIDIA H200 141GB HBM3e") and NVL.
 		Models:   []string{"NVIDIA H200", "H200 NVL", "H200-SXM5"},
@@ -43,14 +48,19 @@ var defaultAllowlist = Allowlist{
 		Models:   []string{"NVIDIA H100 NVL", "H100-PCIE-94GB", "H100-SXM5-94GB"},
 		Profiles: []string{"1g.12gb", "2g.24gb", "3g.47gb", "7g.94gb"},
 	},
-	{ // H100 80GB: SXM5 reports "NVIDIA H100 80GB HBM3", PCIe "NVIDIA H100 PCIe".
-		Models:   []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "H100-PCIE-80GB", "H100-SXM5-80GB"},
+	{ // H100 80GB: SXM5 reports "NVIDIA H100 80GB HBM3", PCIe "NVIDIA H100 PCIe";
+		// the export variants "NVIDIA H800" and "NVIDIA H800 PCIe" (?) have
+		// the same profiles.
+		Models:   []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800", "H100-PCIE-80GB", "H100-SXM5-80GB"},
 		Profiles: []string{"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"},
 	},
 	{ // A100 80GB. By NVIDIA's naming rule 7g is "7g.80gb" and 3g "3g.40gb";
 		// the chart's "7g.79gb" and the "3g.39gb" some drivers report are the
 		// same profiles under naive rounding, kept so either driver works.
+		// The export variants "NVIDIA A800-SXM4-80GB" and "NVIDIA A800 80GB
+		// PCIe" have the same profiles.
 		Models: []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM-80GB",
+			"NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe",
 			"A100-SXM4-80GB", "A100-80GB-PCIe", "A100-PCIE-80GB"},
 		Profiles: []string{"1g.10gb", "2g.20gb", "3g.40gb", "3g.39gb", "7g.80gb", "7g.79gb"},
 	},
@@ -64,8 +74,10 @@ var defaultAllowlist = Allowlist{
 		Models:   []string{"NVIDIA A30", "A30"},
 		Profiles: []string{"1g.6gb", "2g.12gb", "4g.24gb"},
 	},
-	{ // RTX PRO 6000 Blackwell Server Edition 96GB, 12-slot grid.
-		Models:   []string{"NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000 Blackwell Server Edition"},
+	{ // RTX PRO 6000 Blackwell 96GB, 12-slot grid: Server, Workstation and
+		// Max-Q Workstation editions have the same profiles.
+		Models: []string{"NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+			"NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTX PRO 6000 Blackwell Server Edition"},
 		Profiles: []string{"1g.24gb", "2g.48gb", "4g.96gb"},
 	},
 }
@@ -73,8 +85,10 @@ var defaultAllowlist = Allowlist{
 // DefaultAllowlist returns the built-in policy: every model of the HAMi
 // chart's default migProfileAllowlist under the names NVML reports (for
 // example "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200", "NVIDIA A100
-// 80GB PCIe", "NVIDIA A30"), with the chart's own strings kept as aliases,
-// and GH200 and GB200 so that they are not mistaken for H200 or B200.
+// 80GB PCIe", "NVIDIA A30"), with the chart's own strings kept as aliases;
+// the A800 and H800 export variants and the RTX PRO 6000 Workstation
+// editions, which the chart lacks; and GH200 and GB200 so that they are not
+// mistaken for H200 or B200.
 // Entries are ordered so that the first-match rule picks the right one.
 //
 // Only the plain profiles are allowed (as in the chart); variants, REV2 1g

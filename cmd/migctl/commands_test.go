@@ -65,6 +65,43 @@ func TestDiscoverNode(t *testing.T) {
 	migctl(t, "", "status", "--node", path).check(t, exitOK, []string{"GPU1  [........]", "NVIDIA H100 80GB HBM3 x1"}, nil)
 }
 
+// TestDiscoverCorrectedTables: the presets publish the corrected tables
+// through the default allowlist, and an unconfirmed one says so.
+func TestDiscoverCorrectedTables(t *testing.T) {
+	r := migctl(t, "", "discover", "--fake", "NVIDIA H100 PCIe,NVIDIA A800 80GB PCIe,NVIDIA RTX PRO 6000 Blackwell Workstation Edition,NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition,H20")
+	r.check(t, exitOK, nil, []string{`note: preset "NVIDIA H20" is unconfirmed: SM counts estimated`})
+	devs, err := capability.DecodeNodeRegistration([]byte(strings.TrimSpace(r.stdout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(devs), 5; got != want {
+		t.Fatalf("devices = %d, want %d", got, want)
+	}
+	core := map[string]uint32{}
+	for _, p := range devs[0].MIGProfiles {
+		core[p.Name] = p.Core
+	}
+	if core["2g.20gb"] != 27 || core["3g.40gb"] != 41 || core["1g.10gb"] != 13 {
+		t.Errorf("H100 PCIe cores = %v, want 2g.20gb 27, 3g.40gb 41, 1g.10gb 13", core)
+	}
+	for _, d := range devs[1:4] {
+		if len(d.MIGProfiles) < 3 {
+			t.Errorf("%s publishes %d profiles, want at least 3", d.Type, len(d.MIGProfiles))
+		}
+	}
+	if strings.Contains(r.stderr, "H100 PCIe\" is unconfirmed") {
+		t.Errorf("confirmed preset noted as unconfirmed:\n%s", r.stderr)
+	}
+}
+
+func TestDiscoverDriver(t *testing.T) {
+	r := migctl(t, "", "discover", "--fake", "GB200", "--driver", "early")
+	r.check(t, exitOK, []string{`"7g.189gb"`, `"3g.95gb"`}, nil)
+	r = migctl(t, "", "discover", "--fake", "GB200")
+	r.check(t, exitOK, []string{`"7g.186gb"`}, nil)
+	migctl(t, "", "discover", "--fake", "GB200", "--driver", "old").check(t, exitUsage, nil, []string{`--driver "old"`})
+}
+
 func TestDiscoverErrors(t *testing.T) {
 	onlyA30 := writeTemp(t, "a30.yaml", "nvidia:\n  migProfileAllowlist:\n  - models: [A30]\n    profiles: [1g.6gb]\n")
 	only1g := writeTemp(t, "1g.yaml", "nvidia:\n  migProfileAllowlist:\n  - models: [A100-SXM4-40GB]\n    profiles: [1g.5gb, 1g.5gb+me]\n")

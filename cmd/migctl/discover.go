@@ -18,7 +18,7 @@ import (
 func discoverCommand() command {
 	return command{
 		name:    "discover",
-		args:    "--fake MODEL[,MODEL...] [--allowlist FILE] [--node NAME] [--seed N]",
+		args:    "--fake MODEL[,MODEL...] [--driver current|early] [--allowlist FILE] [--node NAME] [--seed N]",
 		summary: "node registration a fake node of the given GPU models would publish",
 		help: `Builds an in-memory node of the given GPU models (fakehal presets; "8xA100"
 repeats a model), discovers its MIG capability under the allowlist (the
@@ -26,6 +26,11 @@ built-in one, or nvidia.migProfileAllowlist from a scheduler device config),
 and prints the hami.io/node-nvidia-register value the device plugin would
 publish, byte for byte. With --node it prints a Kubernetes Node carrying the
 annotation instead, ready for place, status and metrics.
+
+--driver early builds the tables the first drivers for a model reported
+where they differ (B200's 1g memory, GB200's profile names). A preset not
+confirmed on hardware gets a "note:" line on standard error saying what is
+estimated.
 
 Discovery findings (profiles or GPUs left out) go to standard error; exit 1
 when a GPU publishes nothing (no allowlist match, MIG disabled, no profile
@@ -35,17 +40,22 @@ resolved, unusable profile), 0 when only allowlisted aliases did not resolve.`,
 			allow := fs.String("allowlist", "", "scheduler device config (YAML or JSON) with nvidia.migProfileAllowlist; default: the built-in allowlist")
 			node := fs.String("node", "", "print a Kubernetes Node of this name carrying the registration")
 			seed := fs.Uint64("seed", 1, "seed of the fake GPU UUIDs")
+			driver := fs.String("driver", "current", "driver generation of the fake tables: current or early")
 			return func(e *env, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
 				}
-				return discover(e, *fake, *allow, *node, *seed)
+				drv, err := parseDriver(*driver)
+				if err != nil {
+					return err
+				}
+				return discover(e, *fake, *allow, *node, *seed, drv)
 			}
 		},
 	}
 }
 
-func discover(e *env, fake, allowFile, nodeName string, seed uint64) error {
+func discover(e *env, fake, allowFile, nodeName string, seed uint64, drv fakehal.Driver) error {
 	models, err := parseModels(fake)
 	if err != nil {
 		return err
@@ -54,10 +64,11 @@ func discover(e *env, fake, allowFile, nodeName string, seed uint64) error {
 	if err != nil {
 		return err
 	}
-	hw, err := fakehal.New(fakehal.Options{GPUs: models, Seed: seed})
+	hw, err := fakehal.New(fakehal.Options{GPUs: models, Seed: seed, Driver: drv})
 	if err != nil {
 		return usageErr("--fake: %v (models: %s)", err, knownModels())
 	}
+	noteUnconfirmed(e, models)
 	gpus, report, err := capability.Discover(e.ctx, hw, policy)
 	if err != nil {
 		return err
