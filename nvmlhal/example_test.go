@@ -91,6 +91,6 @@ func ExampleBackend_Shutdown() {
 	fmt.Println(errors.Is(b.Shutdown(ctx), nvmlhal.ErrNotInitialized), lib.Inits())
 	lib.Shutdown()
 	// Output:
-	// 8 NVIDIA H200 141GB HBM3e <nil>
+	// 8 NVIDIA H200 <nil>
 	// true 1
 }

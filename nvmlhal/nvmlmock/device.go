@@ -8,6 +8,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/dynmig/dynmig/fakehal"
 )
 
 // noInstance is NVML's GPU/compute instance ID of a process outside MIG.
@@ -22,8 +24,11 @@ type Device struct {
 
 	srv      *Server
 	index    int
+	name     string // the NVML name real drivers report
 	totalMB  uint64
 	slices   uint32
+	engines  fakehal.Engines  // media engines of the whole GPU
+	limited  bool             // whether GPU instances draw on engines
 	profiles map[int]*profile // by GPU instance profile index
 
 	migMode, pendingMode int
@@ -37,8 +42,11 @@ func newDevice(s *Server, index int, base *server.Device, spec modelSpec) *Devic
 		Device:   base,
 		srv:      s,
 		index:    index,
-		totalMB:  spec.totalMB,
+		name:     spec.preset.Name,
+		totalMB:  spec.preset.MemoryMB,
 		slices:   spec.slices,
+		engines:  spec.preset.Engines,
+		limited:  spec.preset.ProfileEngines != nil,
 		profiles: buildProfiles(spec),
 		gis:      make(map[uint32]*GpuInstance),
 		migSlots: make([]*ComputeInstance, spec.slices),
@@ -59,14 +67,14 @@ func (d *Device) profileByID(id uint32) *profile {
 	return nil
 }
 
-// GetName returns the device name real drivers report (go-nvml's A100
-// mock prefixes it with "Mock ").
+// GetName returns the device name real drivers report ("NVIDIA H200", not
+// go-nvml's "NVIDIA H200 141GB HBM3e").
 func (d *Device) GetName() (string, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return "", nvml.ERROR_UNINITIALIZED
 	}
-	return strings.TrimPrefix(d.Config.Name, "Mock "), nvml.SUCCESS
+	return d.name, nvml.SUCCESS
 }
 
 // GetUUID returns the GPU UUID.
@@ -207,12 +215,12 @@ func (d *Device) GetGpuInstanceProfileInfoV3(index int) (nvml.GpuInstanceProfile
 		Version: 3, Id: in.Id, SliceCount: in.SliceCount, InstanceCount: in.InstanceCount,
 		MultiprocessorCount: in.MultiprocessorCount, CopyEngineCount: in.CopyEngineCount,
 		DecoderCount: in.DecoderCount, EncoderCount: in.EncoderCount, JpegCount: in.JpegCount,
-		OfaCount: in.OfaCount, MemorySizeMB: in.MemorySizeMB, Name: v3Name(p.spec.name),
+		OfaCount: in.OfaCount, MemorySizeMB: in.MemorySizeMB, Name: v3Name(p.spec.Name),
 	}
 	if in.IsP2pSupported != 0 {
 		v3.Capabilities |= nvml.GPU_INSTANCE_PROFILE_CAPS_P2P
 	}
-	if strings.HasSuffix(p.spec.name, "+gfx") {
+	if strings.HasSuffix(p.spec.Name, "+gfx") {
 		v3.Capabilities |= nvml.GPU_INSTANCE_PROFILE_CAPS_GFX
 	}
 	return v3, nvml.SUCCESS
@@ -248,7 +256,9 @@ func (d *Device) CreateGpuInstance(*nvml.GpuInstanceProfileInfo) (nvml.GpuInstan
 // NOT_SUPPORTED with MIG off; INVALID_ARGUMENT for an unknown profile Id or
 // a placement the profile does not list; INSUFFICIENT_RESOURCES when the
 // range overlaps a live GPU instance, the profile's instance count is used
-// up, or the GPU has too few compute slices left.
+// up, the GPU has too few compute slices left, or the media engines the
+// profile takes (its DecoderCount, EncoderCount, JpegCount, OfaCount) are
+// taken by other GPU instances.
 func (d *Device) CreateGpuInstanceWithPlacement(info *nvml.GpuInstanceProfileInfo, placement *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
@@ -275,16 +285,22 @@ func (d *Device) CreateGpuInstanceWithPlacement(info *nvml.GpuInstanceProfileInf
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	var used, same uint32
+	engines := p.engines
 	for _, g := range d.gis {
 		if overlaps(g.placement, *placement) {
 			return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 		}
 		used += g.prof.info.SliceCount
+		engines = engines.Add(g.prof.engines)
 		if g.prof == p {
 			same++
 		}
 	}
 	if same >= p.info.InstanceCount || used+p.info.SliceCount > d.slices {
+		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+	}
+	if d.limited && !engines.Within(d.engines) {
+		// Taken media engines get the code of an occupied range.
 		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 	}
 	id := uint32(0)
@@ -714,7 +730,7 @@ func (m *MIGDevice) GetName() (string, nvml.Return) {
 		return "", ret
 	}
 	d := m.ci.gi.dev
-	return strings.TrimPrefix(d.Config.Name, "Mock ") + " MIG " + m.ci.gi.prof.spec.name, nvml.SUCCESS
+	return d.name + " MIG " + m.ci.gi.prof.spec.Name, nvml.SUCCESS
 }
 
 // GetComputeRunningProcesses lists the processes in this MIG device.

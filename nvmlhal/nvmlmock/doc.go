@@ -8,11 +8,15 @@
 // go-nvml's servers are lax: overlapping or illegal placements succeed, a
 // GPU instance with live compute instances can be destroyed, MIG device
 // handle calls panic, every profile Id equals its index, and the H100,
-// H200 and B200 tables have placements and sizes no driver reports. A
-// [Server] keeps go-nvml's GPU identities (UUIDs, PCI data, compute
-// instance profiles) and replaces the MIG calls with ones that check what
-// real NVML checks, on the profile tables of
-// ../shared/data/mig-hardware-facts.md:
+// H200 and B200 tables have placements and sizes no driver reports, and
+// its names ("NVIDIA H200 141GB HBM3e") and totals are not what drivers
+// report. A [Server] keeps go-nvml's GPU identities (UUIDs, PCI data, copy
+// engine counts, compute instance profiles) and replaces the MIG calls with
+// ones that check what real NVML checks. Device names, total memory and
+// every GPU instance profile (Id, memory, SMs, instance count, placements,
+// media engines) come from the fakehal preset [Model.Preset] names, so the
+// two fakes share one table; [Options.Driver] picks a driver generation as
+// fakehal's does:
 //
 //   - profile Ids differ from indexes (1g is Id 19 at index 0, 7g Id 0 at
 //     index 4), so a caller that confuses them fails;
@@ -21,8 +25,10 @@
 //     size 2;
 //   - creating at a placement the profile does not list is
 //     ERROR_INVALID_ARGUMENT; overlapping a live GPU instance, exceeding
-//     the profile's instance count or the GPU's compute slices is
-//     ERROR_INSUFFICIENT_RESOURCES; MIG off is ERROR_NOT_SUPPORTED;
+//     the profile's instance count, the GPU's compute slices or its media
+//     engines (an A30's one JPEG/OFA set, an RTX PRO 6000's four NVDEC and
+//     NVENC that a +me.all instance takes) is ERROR_INSUFFICIENT_RESOURCES;
+//     MIG off is ERROR_NOT_SUPPORTED;
 //   - destroying a GPU instance with compute instances or processes, or a
 //     compute instance with processes, is ERROR_IN_USE; destroyed handles
 //     turn invalid;

@@ -8,6 +8,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/dynmig/dynmig/fakehal"
 )
 
 // Compile-time checks: the strict types are NVML values.
@@ -34,6 +36,9 @@ type Options struct {
 	// ResetRequired makes SetMigMode leave every change pending, as on
 	// hosts where NVML cannot reset the GPU (activation RESET_REQUIRED).
 	ResetRequired bool
+	// Driver picks the driver generation whose tables the GPUs report,
+	// as fakehal.Options.Driver does; the zero value is the current one.
+	Driver fakehal.Driver
 }
 
 // Op names a call whose next result a test can force with [Server.FailNext].
@@ -73,7 +78,7 @@ type Server struct {
 
 // New returns a strict server of the given model.
 func New(model Model, opts Options) *Server {
-	spec, ok := model.spec()
+	spec, ok := model.spec(opts.Driver)
 	if !ok {
 		panic(fmt.Sprintf("nvmlmock: unknown model %d", int(model)))
 	}
