@@ -51,6 +51,11 @@ func objects(data []byte) ([]json.RawMessage, []string, error) {
 		return nil, nil, fmt.Errorf("not a Kubernetes object: %w", err)
 	}
 	if h.Items == nil && !strings.HasSuffix(h.Kind, "List") {
+		if h.Kind == "" {
+			// A single allocation entry, say, or any other JSON object:
+			// reading it as an empty Pod would report nothing wrong.
+			return nil, nil, errors.New(`a JSON object without "kind" is not a Kubernetes object`)
+		}
 		return []json.RawMessage{j}, []string{h.Kind}, nil
 	}
 	kinds := make([]string, len(h.Items))
@@ -128,9 +133,13 @@ func itemName(n, i int) string {
 // MIG GPUs decoded from it, and the pods on it.
 type nodeView struct {
 	name string
-	devs []capability.NodeDevice // the registration, every device
-	gpus []capability.GPU        // the devices in MIG mode
-	pods []*corev1.Pod           // pods bound to the node or reserving its GPUs
+	devs []capability.NodeDevice // the registration's usable devices
+	gpus []capability.GPU        // the devices in MIG mode, by index
+	// rejected are the registration entries left out, as the scheduler
+	// leaves them out; findings what it kept but noticed.
+	rejected []*capability.RegistrationError
+	findings []capability.RegistrationFinding
+	pods     []*corev1.Pod // pods bound to the node or reserving its GPUs
 	// pending are MIG pods without a reservation that are not bound to
 	// another node: candidates the scheduler still has to place.
 	pending []*corev1.Pod
@@ -147,39 +156,30 @@ func loadNode(e *env, nodeFile, nodeName, podsFile string) (*nodeView, error) {
 		return nil, err
 	}
 	nv := &nodeView{name: nodeName}
+	var value []byte
+	where := nodeFile
 	if j, err := toJSON(data); err == nil && len(j) > 0 && j[0] == '[' {
 		// A bare hami.io/node-nvidia-register value.
 		if nv.name == "" {
 			nv.name = "node"
 		}
-		if nv.devs, err = capability.DecodeNodeRegistration(j); err != nil {
-			return nil, fmt.Errorf("%s: %w", nodeFile, err)
-		}
+		value = j
 	} else {
 		node, err := pickNode(data, nodeName)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", displayName(nodeFile), err)
 		}
 		nv.name = node.Name
-		if nv.devs, err = capability.DecodeNodeRegistration([]byte(node.Annotations[capability.NodeRegisterAnnotation])); err != nil {
-			return nil, fmt.Errorf("%s: node %s: %s: %w", displayName(nodeFile), node.Name, capability.NodeRegisterAnnotation, err)
-		}
-		if nv.gpus, err = kube.NodeGPUs(node); err != nil {
-			return nil, fmt.Errorf("%s: node %s: %w", displayName(nodeFile), node.Name, err)
-		}
+		value = []byte(node.Annotations[capability.NodeRegisterAnnotation])
+		where = fmt.Sprintf("%s: node %s: %s", displayName(nodeFile), node.Name, capability.NodeRegisterAnnotation)
 	}
-	if nv.gpus == nil {
-		for _, d := range nv.devs {
-			if d.Mode != capability.ModeMIG {
-				continue
-			}
-			g, err := d.GPU()
-			if err != nil {
-				return nil, err
-			}
-			nv.gpus = append(nv.gpus, g)
-		}
+	// Read as the scheduler reads it: a malformed entry takes out that
+	// GPU only, and the commands report it.
+	reg, err := capability.ReadNodeRegistration(value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
+	nv.devs, nv.gpus, nv.rejected, nv.findings = reg.Devices, reg.GPUs(), reg.Rejected, reg.Findings
 	if podsFile == "" {
 		return nv, nil
 	}
@@ -204,6 +204,26 @@ func loadNode(e *env, nodeFile, nodeName, podsFile string) (*nodeView, error) {
 		}
 	}
 	return nv, nil
+}
+
+// registrationNotes describes the registration entries left out
+// (problems) and what was kept but noticed (notes), one line each.
+func (nv *nodeView) registrationNotes() (problems, notes []string) {
+	for _, re := range nv.rejected {
+		problems = append(problems, fmt.Sprintf("node %s: registration entry %d left out, its GPU gets no MIG pods: %v", nv.name, re.Device, re))
+	}
+	for _, f := range nv.findings {
+		notes = append(notes, fmt.Sprintf("node %s: registration %s", nv.name, f))
+	}
+	return problems, notes
+}
+
+// warnRegistration prints registrationNotes to standard error.
+func (nv *nodeView) warnRegistration(e *env) {
+	problems, notes := nv.registrationNotes()
+	for _, l := range append(problems, notes...) {
+		fmt.Fprintf(e.stderr, "warning: %s\n", l)
+	}
 }
 
 // pickNode returns the node named name, or the only node.

@@ -19,7 +19,10 @@ func metricsCommand() command {
 hami_node_gpu_mig_instance_info series per reservation of an active pod that
 carries a complete runtime identity, labelled with the GPU's index in the node
 registration. Records the device plugin would not trust (malformed,
-conflicting) produce no series. With --legacy it also prints the
+conflicting) produce no series: two pods holding the same reservation export
+neither (the deployed scheduler fails the whole scrape instead). GPUs marked
+unhealthy still export their pods' series; registration entries the
+scheduler would leave out are reported on standard error. With --legacy it also prints the
 compatibility series nodeGPUMigInstance (legacyMetrics: true).`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			node := fs.String("node", "", "Node JSON (or NodeList/List, or a bare registration value)")
@@ -34,6 +37,7 @@ compatibility series nodeGPUMigInstance (legacyMetrics: true).`,
 				if err != nil {
 					return err
 				}
+				nv.warnRegistration(e)
 				return metrics(e, nv, *legacy)
 			}
 		},

@@ -57,9 +57,13 @@ placed again). The annotation is the internal protocol between scheduler and
 device plugin: this is for inspection and what-if questions, never write the
 output to a pod yourself.
 
+Unhealthy GPUs (registration "health" false or absent) are never chosen; the
+pods already on them keep their slots. Registration entries the scheduler
+would leave out are reported on standard error.
+
 Exit 2 with the reason when the pod is unschedulable on the node (not enough
 free slots, free slots but no legal placement, no profile large enough, every
-GPU excluded by constraints).`,
+GPU excluded by constraints or unhealthy).`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			node := fs.String("node", "", "Node JSON (or NodeList/List, or a bare registration value)")
 			nodeName := fs.String("node-name", "", "the node to use when NODE.json holds several")
@@ -91,6 +95,7 @@ func place(e *env, nodeFile, nodeName, podsFile, podFile, polName string) error 
 	if err != nil {
 		return err
 	}
+	nv.warnRegistration(e)
 	data, err := e.readInput(podFile)
 	if err != nil {
 		return err
@@ -151,7 +156,7 @@ var reasonLabels = []struct {
 	{placement.ErrFragmented, "fragmented: free slots, but no free legal placement"},
 	{placement.ErrCapacity, "not enough free slots"},
 	{placement.ErrNoProfile, "no profile large enough"},
-	{placement.ErrExcluded, "every GPU excluded by the pod's constraints"},
+	{placement.ErrExcluded, "every GPU excluded by the pod's constraints or unhealthy"},
 	{placement.ErrSearchLimit, "search bound reached (a placement may exist)"},
 }
 

@@ -24,11 +24,13 @@ func statusCommand() command {
 character per memory slot, one letter per pod, '|' between placements, '.'
 free, '!' claimed twice) with its free slots, capacity (how many more
 instances fit, summed over the profiles), the largest profile that still fits
-and unusable slots (free slots no free published placement covers); each
-reservation of the active pods and whether the device plugin has realized it
-(runtime identity in the annotation); the MIG pods still pending and whether
-they would fit now (with --policy); and every problem found (malformed or
-conflicting records).
+and unusable slots (free slots no free published placement covers); an
+unhealthy GPU keeps its pods but takes no new ones, and adds nothing to the
+node's totals. Then each reservation of the active pods and whether the
+device plugin has realized it (runtime identity in the annotation); the MIG
+pods still pending and whether they would fit now (with --policy); notes
+(profiles a GPU publishes without any placement); and every problem found
+(malformed or conflicting records, registration entries left out).
 
 Exit 0, or 1 when a record is malformed or conflicting.`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
@@ -66,8 +68,9 @@ func status(e *env, nv *nodeView, pol placement.Policy) error {
 		return err
 	}
 	gpus, _ := ledger.Node(nv.name)
+	regProblems, notes := nv.registrationNotes()
 	rows, problems := nv.reservations()
-	problems = append(problems, warnings...)
+	problems = append(append(regProblems, problems...), warnings...)
 
 	realized := 0
 	podSet := map[string]bool{}
@@ -77,8 +80,8 @@ func status(e *env, nv *nodeView, pol placement.Policy) error {
 			realized++
 		}
 	}
-	fmt.Fprintf(e.stdout, "node %s: %d MIG GPUs (%s), %s hold %s (%d realized, %d not yet), %d pending MIG pods\n\n",
-		nv.name, len(gpus), models(gpus), plural(len(podSet), "active pod", "active pods"), plural(len(rows), "reservation", "reservations"),
+	fmt.Fprintf(e.stdout, "node %s: %d MIG GPUs (%s%s), %s hold %s (%d realized, %d not yet), %d pending MIG pods\n\n",
+		nv.name, len(gpus), models(gpus), unhealthyCount(gpus), plural(len(podSet), "active pod", "active pods"), plural(len(rows), "reservation", "reservations"),
 		realized, len(rows)-realized, len(nv.pending))
 
 	legend := slotmap.NewLegend()
@@ -90,6 +93,12 @@ func status(e *env, nv *nodeView, pol placement.Policy) error {
 	if err := writePending(e, nv, gpus, pol); err != nil {
 		return err
 	}
+	if len(notes) > 0 {
+		fmt.Fprintf(e.stdout, "\nnotes:\n")
+		for _, n := range notes {
+			fmt.Fprintf(e.stdout, "  %s\n", n)
+		}
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(e.stdout, "\nproblems:\n")
 		for _, p := range problems {
@@ -98,6 +107,20 @@ func status(e *env, nv *nodeView, pol placement.Policy) error {
 		return errFindings
 	}
 	return nil
+}
+
+// unhealthyCount is ", N unhealthy" when some GPUs are unhealthy, else "".
+func unhealthyCount(gpus []placement.GPUState) string {
+	n := 0
+	for _, g := range gpus {
+		if !g.Grid.Healthy() {
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d unhealthy", n)
 }
 
 // models summarises the GPU models, e.g. "NVIDIA A100-SXM4-40GB x8".
@@ -172,12 +195,18 @@ func writeMaps(w io.Writer, legend *slotmap.Legend, gpus []placement.GPUState, r
 	var largest *capability.Profile
 	for _, g := range gpus {
 		f := slotmap.Measure(g)
+		row := legend.Slots(slotmap.Row{Width: g.Grid.Width(), Spans: spans[g.Grid.UUID()]})
+		if !g.Grid.Healthy() {
+			// Its pods keep their slots, but nothing new goes on it, so
+			// it adds nothing to the node's free slots or capacity.
+			fmt.Fprintf(tw, "GPU%d\t%s\tunhealthy, no new pods (%s)\t%s\n", g.Grid.Index(), row, f, g.Grid.UUID())
+			continue
+		}
 		free, slots, unusable, capacity = free+f.FreeSlots, slots+f.Slots, unusable+f.Unusable, capacity+f.Capacity
 		if p := g.Grid.Profile(f.LargestFit); p != nil && (largest == nil || capability.CompareProfiles(p, largest) > 0) {
 			largest = p
 		}
-		fmt.Fprintf(tw, "GPU%d\t%s\t%s\t%s\n", g.Grid.Index(),
-			legend.Slots(slotmap.Row{Width: g.Grid.Width(), Spans: spans[g.Grid.UUID()]}), f, g.Grid.UUID())
+		fmt.Fprintf(tw, "GPU%d\t%s\t%s\t%s\n", g.Grid.Index(), row, f, g.Grid.UUID())
 	}
 	tw.Flush()
 	fit := "none"

@@ -58,6 +58,7 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 		if err != nil {
 			return err
 		}
+		nv.warnRegistration(e)
 		lookup = reservation.GPUs(nv.gpus)
 	}
 	data, err := e.readInput(file)
@@ -81,7 +82,8 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 	default:
 		pods, err := decodePods(data)
 		if err != nil {
-			return fmt.Errorf("%s: %w (want an annotation value, Pod, PodList or List)", displayName(file), err)
+			return fmt.Errorf("%s: %w (want a %s value, a JSON array of entries or that array as a quoted string, or a Pod, PodList or List)",
+				displayName(file), err, reservation.AnnotationKey)
 		}
 		problems = validatePods(e, pods, lookup)
 	}
