@@ -2,6 +2,7 @@ package dra_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -56,5 +57,22 @@ func TestQualityVersusDRA(t *testing.T) {
 		if def.Accepted < d.Accepted {
 			t.Logf("%v: default policy accepted %d, DRA %d", r.Trace, def.Accepted, d.Accepted)
 		}
+	}
+}
+
+func TestRunStopsWhenCtxIsDone(t *testing.T) {
+	gpus, err := dra.PlainGPUs("A30", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []sim.Event{{T: 0, Op: sim.Arrive, ID: "a"}, {T: 1, Op: sim.Arrive, ID: "b"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r, err := dra.Run(ctx, gpus, evs, dra.NodeOptions{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run with a done ctx: got %v, want %v", err, context.Canceled)
+	}
+	if r.Arrivals != 0 {
+		t.Errorf("arrivals allocated with a done ctx: got %d, want 0", r.Arrivals)
 	}
 }

@@ -37,12 +37,11 @@ func Run(ctx context.Context, gpus []capability.GPU, evs []sim.Event, opts NodeO
 		slots += int(g.Width())
 	}
 	p := &placer{
-		ctx:  ctx,
 		node: NewNode(m, opts),
 		req:  placement.Request{Containers: make([]placement.ContainerRequest, 1)},
 		held: map[string][]Device{},
 	}
-	res, err := sim.Replay(evs, slots, p)
+	res, err := sim.Replay(ctx, evs, slots, p)
 	res.Policy = PolicyName
 	if p.fatal != nil {
 		i := arrival(evs, p.arrivals)
@@ -52,10 +51,8 @@ func Run(ctx context.Context, gpus []capability.GPU, evs []sim.Event, opts NodeO
 }
 
 // placer is the [sim.Placer] of [Run]: one claim per arrival on node. It
-// lives only for one Run call and holds that call's ctx, because
-// sim.Placer's methods take none.
+// lives only for one Run call.
 type placer struct {
-	ctx  context.Context
 	node *Node
 	req  placement.Request
 	held map[string][]Device // devices of each accepted, present arrival
@@ -71,10 +68,10 @@ type placer struct {
 // placer.fatal instead.
 var errFatal = errors.New("dra: fatal error")
 
-func (p *placer) Arrive(ev *sim.Event) (int, error) {
+func (p *placer) Arrive(ctx context.Context, ev *sim.Event) (int, error) {
 	p.arrivals++
 	p.req.Containers[0] = sim.ContainerOf(ev)
-	devs, err := p.node.arrive(p.ctx, ev.ID, &p.req)
+	devs, err := p.node.arrive(ctx, ev.ID, &p.req)
 	if err != nil {
 		var ue *placement.UnschedulableError
 		if errors.As(err, &ue) {

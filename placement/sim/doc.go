@@ -111,5 +111,8 @@
 // # Concurrency
 //
 // Functions are safe for concurrent use on distinct arguments; nothing is
-// shared between calls, and no goroutine is started.
+// shared between calls, and no goroutine is started. Only [Replay] takes a
+// context, because the allocator it drives may block: it hands its ctx to
+// every [Placer] Arrive call and stops once ctx is done. The rest is pure
+// computation.
 package sim

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,12 +34,14 @@ func (r Result) Rejected() int { return r.Arrivals - r.Accepted }
 // Placer is one node's allocator as [Replay] drives it.
 type Placer interface {
 	// Arrive places the arrival ev and returns the memory slots it took.
-	// A rejection is an error matching placement.ErrUnschedulable (counted
-	// by its reason) or placement.ErrInvalidRequest (counted as other);
-	// any other error stops the replay.
-	Arrive(ev *Event) (slots int, err error)
+	// ctx is Replay's: an allocator that may block (an API call, a lock)
+	// waits no longer than it allows. A rejection is an error matching
+	// placement.ErrUnschedulable (counted by its reason) or
+	// placement.ErrInvalidRequest (counted as other); any other error
+	// stops the replay.
+	Arrive(ctx context.Context, ev *Event) (slots int, err error)
 	// Depart releases what the accepted arrival with ev.ID took. Replay
-	// calls it only for arrivals Arrive accepted.
+	// calls it only for arrivals Arrive accepted. It must not block.
 	Depart(ev *Event)
 }
 
@@ -47,8 +50,10 @@ type Placer interface {
 // node's slots (the sum of its GPUs' grid widths). Result.Policy is left
 // empty for the caller to name. It fails with a [*TraceError] for an
 // invalid trace and with Arrive's error, naming the event, for anything
-// that is not a rejection.
-func Replay(evs []Event, slots int, p Placer) (Result, error) {
+// that is not a rejection. Once ctx is done it stops before the next
+// arrival with an error wrapping ctx.Err(), returning what it counted so
+// far.
+func Replay(ctx context.Context, evs []Event, slots int, p Placer) (Result, error) {
 	if err := Validate(evs); err != nil {
 		return Result{}, err
 	}
@@ -63,8 +68,11 @@ func Replay(evs []Event, slots int, p Placer) (Result, error) {
 		}
 		switch ev.Op {
 		case Arrive:
+			if err := ctx.Err(); err != nil {
+				return res, fmt.Errorf("sim: event %d (%s): %w", i+1, ev.ID, err)
+			}
 			res.Arrivals++
-			n, err := p.Arrive(ev)
+			n, err := p.Arrive(ctx, ev)
 			if err != nil {
 				if !res.count(err) {
 					return res, fmt.Errorf("sim: event %d (%s): %w", i+1, ev.ID, err)
@@ -115,7 +123,8 @@ func Run(gpus []capability.GPU, evs []Event, pol placement.Policy) (Result, erro
 		slots += int(g.Width())
 	}
 	sp.sel = placement.NewSelector(placement.SelectorOptions{Policy: pol})
-	res, err := Replay(evs, slots, sp)
+	// The selector never blocks, so no caller's ctx is needed.
+	res, err := Replay(context.Background(), evs, slots, sp)
 	res.Policy = sp.sel.Policy().String()
 	if err != nil {
 		return res, err
@@ -136,7 +145,7 @@ type selectPlacer struct {
 	taken int // slots held, checked against the occupancy bitmaps
 }
 
-func (p *selectPlacer) Arrive(ev *Event) (int, error) {
+func (p *selectPlacer) Arrive(_ context.Context, ev *Event) (int, error) {
 	p.req.Containers[0] = ContainerOf(ev)
 	as, err := p.sel.Select(p.st, &p.req, nil)
 	if err != nil {

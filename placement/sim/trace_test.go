@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -159,14 +160,20 @@ func TestRunCounts(t *testing.T) {
 }
 
 // scriptedPlacer answers arrivals from a table by ID and records
-// departures.
+// arrivals and departures. onArrive, if set, runs first on every arrival.
 type scriptedPlacer struct {
 	answers  map[string]error
 	slots    int
+	onArrive func(ctx context.Context, ev *sim.Event)
+	arrived  []string
 	departed []string
 }
 
-func (p *scriptedPlacer) Arrive(ev *sim.Event) (int, error) {
+func (p *scriptedPlacer) Arrive(ctx context.Context, ev *sim.Event) (int, error) {
+	if p.onArrive != nil {
+		p.onArrive(ctx, ev)
+	}
+	p.arrived = append(p.arrived, ev.ID)
 	if err := p.answers[ev.ID]; err != nil {
 		return 0, err
 	}
@@ -193,7 +200,7 @@ func TestReplay(t *testing.T) {
 		"cap":  &placement.UnschedulableError{Reason: placement.ErrCapacity},
 		"bad":  &placement.RequestError{Container: 0, Field: "Devices"},
 	}}
-	r, err := sim.Replay(evs, 4, p)
+	r, err := sim.Replay(context.Background(), evs, 4, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,12 +220,42 @@ func TestReplay(t *testing.T) {
 
 	fatal := errors.New("allocator broke")
 	p.answers["b"] = fatal
-	if _, err := sim.Replay(evs, 4, p); !errors.Is(err, fatal) {
+	if _, err := sim.Replay(context.Background(), evs, 4, p); !errors.Is(err, fatal) {
 		t.Errorf("Replay with a failing placer = %v, want it wrapped", err)
 	}
 	var te *sim.TraceError
-	if _, err := sim.Replay(evs[1:], 4, p); !errors.As(err, &te) {
+	if _, err := sim.Replay(context.Background(), evs[1:], 4, p); !errors.As(err, &te) {
 		t.Errorf("Replay of an invalid trace = %v, want a *TraceError", err)
+	}
+}
+
+func TestReplayStopsWhenCtxIsDone(t *testing.T) {
+	evs := []sim.Event{
+		{T: 0, Op: sim.Arrive, ID: "a"},
+		{T: 1, Op: sim.Arrive, ID: "b"},
+		{T: 2, Op: sim.Depart, ID: "a"},
+		{T: 3, Op: sim.Arrive, ID: "c"},
+	}
+	type ctxKey struct{}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "replay's"))
+	defer cancel()
+	p := &scriptedPlacer{slots: 1, onArrive: func(got context.Context, ev *sim.Event) {
+		if got.Value(ctxKey{}) != "replay's" {
+			t.Errorf("Arrive(%s) got a context other than Replay's", ev.ID)
+		}
+		if ev.ID == "b" {
+			cancel() // as if the caller gave up while b was being placed
+		}
+	}}
+	r, err := sim.Replay(ctx, evs, 2, p)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Replay after cancel: got %v, want %v", err, context.Canceled)
+	}
+	if want := []string{"a", "b"}; !slices.Equal(p.arrived, want) {
+		t.Errorf("arrivals placed: got %v, want %v (none after the cancel)", p.arrived, want)
+	}
+	if got, want := r.Accepted, 2; got != want {
+		t.Errorf("accepted before the cancel: got %d, want %d", got, want)
 	}
 }
 
