@@ -34,6 +34,16 @@
 // default). The [Ledger] holds every node's occupancy, built from pod
 // reservations and updated per pod, with assume-before-bind.
 //
+// Media engines are a per-GPU budget independent of slots: a GPU refuses
+// an instance whose decoders or optical-flow/JPEG engines other instances
+// already hold (on an A30, 1g.6gb+me and 2g.12gb+me exclude each other; on
+// an RTX PRO 6000 a +me.all instance excludes every other engine-bearing
+// one). The wire format carries no engine counts, so a [Grid] derives them
+// from the profile names and table ([Engines] states the rules and which
+// are read from NVIDIA's guide), [GPUState].Engines holds what a GPU's
+// instances take, and selection never adds an instance whose engines are
+// taken.
+//
 // Package placement/sim replays arrival/departure traces against the
 // policies; examples/simulate prints the comparison.
 //

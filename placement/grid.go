@@ -91,6 +91,8 @@ type shape struct {
 	// for grids of up to tableSlots slots, nil otherwise.
 	capTable    []int32
 	strandTable []int16
+	// engines are the table's media-engine rules (engines.go).
+	engines engineTable
 }
 
 // tableSlots is the widest grid whose metric values are tabulated: 2^12
@@ -295,6 +297,7 @@ func newShape(gpu *capability.GPU) (*shape, error) {
 		sh.full = (uint64(1) << sh.width) - 1
 	}
 	sh.frag = fragMasks(sh.profiles)
+	sh.engines = deriveEngines(sh.profiles, sh.width)
 	sh.byEnd = make([][]uint64, len(sh.profiles))
 	for i := range sh.profiles {
 		gp := &sh.profiles[i]
@@ -402,6 +405,10 @@ func (g *Grid) String() string {
 type GPUState struct {
 	Grid *Grid
 	Used Occupancy
+	// Engines are the media engines the GPU's instances take (the sum of
+	// [Grid.EnginesOf] over its reservations); selection never adds an
+	// instance whose engines are taken. The zero value is none taken.
+	Engines Engines
 }
 
 // capacityValue is the sum over profiles of the largest number of

@@ -46,6 +46,7 @@ type Selector struct {
 	maxSteps int
 
 	used    []Occupancy
+	eng     []Engines // media engines taken, per GPU, as used
 	allowed []bool
 	devs    []device
 	order   []int    // search order of devs in backtracking
@@ -142,9 +143,11 @@ func Select(gpus []GPUState, req *Request, pol Policy) ([]Assignment, error) {
 func (s *Selector) reset(gpus []GPUState, req *Request) {
 	s.prefs = req.Preference
 	s.used = s.used[:0]
+	s.eng = s.eng[:0]
 	s.allowed = s.allowed[:0]
 	for i := range gpus {
 		s.used = append(s.used, gpus[i].Used)
+		s.eng = append(s.eng, gpus[i].Engines)
 		s.allowed = append(s.allowed, selectable(&gpus[i], req))
 	}
 	s.devs = s.devs[:0]
@@ -210,13 +213,11 @@ func (s *Selector) greedy(gpus []GPUState) bool {
 		o, ok := s.best(gpus, &s.devs[i])
 		if !ok {
 			// Undo so that explain and backtrack start from the input.
-			for j := range gpus {
-				s.used[j] = gpus[j].Used
-			}
+			s.restore(gpus)
 			return false
 		}
 		s.choice[i] = o
-		s.used[o.gpu] |= Occupancy(gpus[o.gpu].Grid.shape.profiles[o.prof].masks[o.pl])
+		s.take(gpus, o)
 	}
 	return true
 }
@@ -243,7 +244,7 @@ func (s *Selector) best(gpus []GPUState, d *device) (option, bool) {
 			if bp >= 0 && r >= br {
 				continue
 			}
-			if !anyFree(gp, used) {
+			if !anyFree(gp, used) || !sh.engines.fits(s.eng[g], pi) {
 				continue
 			}
 			bp, br = pi, r
@@ -318,11 +319,31 @@ func (s *Selector) runPhase(gpus []GPUState, only int) bool {
 	s.steps = 0
 	ok := s.dfs(gpus, 0, only)
 	if !ok {
-		for j := range gpus {
-			s.used[j] = gpus[j].Used
-		}
+		s.restore(gpus)
 	}
 	return ok
+}
+
+// take records option o in the search state: its slots and its media
+// engines (engines.go).
+func (s *Selector) take(gpus []GPUState, o option) {
+	sh := gpus[o.gpu].Grid.shape
+	s.used[o.gpu] |= Occupancy(sh.profiles[o.prof].masks[o.pl])
+	s.eng[o.gpu] = s.eng[o.gpu].Add(sh.engines.demand[o.prof])
+}
+
+// untake reverses take.
+func (s *Selector) untake(gpus []GPUState, o option) {
+	sh := gpus[o.gpu].Grid.shape
+	s.used[o.gpu] &^= Occupancy(sh.profiles[o.prof].masks[o.pl])
+	s.eng[o.gpu] = s.eng[o.gpu].Sub(sh.engines.demand[o.prof])
+}
+
+// restore resets the search state to the input.
+func (s *Selector) restore(gpus []GPUState) {
+	for j := range gpus {
+		s.used[j], s.eng[j] = gpus[j].Used, gpus[j].Engines
+	}
 }
 
 // searchOrder orders devices for backtracking: larger demands first (they
@@ -388,7 +409,7 @@ func (s *Selector) dfs(gpus []GPUState, depth, only int) bool {
 		used := uint64(s.used[g])
 		for pi := range sh.profiles {
 			gp := &sh.profiles[pi]
-			if !covers(gp, d, grid) {
+			if !covers(gp, d, grid) || !sh.engines.fits(s.eng[g], pi) {
 				continue
 			}
 			r := int32(preferenceRank(s.prefs, gp.p.Name))
@@ -424,13 +445,12 @@ func (s *Selector) dfs(gpus []GPUState, depth, only int) bool {
 	s.levels[depth] = opts
 	for k := range opts {
 		o := opts[k]
-		m := Occupancy(gpus[o.gpu].Grid.shape.profiles[o.prof].masks[o.pl])
-		s.used[o.gpu] |= m
+		s.take(gpus, o)
 		s.choice[di] = o
 		if s.dfs(gpus, depth+1, only) {
 			return true
 		}
-		s.used[o.gpu] &^= m
+		s.untake(gpus, o)
 		if s.steps > s.maxSteps {
 			return false
 		}
@@ -499,11 +519,15 @@ func (s *Selector) explainDevice(gpus []GPUState, d *device) *UnschedulableError
 			if !covers(gp, d, grid) || len(gp.masks) == 0 {
 				continue
 			}
-			if anyFree(gp, used) {
-				return nil
-			}
 			freeSlots := bits.OnesCount64(gp.union &^ used)
 			gap := freeSlots - int(gp.minSize)
+			if anyFree(gp, used) {
+				if grid.shape.engines.fits(gpus[g].Engines, pi) {
+					return nil
+				}
+				// Free slots, but its media engines are taken: capacity.
+				gap = -1
+			}
 			if !haveGap || gap > bestGap {
 				haveGap, bestGap = true, gap
 				e.FreeSlots, e.NeededSlots = freeSlots, int(gp.minSize)
