@@ -138,18 +138,26 @@ func (e *ReservationError) Error() string {
 func (e *ReservationError) Unwrap() error { return ErrInvalidReservation }
 
 // Conflict is one overlap between reservations of two different pods on
-// the same GPU.
+// the same GPU or, when Other is empty, one reservation the node's current
+// table no longer describes (see [Ledger.Conflicts]).
 type Conflict struct {
 	Node    string
 	GPUUUID string
 	PodUID  string // the pod being added
-	Other   string // the pod already holding an overlapping slot
+	Other   string // the pod already holding an overlapping slot; "" for a table mismatch
 	// Placement is the added pod's placement; OtherPlacement the other's.
 	Placement, OtherPlacement capability.Placement
+	// Reason says why the table does not describe the reservation; empty
+	// for an overlap.
+	Reason string
 }
 
 // String describes the conflict.
 func (c Conflict) String() string {
+	if c.Other == "" {
+		return fmt.Sprintf("node %s GPU %s: pod %s %v no longer fits the table: %s",
+			c.Node, c.GPUUUID, c.PodUID, c.Placement, c.Reason)
+	}
 	return fmt.Sprintf("node %s GPU %s: pod %s %v overlaps pod %s %v",
 		c.Node, c.GPUUUID, c.PodUID, c.Placement, c.Other, c.OtherPlacement)
 }

@@ -398,8 +398,13 @@ func (l *Ledger) Pod(podUID string) (rs []Reservation, assumed, ok bool) {
 	return rs, e.assumed, true
 }
 
-// Conflicts lists every overlap between reservations of different pods the
-// ledger holds, sorted by node, GPU and pod.
+// Conflicts lists, per node in name order, every overlap between
+// reservations of different pods the ledger holds (sorted by pod), then
+// every reservation the node's current table no longer describes (a GPU
+// the registration lacks, a placement outside the grid, an unpublished
+// profile or placement; Other is empty and Reason says why). Such a
+// reservation still occupies its slots when its GPU is on the node: the pod
+// holds them whatever the table says.
 func (l *Ledger) Conflicts() []Conflict {
 	var out []Conflict
 	for _, name := range l.Nodes() {
@@ -414,7 +419,26 @@ func (l *Ledger) Conflicts() []Conflict {
 				out = append(out, overlaps(n.name, a, n.pods[a].held, b, n.pods[b].held)...)
 			}
 		}
+		for _, uid := range uids {
+			out = append(out, n.unfit(n.pods[uid].held)...)
+		}
 		n.mu.RUnlock()
+	}
+	return out
+}
+
+// unfit lists the reservations of hs that the node's table does not
+// describe, without changing them.
+func (n *nodeLedger) unfit(hs []held) []Conflict {
+	var out []Conflict
+	for _, h := range hs {
+		probe := held{Reservation: h.Reservation, gpu: -1}
+		for _, err := range n.resolve([]held{probe}) {
+			var re *ReservationError
+			if errors.As(err, &re) {
+				out = append(out, Conflict{Node: n.name, GPUUUID: h.GPUUUID, PodUID: h.PodUID, Placement: h.Placement, Reason: re.Reason})
+			}
+		}
 	}
 	return out
 }
@@ -522,12 +546,17 @@ func (n *nodeLedger) resolve(hs []held) []error {
 			continue
 		}
 		grid := n.gpus[g].Grid
-		if !h.Placement.Within(grid.Width()) {
-			bad(fmt.Sprintf("placement %v outside the %d-slot grid", h.Placement, grid.Width()))
+		if !h.Placement.Within(capability.MaxSlots) {
+			bad(fmt.Sprintf("placement %v outside any %d-slot grid", h.Placement, capability.MaxSlots))
 			continue
 		}
+		// From here on the reservation occupies its slots whatever the
+		// table says: the pod holds them on the hardware, and a narrower
+		// table (an allowlist change) must not hand them to another pod.
 		h.gpu, h.mask = g, h.Placement.Mask()
-		if p := grid.Profile(h.Profile); p == nil {
+		if !h.Placement.Within(grid.Width()) {
+			bad(fmt.Sprintf("placement %v outside the %d-slot grid", h.Placement, grid.Width()))
+		} else if p := grid.Profile(h.Profile); p == nil {
 			bad(fmt.Sprintf("profile %q not published", h.Profile))
 		} else if !p.HasPlacement(h.Placement) {
 			bad(fmt.Sprintf("placement %v is not a published placement of %s", h.Placement, h.Profile))

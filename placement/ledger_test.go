@@ -130,7 +130,12 @@ func TestLedgerRejects(t *testing.T) {
 		{name: "unpublished placement observed", rs: []placement.Reservation{res(g0, "2g.10gb", 1, 2)}, wantErr: placement.ErrInvalidReservation, recorded: true},
 		{name: "unpublished placement assumed", assume: true, rs: []placement.Reservation{res(g0, "2g.10gb", 1, 2)}, wantErr: placement.ErrInvalidReservation},
 		{name: "unknown profile", rs: []placement.Reservation{res(g0, "5g.30gb", 0, 4)}, wantErr: placement.ErrInvalidReservation, recorded: true},
-		{name: "outside the grid", rs: []placement.Reservation{res(g0, "1g.5gb", 8, 1)}, wantErr: placement.ErrInvalidReservation},
+		// An observed pod holds its slots whatever the table says (a
+		// narrower table is only an allowlist change), so even slots past
+		// the grid count; an assumed one is refused.
+		{name: "outside the grid observed", rs: []placement.Reservation{res(g0, "1g.5gb", 8, 1)}, wantErr: placement.ErrInvalidReservation, recorded: true},
+		{name: "outside the grid assumed", assume: true, rs: []placement.Reservation{res(g0, "1g.5gb", 8, 1)}, wantErr: placement.ErrInvalidReservation},
+		{name: "past any grid", rs: []placement.Reservation{res(g0, "1g.5gb", 64, 1)}, wantErr: placement.ErrInvalidReservation},
 		{name: "repeated device", rs: []placement.Reservation{res(g0, "1g.5gb", 0, 1), res(g0, "1g.5gb", 1, 1)}, wantErr: placement.ErrInvalidReservation},
 		{name: "overlap within the pod", rs: []placement.Reservation{res(g0, "1g.5gb", 0, 1), {DeviceIndex: 1, GPUUUID: g0, Profile: "2g.10gb", Placement: capability.Placement{Start: 0, Size: 2}}}, wantErr: placement.ErrInvalidReservation, recorded: true},
 	}
