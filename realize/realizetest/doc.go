@@ -20,6 +20,10 @@
 //   - [Backend.StartProcess] lets the suite run a process on a MIG device
 //     (process reporting, ErrInUse on destroy).
 //   - A GPU listed with MIG disabled enables the MIG-disabled check.
+//   - A GPU whose profiles contend for media engines (A30's two +me
+//     profiles, RTX PRO 6000's +me.all) enables the media-engine check,
+//     whose clashing pairs come from package placement's rules so that a
+//     conforming backend refuses exactly what the scheduler never reserves.
 //
 // The checks and what each needs are listed by [Checks]; see the Doc field
 // of each.

@@ -256,3 +256,49 @@ func ExampleTestRealizer() {
 	// CreateEveryPlacement
 	// ExactPlacement
 }
+
+// TestMediaEnginesCheckCanFail: a backend that ignores media engines (a
+// fakehal node whose tables have no engine columns) fails MediaEngines on
+// the GPUs where engines clash, and only there; the check is skipped where
+// no two profiles contend.
+func TestMediaEnginesCheckCanFail(t *testing.T) {
+	for _, tt := range []struct {
+		model string
+		want  string // "failed", "passed" or "skipped"
+	}{
+		{model: "A30", want: "failed"},
+		{model: "RTX PRO 6000", want: "failed"},
+		{model: "A100", want: "skipped"},
+	} {
+		m, _ := fakehal.LookupModel(tt.model)
+		m.ProfileEngines = nil // the mutation: no engine budget
+		var check realizetest.Check
+		for _, c := range realizetest.Checks() {
+			if c.Name == "MediaEngines" {
+				check = c
+			}
+		}
+		for _, mutated := range []bool{false, true} {
+			opts := fakehal.Options{GPUs: []string{tt.model}}
+			if mutated {
+				opts.Models = []fakehal.Model{m}
+			}
+			n := fakehal.MustNew(opts)
+			err := check.Run(t.Context(), realizetest.Backend{Realizer: n})
+			got := "passed"
+			switch {
+			case errors.Is(err, realizetest.ErrSkipped):
+				got = "skipped"
+			case err != nil:
+				got = "failed"
+			}
+			want := tt.want
+			if !mutated && want == "failed" {
+				want = "passed"
+			}
+			if got != want {
+				t.Errorf("%s (engines ignored: %v): MediaEngines %s (%v), want %s", tt.model, mutated, got, err, want)
+			}
+		}
+	}
+}
