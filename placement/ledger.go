@@ -601,7 +601,13 @@ func (n *nodeLedger) occupy(h *held) {
 	for s := h.Placement.Start; s < h.Placement.End(); s++ {
 		c[s]++
 	}
-	n.gpus[h.gpu].Used |= Occupancy(h.mask)
+	g := &n.gpus[h.gpu]
+	g.Used |= Occupancy(h.mask)
+	// The reservation's media engines are taken too (GPUState.Engines),
+	// or selection would add an instance the GPU refuses.
+	if g.Grid != nil {
+		g.Engines = g.Engines.Add(g.Grid.EnginesOf(h.Profile))
+	}
 }
 
 // remove releases a pod's slots; a slot stays taken while another
@@ -622,6 +628,9 @@ func (n *nodeLedger) remove(podUID string) bool {
 			if c[s] == 0 {
 				n.gpus[h.gpu].Used &^= Occupancy(uint64(1) << s)
 			}
+		}
+		if g := &n.gpus[h.gpu]; g.Grid != nil {
+			g.Engines = g.Engines.Sub(g.Grid.EnginesOf(h.Profile))
 		}
 	}
 	return true
