@@ -3,7 +3,9 @@ package nvmlhal
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -34,6 +36,10 @@ type Options struct {
 	NVML nvml.Interface
 	// Logger receives one line per hardware mutation; nil discards.
 	Logger *slog.Logger
+	// Sysfs is the /sys tree the GPUs' NUMA nodes are read from
+	// (bus/pci/devices/<PCI bus ID>/numa_node, as NVIDIA's device plugin
+	// reads them). nil means os.DirFS("/sys"); tests pass an fstest.MapFS.
+	Sysfs fs.FS
 }
 
 // Backend is the NVML implementation of [realize.Realizer] and
@@ -49,6 +55,9 @@ type Backend struct {
 	owned  bool
 	initMu sync.Mutex   // serialises Init and Shutdown
 	inits  atomic.Int64 // successful Init calls not yet balanced by Shutdown
+	gate   gate         // keeps Shutdown out of in-flight calls
+	sysfs  fs.FS
+	newLib func() nvml.Interface // makes the library when owned
 
 	locks gpulock.Set // per-GPU mutation lock
 }
@@ -56,15 +65,20 @@ type Backend struct {
 // New returns a Backend over opts.NVML. It does not call NVML; call
 // [Backend.Init] unless the library is already initialised.
 func New(opts Options) *Backend {
+	newLib := func() nvml.Interface { return nvml.New() }
 	lib := opts.NVML
 	if lib == nil {
-		lib = nvml.New()
+		lib = newLib()
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{lib: lib, log: log, owned: opts.NVML == nil}
+	sysfs := opts.Sysfs
+	if sysfs == nil {
+		sysfs = os.DirFS("/sys")
+	}
+	return &Backend{lib: lib, log: log, owned: opts.NVML == nil, sysfs: sysfs, newLib: newLib}
 }
 
 // Init initialises NVML (nvmlInit_v2; for nvml.New() this loads the
@@ -72,6 +86,12 @@ func New(opts Options) *Backend {
 // already initialised is harmless; every successful Init must be balanced by
 // one [Backend.Shutdown]. A failure is a [*realize.HardwareError] with GPU -1
 // whose Cause is the [*ReturnError].
+//
+// go-nvml loads libnvidia-ml before calling nvmlInit and keeps it loaded
+// when nvmlInit then fails; it offers no call that unloads it in that
+// state. So a backend that made its library (Options.NVML nil) makes at
+// most one such attempt per library: after a failed Init it builds a fresh
+// library for the next one rather than stacking references on the old.
 func (b *Backend) Init(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -79,6 +99,9 @@ func (b *Backend) Init(ctx context.Context) error {
 	b.initMu.Lock()
 	defer b.initMu.Unlock()
 	if ret := b.lib.Init(); ret != nvml.SUCCESS {
+		if b.owned && b.inits.Load() == 0 {
+			b.lib = b.newLib() // a fresh library for the next attempt
+		}
 		return hwError("Init", -1, nil, ret)
 	}
 	b.inits.Add(1)
@@ -89,6 +112,10 @@ func (b *Backend) Init(ctx context.Context) error {
 // initialisation the backend did not make: with no unbalanced Init it
 // returns [ErrNotInitialized] and leaves the library alone, so a caller that
 // initialised NVML itself keeps ownership of it.
+//
+// Shutdown waits, as long as ctx allows, for the backend's calls in flight
+// to finish, and calls that start meanwhile wait for it, so no call runs on
+// a library being shut down.
 func (b *Backend) Shutdown(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -98,6 +125,11 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	if b.inits.Load() == 0 {
 		return ErrNotInitialized
 	}
+	release, err := b.gate.close(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
 		return hwError("Shutdown", -1, nil, ret)
 	}
@@ -134,21 +166,34 @@ func (b *Backend) ready(op string, gpu int) error {
 	return nil
 }
 
-// begin is the common start of a call on one GPU: ctx check, lock, handle.
+// begin is the common start of a call on one GPU: ctx check, entry past
+// Shutdown's gate, handle, lock. The returned func undoes it.
 func (b *Backend) begin(ctx context.Context, op string, gpu int) (nvml.Device, func(), error) {
-	if err := ctx.Err(); err != nil {
+	leave, err := b.enter(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
 	// Resolve the handle first so that only real GPUs get a lock.
 	dev, err := b.device(op, gpu)
 	if err != nil {
+		leave()
 		return nil, nil, err
 	}
 	unlock, err := b.locks.Lock(ctx, gpu)
 	if err != nil {
+		leave()
 		return nil, nil, err
 	}
-	return dev, unlock, nil
+	return dev, func() { unlock(); leave() }, nil
+}
+
+// enter checks ctx and admits a call past Shutdown's gate; the returned
+// func lets it out.
+func (b *Backend) enter(ctx context.Context) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return b.gate.enter(ctx)
 }
 
 // migModes reads the current and pending MIG mode. A GPU without MIG
@@ -177,9 +222,11 @@ func migMode(m int) capability.MIGMode {
 // MIGMode reports the GPU's current MIG mode and the mode pending until the
 // next GPU reset (equal to the current one when nothing is pending).
 func (b *Backend) MIGMode(ctx context.Context, gpu int) (current, pending capability.MIGMode, err error) {
-	if err := ctx.Err(); err != nil {
+	leave, err := b.enter(ctx)
+	if err != nil {
 		return 0, 0, err
 	}
+	defer leave()
 	dev, err := b.device("GetMigMode", gpu)
 	if err != nil {
 		return 0, 0, err

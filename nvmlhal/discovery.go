@@ -2,7 +2,9 @@ package nvmlhal
 
 import (
 	"context"
+	"io/fs"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -34,9 +36,11 @@ func isLibraryDevice(dev nvml.Device) bool {
 
 // Devices lists the node's GPUs in NVML index order.
 func (b *Backend) Devices(ctx context.Context) ([]capability.DeviceInfo, error) {
-	if err := ctx.Err(); err != nil {
+	leave, err := b.enter(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer leave()
 	if err := b.ready("DeviceGetCount", -1); err != nil {
 		return nil, err
 	}
@@ -79,17 +83,12 @@ func (b *Backend) deviceInfo(i int) (capability.DeviceInfo, error) {
 	if err != nil {
 		return capability.DeviceInfo{}, err
 	}
-	// NUMA affinity is informational; drivers without it report 0.
-	numa, ret := dev.GetNumaNodeId()
-	if ret != nvml.SUCCESS || numa < 0 {
-		numa = 0
-	}
 	return capability.DeviceInfo{
 		Index:          i,
 		UUID:           uuid,
 		Name:           name,
 		MemoryMB:       mem.Total / (1 << 20),
-		NUMA:           numa,
+		NUMA:           b.numaNode(i, dev),
 		MIGMode:        cur,
 		PendingMIGMode: pend,
 	}, nil
@@ -102,19 +101,20 @@ func (b *Backend) deviceInfo(i int) (capability.DeviceInfo, error) {
 // the driver's V3 name without its "MIG " prefix, or "" on drivers without
 // the V3 query (then [capability.DeriveProfileName] names it).
 //
-// A GPU whose MIG mode is not enabled lists no profiles and no error (NVML
-// answers profile queries only in MIG mode); [Backend.Devices] reports the
-// mode.
+// The queries are made whatever the MIG mode: drivers that answer profile
+// and placement queries with MIG off (the non-versioned profile query;
+// placements "regardless of whether MIG is enabled", nvml.h) list the
+// table, so it can be checked before MIG is turned on; drivers that
+// answer NOT_SUPPORTED there list nothing, and no error. [Backend.Devices]
+// reports the mode.
 func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIProfileInfo, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	dev, err := b.device("GIProfiles", index)
+	leave, err := b.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cur, _, err := migModes("GetMigMode", index, dev)
-	if err != nil || cur != capability.MIGEnabled {
+	defer leave()
+	dev, err := b.device("GIProfiles", index)
+	if err != nil {
 		return nil, err
 	}
 	v3 := b.v3Query(dev)
@@ -128,6 +128,9 @@ func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIPro
 			continue
 		}
 		placements, ret := dev.GetGpuInstancePossiblePlacements(&info)
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			continue // a driver that answers placements only in MIG mode
+		}
 		if ret != nvml.SUCCESS {
 			return nil, hwError("GetGpuInstancePossiblePlacements", index, dev, ret)
 		}
@@ -187,15 +190,69 @@ func (b *Backend) v3Query(dev nvml.Device) func(capability.GIProfileIndex) strin
 		if ret == nvml.SUCCESS {
 			return profileName(info.Name)
 		}
-		// Drivers that know only the V2 struct (which has Name too)
-		// reject V3 with a version mismatch.
-		if ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH {
+		if retryV2(ret) {
 			if v2, ret := h.V2(); ret == nvml.SUCCESS {
 				return profileName(v2.Name)
 			}
 		}
 		return ""
 	}
+}
+
+// retryV2 reports whether a failed V3 profile query should be retried with
+// the V2 struct (which has Name too): drivers that know only V2 reject V3
+// with ARGUMENT_VERSION_MISMATCH, and nvml.h documents INVALID_ARGUMENT
+// for an unknown struct version as well.
+func retryV2(ret nvml.Return) bool {
+	return ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH || ret == nvml.ERROR_INVALID_ARGUMENT
+}
+
+// numaNode is the NUMA node of the GPU's PCI device, read from sysfs as
+// NVIDIA's device plugin reads it, or 0 when unknown. NVML's
+// GetNumaNodeId is not used: it exists only from R550 (go-nvml links
+// lazily, so calling it on an older library ends the process), and it
+// answers whether the GPU's memory is a NUMA node of its own (Grace
+// systems), not which CPUs are near the GPU.
+func (b *Backend) numaNode(gpu int, dev nvml.Device) int {
+	pci, ret := dev.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		b.log.Debug("nvmlhal: no PCI info, NUMA node unknown", "gpu", gpu, "ret", returnName(ret))
+		return 0
+	}
+	id := sysfsBusID(pci.BusId)
+	if id == "" {
+		return 0
+	}
+	data, err := fs.ReadFile(b.sysfs, "bus/pci/devices/"+id+"/numa_node")
+	if err != nil {
+		b.log.Debug("nvmlhal: NUMA node unknown", "gpu", gpu, "err", err)
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || n < 0 {
+		return 0 // -1: the platform has no NUMA affinity for the device
+	}
+	return n
+}
+
+// sysfsBusID turns NVML's bus ID ("00000000:3B:00.0", an 8-digit domain)
+// into the sysfs device name ("0000:3b:00.0"), or "" when it is not one.
+func sysfsBusID(raw [32]int8) string {
+	b := make([]byte, 0, len(raw))
+	for _, c := range raw {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	id := strings.ToLower(string(b))
+	if len(id) > 12 {
+		id = id[len(id)-12:]
+	}
+	if len(id) != 12 || id[4] != ':' || id[7] != ':' || id[10] != '.' || strings.ContainsAny(id, "/") {
+		return ""
+	}
+	return id
 }
 
 // profileName decodes NVML's NUL-terminated name and drops "MIG " and the

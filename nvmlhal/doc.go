@@ -28,7 +28,21 @@
 // single compute instance spans the whole GPU instance with shared
 // engines; the MIG device UUID is found through the MIG device handles.
 // Instances are listed by walking the GPU instance profiles, so a GPU
-// instance left without a compute instance is still found.
+// instance left without a compute instance is still found. Scans of the
+// MIG device handles skip indexes and handles without a device (NOT_FOUND
+// and INVALID_ARGUMENT, which NVML returns for an empty index and for a
+// handle another client just destroyed), so a scan racing another
+// client's destroy neither fails nor makes a successful create roll back.
+//
+// Profiles and possible placements are read whatever the MIG mode, so
+// drivers that answer those queries with MIG off publish the table before
+// MIG is enabled. A GPU's NUMA node is its PCI device's numa_node in sysfs
+// (Options.Sysfs), as NVIDIA's device plugin reads it; NVML's
+// GetNumaNodeId (R550 and later) says whether the GPU's memory is a NUMA
+// node of its own, not which CPUs are near it, and is not called.
+// Processes counts compute, graphics and MPS client processes: NVML's
+// compute list omits the other two, so a +gfx instance running a
+// renderer would otherwise look idle.
 //
 // # Errors
 //
@@ -40,20 +54,28 @@
 // when MIG mode is off, else realize.ErrNotSupported; RESET_REQUIRED:
 // realize.ErrResetRequired) and whose Cause is a [*ReturnError] carrying
 // the raw nvml.Return. Branch with errors.Is on the sentinels; recover the
-// code with errors.As. Requests refused before NVML is asked (a placement
+// code with errors.As. Where one code has several causes the
+// ReturnError's Meaning says all it can mean ([Meaning]): on create,
+// INSUFFICIENT_RESOURCES (realize.ErrOccupied) is an overlap or an
+// exhausted instance count, compute slices or media engines; IN_USE may
+// be another NVML client (DCGM, an exporter) holding the GPU rather than
+// instances or processes. Requests refused before NVML is asked (a placement
 // the GPU does not publish, a profile index outside NVML's range, a
 // negative GPU index) carry an [*ArgumentError] as Cause instead.
 //
 // # Supported drivers and GPUs
 //
-// MIG-capable datacenter GPUs (A30, A100, H100, H20, H200, B200, GB200,
-// RTX PRO 6000 Blackwell Server Edition) on Linux, with a driver whose
+// MIG-capable GPUs (A30, A100, A800, H100, H800, H20, H200, B200, GB200,
+// RTX PRO 6000 Blackwell in all editions) on Linux, with a driver whose
 // NVML has CreateGpuInstanceWithPlacement and the placement queries (R470
 // and later). Drivers with the versioned profile query
-// (nvmlDeviceGetGpuInstanceProfileInfoV, V3 or V2 struct) report the
-// canonical profile names; on older ones the names are derived. The
-// backend looks the symbol up before calling it, so an old library is
-// never called through a missing symbol. Calls that create or destroy
+// (nvmlDeviceGetGpuInstanceProfileInfoV, V3 struct, else V2 on
+// ARGUMENT_VERSION_MISMATCH or INVALID_ARGUMENT) report the canonical
+// profile names; on older ones the names are derived. go-nvml links
+// lazily, so a call through a symbol the library lacks ends the process:
+// the backend calls no entry point newer than R470 without looking it up
+// first (the versioned profile query), and not at all where it has a
+// portable alternative (NUMA from sysfs). Calls that create or destroy
 // instances or change MIG mode need the privileges NVML demands (root or
 // CAP_SYS_ADMIN). The unit tests run against the strict mocks of package
 // nvmlmock (A100, H100, H200, B200, A30 and RTX PRO 6000 tables from the
@@ -73,7 +95,11 @@
 // system library it made itself (Options.NVML nil) refuses calls before
 // Init with ERROR_UNINITIALIZED; with an injected library that promise is
 // the caller's: go-nvml resolves NVML's symbols only at Init, and a call
-// before it ends the process.
+// before it ends the process. Shutdown waits for the backend's calls in
+// flight and holds new ones off while it runs, so none runs on a library
+// being shut down. go-nvml keeps the library loaded when nvmlInit fails
+// and cannot unload it then; a backend that made its library uses a fresh
+// one for the next Init rather than stacking references on that one.
 //
 // # Concurrency
 //

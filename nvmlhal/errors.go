@@ -21,9 +21,34 @@ import (
 // with the library's state and formatting never reaches cgo.
 type ReturnError struct {
 	Return nvml.Return
+	// Meaning says what the code proves where NVML gives one code for
+	// several causes, "" otherwise. See [Meaning].
+	Meaning string
 }
 
-func (e *ReturnError) Error() string { return "nvml: " + returnName(e.Return) }
+func (e *ReturnError) Error() string {
+	if e.Meaning != "" {
+		return "nvml: " + returnName(e.Return) + " (" + e.Meaning + ")"
+	}
+	return "nvml: " + returnName(e.Return)
+}
+
+// Meaning says what a code proves, for the codes NVML gives for several
+// causes: INSUFFICIENT_RESOURCES on create does not prove an overlap (an
+// exhausted instance count, compute slices or media engines give it too),
+// and IN_USE can mean another NVML client holds the GPU rather than
+// instances or processes of our own. "" for other codes.
+func Meaning(ret nvml.Return, creating bool) string {
+	switch {
+	case ret == nvml.ERROR_INSUFFICIENT_RESOURCES && creating:
+		return "an overlapping instance, or the profile's instance count, the compute slices or the media engines used up"
+	case ret == nvml.ERROR_INSUFFICIENT_RESOURCES:
+		return "compute slices or instance count used up"
+	case ret == nvml.ERROR_IN_USE:
+		return "compute instances or processes on it, or another NVML client holding the GPU"
+	}
+	return ""
+}
 
 // Unwrap returns the nvml.Return.
 func (e *ReturnError) Unwrap() error { return e.Return }
@@ -110,13 +135,14 @@ func kindOf(ret nvml.Return, creating bool, notSupported error) error {
 // creation. dev, when not nil, is asked for its MIG mode so that
 // NOT_SUPPORTED on a GPU with MIG off reads as realize.ErrMIGDisabled.
 func hwError(op string, gpu int, dev nvml.Device, ret nvml.Return) error {
-	return &realize.HardwareError{Op: op, GPU: gpu, Kind: kindOf(ret, false, notSupportedKind(dev, ret)), Cause: &ReturnError{Return: ret}}
+	return &realize.HardwareError{Op: op, GPU: gpu, Kind: kindOf(ret, false, notSupportedKind(dev, ret)), Cause: &ReturnError{Return: ret, Meaning: Meaning(ret, false)}}
 }
 
 // createError is hwError for CreateGpuInstanceWithPlacement, where
-// INVALID_ARGUMENT means an illegal placement.
+// INVALID_ARGUMENT means an illegal placement and INSUFFICIENT_RESOURCES
+// any exhausted resource (realize.ErrOccupied, whose Cause says so).
 func createError(op string, gpu int, dev nvml.Device, ret nvml.Return) error {
-	return &realize.HardwareError{Op: op, GPU: gpu, Kind: kindOf(ret, true, notSupportedKind(dev, ret)), Cause: &ReturnError{Return: ret}}
+	return &realize.HardwareError{Op: op, GPU: gpu, Kind: kindOf(ret, true, notSupportedKind(dev, ret)), Cause: &ReturnError{Return: ret, Meaning: Meaning(ret, true)}}
 }
 
 // notSupportedKind tells "MIG mode is off" from "not supported" for a

@@ -75,7 +75,7 @@ func ExampleReturnError() {
 	fmt.Println(errors.Is(err, realize.ErrInUse), errors.As(err, &re), re)
 	// Output:
 	// <nil>
-	// true true nvml: ERROR_IN_USE
+	// true true nvml: ERROR_IN_USE (compute instances or processes on it, or another NVML client holding the GPU)
 }
 
 // A program that initialised NVML itself keeps ownership: it need not call

@@ -1,6 +1,10 @@
 package nvmlhal
 
-import "context"
+import (
+	"context"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
 
 // LockGPU exposes the per-GPU lock to the external tests.
 func (b *Backend) LockGPU(ctx context.Context, gpu int) (func(), error) {
@@ -9,3 +13,17 @@ func (b *Backend) LockGPU(ctx context.Context, gpu int) (func(), error) {
 
 // ProfileName exposes the V2/V3 profile name decoder to the fuzz test.
 var ProfileName = profileName
+
+// RetryV2 exposes the V3-to-V2 fallback rule.
+var RetryV2 = retryV2
+
+// SysfsBusID exposes the bus ID conversion.
+var SysfsBusID = sysfsBusID
+
+// NewOwned builds a backend that owns its library, as New does with
+// Options.NVML nil, but over lib, with newLib making the next one.
+func NewOwned(lib nvml.Interface, newLib func() nvml.Interface) *Backend {
+	b := New(Options{NVML: lib})
+	b.owned, b.newLib = true, newLib
+	return b
+}

@@ -123,13 +123,16 @@ func describeGI(gpu int, dev nvml.Device, p capability.GIProfileIndex, gi nvml.G
 }
 
 // migUUIDs maps every live compute instance of the GPU to its MIG device
-// UUID by scanning the MIG device handles. GetMaxMigDeviceCount is the
-// largest possible count, not the number that exist, so missing indexes
-// (NOT_FOUND) are skipped.
+// UUID by scanning the MIG device handles (see scanMIG for what is
+// skipped). A handle that goes stale between the scan and its UUID query
+// is left out as well: its compute instance is gone.
 func migUUIDs(gpu int, dev nvml.Device) (map[ciKey]string, error) {
 	out := make(map[ciKey]string)
 	err := scanMIG(gpu, dev, func(k ciKey, h nvml.Device) (bool, error) {
 		uuid, ret := h.GetUUID()
+		if goneHandle(ret) {
+			return false, nil
+		}
 		if ret != nvml.SUCCESS {
 			return false, hwError("MigDevice.GetUUID", gpu, dev, ret)
 		}
@@ -139,7 +142,21 @@ func migUUIDs(gpu int, dev nvml.Device) (map[ciKey]string, error) {
 	return out, err
 }
 
+// goneHandle reports whether a MIG device query failed because there is no
+// device behind the index or handle (any more): NOT_FOUND, or
+// INVALID_ARGUMENT, which NVML returns for an index without a MIG device
+// and for a handle whose compute instance was destroyed (by another NVML
+// client, say, in the middle of the scan). go-nvlib and NVIDIA's DRA driver
+// skip both.
+func goneHandle(ret nvml.Return) bool {
+	return ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT
+}
+
 // scanMIG calls visit for each MIG device of dev until visit returns true.
+// GetMaxMigDeviceCount is the largest possible count, not the number that
+// exist: indexes without a device, and handles that go stale before their
+// identity is read, are skipped (goneHandle), so a scan racing another
+// client's destroy neither fails nor makes a successful create roll back.
 func scanMIG(gpu int, dev nvml.Device, visit func(ciKey, nvml.Device) (stop bool, err error)) error {
 	n, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
@@ -147,15 +164,18 @@ func scanMIG(gpu int, dev nvml.Device, visit func(ciKey, nvml.Device) (stop bool
 	}
 	for i := range n {
 		h, ret := dev.GetMigDeviceHandleByIndex(i)
-		if ret == nvml.ERROR_NOT_FOUND {
+		if goneHandle(ret) {
 			continue
 		}
 		if ret != nvml.SUCCESS {
 			return hwError("GetMigDeviceHandleByIndex", gpu, dev, ret)
 		}
-		k, err := migKey(gpu, dev, h)
-		if err != nil {
-			return err
+		k, ret := migKey(h)
+		if goneHandle(ret) {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return hwError("MigDevice.GetGpuInstanceId", gpu, dev, ret)
 		}
 		stop, err := visit(k, h)
 		if stop || err != nil {
@@ -165,16 +185,17 @@ func scanMIG(gpu int, dev nvml.Device, visit func(ciKey, nvml.Device) (stop bool
 	return nil
 }
 
-func migKey(gpu int, dev, h nvml.Device) (ciKey, error) {
+// migKey reads which compute instance a MIG device handle is.
+func migKey(h nvml.Device) (ciKey, nvml.Return) {
 	gi, ret := h.GetGpuInstanceId()
 	if ret != nvml.SUCCESS {
-		return ciKey{}, hwError("MigDevice.GetGpuInstanceId", gpu, dev, ret)
+		return ciKey{}, ret
 	}
 	ci, ret := h.GetComputeInstanceId()
 	if ret != nvml.SUCCESS {
-		return ciKey{}, hwError("MigDevice.GetComputeInstanceId", gpu, dev, ret)
+		return ciKey{}, ret
 	}
-	return ciKey{uint32(gi), uint32(ci)}, nil
+	return ciKey{uint32(gi), uint32(ci)}, nvml.SUCCESS
 }
 
 // migUUID resolves the MIG device UUID of compute instance k. NVML's header
@@ -185,7 +206,7 @@ func migKey(gpu int, dev, h nvml.Device) (ciKey, error) {
 func migUUID(gpu int, dev nvml.Device, k ciKey, ciDev nvml.Device) (string, error) {
 	if ciDev != nil {
 		if isMIG, ret := ciDev.IsMigDeviceHandle(); ret == nvml.SUCCESS && isMIG {
-			if got, err := migKey(gpu, dev, ciDev); err == nil && got == k {
+			if got, ret := migKey(ciDev); ret == nvml.SUCCESS && got == k {
 				if uuid, ret := ciDev.GetUUID(); ret == nvml.SUCCESS && strings.HasPrefix(uuid, "MIG-") {
 					return uuid, nil
 				}

@@ -16,9 +16,13 @@ const noInstance = 0xFFFFFFFF
 
 func u32(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 
-// Processes reports the compute processes on the GPU: those NVML lists for
-// the physical device and, when MIG is enabled, those it lists for each MIG
-// device handle, counted once each. Any NVML failure is an error, never an
+// Processes reports the processes on the GPU: the compute, graphics and
+// MPS client processes NVML lists for the physical device and, when MIG is
+// enabled, those it lists for each MIG device handle, counted once each.
+// Graphics and MPS clients are not in NVML's compute list, so without
+// them a +gfx instance running a renderer would look idle. A driver or
+// device that cannot list graphics or MPS processes (NOT_SUPPORTED,
+// FUNCTION_NOT_FOUND) contributes none of that kind. Any NVML failure is an error, never an
 // empty report: callers use Busy to decide whether destructive cleanup is
 // safe. It holds the GPU's lock: a compute instance destroyed by this
 // backend in the middle of the MIG device scan would leave a stale handle
@@ -35,14 +39,48 @@ func (b *Backend) Processes(ctx context.Context, gpu int) (realize.ProcessReport
 // procKey is one process in one GPU instance (noInstance outside MIG).
 type procKey struct{ pid, gi uint32 }
 
+// processLists are NVML's per-kind process queries; only the compute list
+// is required.
+var processLists = []struct {
+	op       string
+	list     func(nvml.Device) ([]nvml.ProcessInfo, nvml.Return)
+	required bool
+}{
+	{"GetComputeRunningProcesses", nvml.Device.GetComputeRunningProcesses, true},
+	{"GetGraphicsRunningProcesses", nvml.Device.GetGraphicsRunningProcesses, false},
+	{"GetMPSComputeRunningProcesses", nvml.Device.GetMPSComputeRunningProcesses, false},
+}
+
+// listProcesses calls every process query on h and gives each process to
+// add. gone is true when h turned out to be a stale MIG handle.
+func listProcesses(gpu int, dev, h nvml.Device, mig bool, add func(nvml.ProcessInfo)) (gone bool, err error) {
+	for _, l := range processLists {
+		procs, ret := l.list(h)
+		switch {
+		case ret == nvml.SUCCESS:
+		case mig && goneHandle(ret):
+			return true, nil // its compute instance was destroyed meanwhile
+		case !l.required && (ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND):
+			continue
+		default:
+			op := l.op
+			if mig {
+				op = "MigDevice." + op
+			}
+			return false, hwError(op, gpu, dev, ret)
+		}
+		for _, p := range procs {
+			add(p)
+		}
+	}
+	return false, nil
+}
+
 func processes(gpu int, dev nvml.Device) (realize.ProcessReport, error) {
 	seen := make(map[procKey]bool)
-	procs, ret := dev.GetComputeRunningProcesses()
-	if ret != nvml.SUCCESS {
-		return realize.ProcessReport{}, hwError("GetComputeRunningProcesses", gpu, dev, ret)
-	}
-	for _, p := range procs {
-		seen[procKey{p.Pid, p.GpuInstanceId}] = true
+	_, err := listProcesses(gpu, dev, dev, false, func(p nvml.ProcessInfo) { seen[procKey{p.Pid, p.GpuInstanceId}] = true })
+	if err != nil {
+		return realize.ProcessReport{}, err
 	}
 	cur, _, err := migModes("GetMigMode", gpu, dev)
 	if err != nil {
@@ -50,14 +88,8 @@ func processes(gpu int, dev nvml.Device) (realize.ProcessReport, error) {
 	}
 	if cur == capability.MIGEnabled {
 		err := scanMIG(gpu, dev, func(k ciKey, h nvml.Device) (bool, error) {
-			procs, ret := h.GetComputeRunningProcesses()
-			if ret != nvml.SUCCESS {
-				return true, hwError("MigDevice.GetComputeRunningProcesses", gpu, dev, ret)
-			}
-			for _, p := range procs {
-				seen[procKey{p.Pid, k.gi}] = true
-			}
-			return false, nil
+			_, err := listProcesses(gpu, dev, h, true, func(p nvml.ProcessInfo) { seen[procKey{p.Pid, k.gi}] = true })
+			return err != nil, err
 		})
 		if err != nil {
 			return realize.ProcessReport{}, err

@@ -1,6 +1,7 @@
 package nvmlmock
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -15,7 +16,19 @@ import (
 // noInstance is NVML's GPU/compute instance ID of a process outside MIG.
 const noInstance = 0xFFFFFFFF
 
-type process struct{ pid, gi, ci uint32 }
+// procKind is which NVML process list shows a process.
+type procKind uint8
+
+const (
+	kindCompute  procKind = iota // GetComputeRunningProcesses
+	kindGraphics                 // GetGraphicsRunningProcesses
+	kindMPS                      // GetMPSComputeRunningProcesses
+)
+
+type process struct {
+	pid, gi, ci uint32
+	kind        procKind
+}
 
 // Device is one strict GPU. Identity (UUID, PCI, architecture) comes from
 // go-nvml's device; MIG calls are answered here.
@@ -96,13 +109,39 @@ func (d *Device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
 }
 
-// GetNumaNodeId puts GPUs 0-3 on node 0 and 4-7 on node 1, as on DGX.
+// GetNumaNodeId answers as R550+ drivers do on a GPU whose memory is no
+// NUMA node of its own (anything but Grace systems): NOT_SUPPORTED. It is
+// not the GPU's CPU affinity, which [Server.Sysfs] gives. With the symbol
+// in Options.MissingSymbols it panics, as a call through go-nvml into a
+// library without it ends the process.
 func (d *Device) GetNumaNodeId() (int, nvml.Return) {
+	if d.srv.missing("nvmlDeviceGetNumaNodeId") {
+		panic("nvmlmock: call into missing symbol nvmlDeviceGetNumaNodeId")
+	}
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return 0, nvml.ERROR_UNINITIALIZED
 	}
-	return d.index / 4, nvml.SUCCESS
+	return 0, nvml.ERROR_NOT_SUPPORTED
+}
+
+// busID is the GPU's PCI bus ID as NVML formats it, with an 8-digit domain.
+func (d *Device) busID() string {
+	return fmt.Sprintf("00000000:%02x:00.0", 0x07+0x10*d.index)
+}
+
+// GetPciInfo reports the GPU's PCI bus ID (go-nvml's mock leaves it
+// empty).
+func (d *Device) GetPciInfo() (nvml.PciInfo, nvml.Return) {
+	defer d.srv.mu.Unlock()
+	if !d.srv.lock() {
+		return nvml.PciInfo{}, nvml.ERROR_UNINITIALIZED
+	}
+	info := nvml.PciInfo{Domain: 0, Bus: uint32(0x07 + 0x10*d.index), PciDeviceId: d.Config.PciDeviceId}
+	for i, c := range []byte(d.busID()) {
+		info.BusId[i] = int8(c)
+	}
+	return info, nvml.SUCCESS
 }
 
 // IsMigDeviceHandle is false for a physical GPU.
@@ -189,7 +228,7 @@ func (d *Device) profileAt(index int) (*profile, nvml.Return) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	p := d.profiles[index]
-	if p == nil || !d.migOn() {
+	if p == nil || (!d.migOn() && !d.srv.opts.ProfilesWhileDisabled) {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	return p, nvml.SUCCESS
@@ -203,7 +242,7 @@ func (d *Device) GetGpuInstanceProfileInfoV3(index int) (nvml.GpuInstanceProfile
 	if !d.srv.lock() {
 		return nvml.GpuInstanceProfileInfo_v3{}, nvml.ERROR_UNINITIALIZED
 	}
-	if d.srv.opts.NoV3 {
+	if d.srv.opts.NoV3 || d.srv.missing("nvmlDeviceGetGpuInstanceProfileInfoV") {
 		return nvml.GpuInstanceProfileInfo_v3{}, nvml.ERROR_FUNCTION_NOT_FOUND
 	}
 	p, ret := d.profileAt(index)
@@ -392,16 +431,31 @@ func (d *Device) GetMigDeviceHandleByIndex(index int) (nvml.Device, nvml.Return)
 }
 
 // GetComputeRunningProcesses lists every compute process on the GPU, with
-// GPU and compute instance IDs for those inside MIG devices.
+// GPU and compute instance IDs for those inside MIG devices. Graphics and
+// MPS clients are not listed, as in NVML.
 func (d *Device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return d.running(kindCompute)
+}
+
+// GetGraphicsRunningProcesses lists the graphics processes on the GPU.
+func (d *Device) GetGraphicsRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return d.running(kindGraphics)
+}
+
+// GetMPSComputeRunningProcesses lists the MPS clients on the GPU.
+func (d *Device) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return d.running(kindMPS)
+}
+
+func (d *Device) running(kind procKind) ([]nvml.ProcessInfo, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nil, nvml.ERROR_UNINITIALIZED
 	}
-	if ret, ok := d.srv.fault(OpGetComputeRunningProcs); ok {
+	if ret, ok := d.srv.fault(OpGetComputeRunningProcs); ok && kind == kindCompute {
 		return nil, ret
 	}
-	return processInfos(d.procs, func(process) bool { return true }), nvml.SUCCESS
+	return processInfos(d.procs, func(p process) bool { return p.kind == kind }), nvml.SUCCESS
 }
 
 func processInfos(procs []process, keep func(process) bool) []nvml.ProcessInfo {
@@ -672,6 +726,9 @@ func (m *MIGDevice) enter() (nvml.Return, func()) {
 	if m.ci.gone {
 		return nvml.ERROR_INVALID_ARGUMENT, s.mu.Unlock
 	}
+	if ret, ok := s.fault(OpMIGDeviceQuery); ok {
+		return ret, s.mu.Unlock
+	}
 	return nvml.SUCCESS, s.mu.Unlock
 }
 
@@ -733,16 +790,32 @@ func (m *MIGDevice) GetName() (string, nvml.Return) {
 	return d.name + " MIG " + m.ci.gi.prof.spec.Name, nvml.SUCCESS
 }
 
-// GetComputeRunningProcesses lists the processes in this MIG device.
+// GetComputeRunningProcesses lists the compute processes in this MIG
+// device.
 func (m *MIGDevice) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return m.running(kindCompute)
+}
+
+// GetGraphicsRunningProcesses lists the graphics processes in this MIG
+// device.
+func (m *MIGDevice) GetGraphicsRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return m.running(kindGraphics)
+}
+
+// GetMPSComputeRunningProcesses lists the MPS clients in this MIG device.
+func (m *MIGDevice) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return m.running(kindMPS)
+}
+
+func (m *MIGDevice) running(kind procKind) ([]nvml.ProcessInfo, nvml.Return) {
 	ret, unlock := m.enter()
 	defer unlock()
 	if ret != nvml.SUCCESS {
 		return nil, ret
 	}
-	if ret, ok := m.ci.gi.dev.srv.fault(OpGetComputeRunningProcs); ok {
+	if ret, ok := m.ci.gi.dev.srv.fault(OpGetComputeRunningProcs); ok && kind == kindCompute {
 		return nil, ret
 	}
 	gi, ci := m.ci.gi.id, m.ci.id
-	return processInfos(m.ci.gi.dev.procs, func(p process) bool { return p.gi == gi && p.ci == ci }), nvml.SUCCESS
+	return processInfos(m.ci.gi.dev.procs, func(p process) bool { return p.kind == kind && p.gi == gi && p.ci == ci }), nvml.SUCCESS
 }

@@ -40,6 +40,16 @@
 //   - every call fails with ERROR_UNINITIALIZED until Init, and Init and
 //     Shutdown are counted, so ownership bugs show.
 //
+// What real drivers do that a naive backend trips over is reproducible:
+// Options.MissingSymbols imitates an older library (calling a missing
+// entry point panics, as the process would die; LookupSymbol says it is
+// missing); [OpGetMigDeviceHandleByIndex] and [OpMIGDeviceQuery] faults
+// answer INVALID_ARGUMENT mid-scan, as for a handle another client
+// destroyed; [Server.StartGraphicsProcess] and [Server.StartMPSProcess]
+// run clients that NVML lists only in the graphics and MPS process lists;
+// Options.ProfilesWhileDisabled answers profile queries with MIG off.
+// [Server.Sysfs] gives the PCI NUMA nodes of a DGX.
+//
 // V3 profile names are served through nvmlhal.ProfileInfoV3Device, since
 // go-nvml's versioned handler cannot be mocked. Processes are started and
 // stopped with [Server.StartProcess], [Server.StartMIGProcess] and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"testing/fstest"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -39,6 +40,17 @@ type Options struct {
 	// Driver picks the driver generation whose tables the GPUs report,
 	// as fakehal.Options.Driver does; the zero value is the current one.
 	Driver fakehal.Driver
+	// MissingSymbols imitates an older libnvidia-ml without these entry
+	// points (e.g. "nvmlDeviceGetNumaNodeId", which R550 added):
+	// Extensions().LookupSymbol fails for them, and calling one panics,
+	// as go-nvml's lazily linked call into a missing symbol ends the
+	// process. "nvmlDeviceGetGpuInstanceProfileInfoV" makes the V3 query
+	// ERROR_FUNCTION_NOT_FOUND instead, as NoV3 does.
+	MissingSymbols []string
+	// ProfilesWhileDisabled imitates drivers that answer the profile and
+	// possible-placement queries with MIG mode off; by default they
+	// answer NOT_SUPPORTED there.
+	ProfilesWhileDisabled bool
 }
 
 // Op names a call whose next result a test can force with [Server.FailNext].
@@ -54,6 +66,11 @@ const (
 	OpGetComputeRunningProcs    Op = "GetComputeRunningProcesses"
 	OpSetMigMode                Op = "SetMigMode"
 	OpGetMigMode                Op = "GetMigMode"
+	// OpMIGDeviceQuery fails the next identity or process query on a MIG
+	// device handle (GetUUID, GetGpuInstanceId, GetComputeInstanceId,
+	// Get*RunningProcesses), as on a handle whose compute instance another
+	// NVML client destroyed in the middle of a scan.
+	OpMIGDeviceQuery Op = "MIGDevice query"
 )
 
 // Server is a strict NVML mock of an 8-GPU DGX server: go-nvml's mock
@@ -92,6 +109,33 @@ func New(model Model, opts Options) *Server {
 		s.devices = append(s.devices, newDevice(s, i, d.(*server.Device), spec))
 	}
 	return s
+}
+
+// Extensions returns the library extensions; LookupSymbol fails for
+// Options.MissingSymbols.
+func (s *Server) Extensions() nvml.ExtendedInterface { return symbols{s} }
+
+type symbols struct{ s *Server }
+
+func (x symbols) LookupSymbol(name string) error {
+	if x.s.missing(name) {
+		return fmt.Errorf("nvmlmock: symbol %s not found", name)
+	}
+	return nil
+}
+
+// missing reports whether the imitated library lacks symbol name.
+func (s *Server) missing(name string) bool { return slices.Contains(s.opts.MissingSymbols, name) }
+
+// Sysfs returns the part of a /sys tree that holds each GPU's PCI NUMA
+// node (bus/pci/devices/<bus id>/numa_node), as on a DGX: GPUs 0-3 on
+// node 0, 4-7 on node 1. Pass it as nvmlhal.Options.Sysfs.
+func (s *Server) Sysfs() fstest.MapFS {
+	fsys := fstest.MapFS{}
+	for _, d := range s.devices {
+		fsys["bus/pci/devices/"+d.busID()[4:]+"/numa_node"] = &fstest.MapFile{Data: []byte(fmt.Sprintf("%d\n", d.index/4))}
+	}
+	return fsys
 }
 
 // Model returns the server's model.
@@ -216,6 +260,34 @@ func (s *Server) StartMIGProcess(gpu int, gi, ci, pid uint32) error {
 		return fmt.Errorf("nvmlmock: GPU %d has no compute instance %d/%d", gpu, gi, ci)
 	}
 	d.procs = append(d.procs, process{pid: pid, gi: gi, ci: ci})
+	return nil
+}
+
+// StartGraphicsProcess starts a graphics client in compute instance ci of
+// GPU instance gi (a +gfx instance's renderer): NVML lists it only in
+// GetGraphicsRunningProcesses, not among compute processes.
+func (s *Server) StartGraphicsProcess(gpu int, gi, ci, pid uint32) error {
+	return s.startKind(gpu, gi, ci, pid, kindGraphics)
+}
+
+// StartMPSProcess starts an MPS client in compute instance ci of GPU
+// instance gi: NVML lists it only in GetMPSComputeRunningProcesses.
+func (s *Server) StartMPSProcess(gpu int, gi, ci, pid uint32) error {
+	return s.startKind(gpu, gi, ci, pid, kindMPS)
+}
+
+func (s *Server) startKind(gpu int, gi, ci, pid uint32, kind procKind) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.gpu(gpu)
+	if err != nil {
+		return err
+	}
+	g := d.gis[gi]
+	if g == nil || g.cis[ci] == nil {
+		return fmt.Errorf("nvmlmock: GPU %d has no compute instance %d/%d", gpu, gi, ci)
+	}
+	d.procs = append(d.procs, process{pid: pid, gi: gi, ci: ci, kind: kind})
 	return nil
 }
 
