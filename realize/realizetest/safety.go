@@ -1,0 +1,178 @@
+package realizetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// ErrUnsafe is matched by every error a [Safety] model returns: the plugin
+// loop broke one of the manager's safety invariants.
+var ErrUnsafe = errors.New("realizetest: safety invariant broken")
+
+// Safety is a model of the realization manager's safety invariants that an
+// embedder asserts on its own device-plugin loop, whatever drives it:
+//
+//   - nothing handed to two owners: a MIG device granted to a pod is
+//     never granted to another pod until the first is released;
+//   - no forged claim granted: a pod gets only devices its own record
+//     names, for entries the trust rule accepts (the record decodes,
+//     validates and passes reservation.ValidateRequests against the pod's
+//     DeviceRequests), with the scheduler-written fields unchanged;
+//   - nothing in use destroyed: every device granted to a pod that is not
+//     released stays live, at the placement the pod's entry names, and
+//     every GPU instance that ran processes at the previous observation
+//     is still live.
+//
+// Call [Safety.Grant] after every successful Allocate, [Safety.Release]
+// when a pod is released (reservation.Pod.Released, or gone from the API),
+// and [Safety.Observe] after every step of the loop, process changes
+// included. The zero Safety is not usable; call [NewSafety]. A Safety is
+// not safe for concurrent use.
+type Safety struct {
+	owner    map[string]string  // MIG UUID -> pod UID holding it
+	grants   map[string][]grant // pod UID -> devices granted
+	released map[string]bool    // pods released
+	busy     map[giKey]string   // GPU instances with processes at the last observation -> a MIG UUID
+	gpuIndex map[string]int     // GPU UUID -> NVML index, from Observe
+}
+
+type grant struct {
+	migUUID string
+	entry   reservation.Allocation
+}
+
+type giKey struct {
+	gpu  int
+	giid uint32
+}
+
+// NewSafety returns a model that has seen no grant.
+func NewSafety() *Safety {
+	return &Safety{owner: map[string]string{}, grants: map[string][]grant{}, released: map[string]bool{}}
+}
+
+func unsafe(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUnsafe}, args...)...)
+}
+
+// Grant records that Allocate handed devices to pod (the pod as the call
+// saw it). It returns an error matching [ErrUnsafe] when a device was
+// already granted to another pod that is not released, or is not backed
+// by a trusted entry of pod's own record; the devices are recorded
+// anyway, so that later checks keep protecting them.
+func (s *Safety) Grant(pod reservation.Pod, devices []realize.Device) error {
+	var errs []error
+	allocs, err := reservation.DecodeString(pod.Annotations[reservation.AnnotationKey])
+	if err == nil {
+		err = reservation.Validate(allocs)
+	}
+	if err == nil {
+		err = reservation.ValidateRequests(allocs, pod.DeviceRequests)
+	}
+	if err != nil && len(devices) > 0 {
+		errs = append(errs, unsafe("pod %s was granted %d devices although its record is not trusted: %v", pod.UID, len(devices), err))
+	}
+	delete(s.released, pod.UID)
+	for _, d := range devices {
+		u := d.Runtime.MIGUUID
+		if o, ok := s.owner[u]; ok && o != pod.UID && !s.released[o] {
+			errs = append(errs, unsafe("%s granted to pod %s while pod %s holds it", u, pod.UID, o))
+		}
+		if err == nil && !entryMatches(allocs, d) {
+			errs = append(errs, unsafe("pod %s was granted %s for %v, which its record does not name", pod.UID, u, d.Entry.Scheduled()))
+		}
+		s.owner[u] = pod.UID
+		if !slices.ContainsFunc(s.grants[pod.UID], func(g grant) bool { return g.migUUID == u }) {
+			s.grants[pod.UID] = append(s.grants[pod.UID], grant{migUUID: u, entry: d.Entry.Scheduled()})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// entryMatches reports whether the pod's record has, at the device's
+// index, the entry the device was realized for.
+func entryMatches(allocs []reservation.Allocation, d realize.Device) bool {
+	return d.Index >= 0 && d.Index < len(allocs) && allocs[d.Index].Scheduled() == d.Entry.Scheduled()
+}
+
+// Release records that the pod is released: its devices may be destroyed
+// and granted again.
+func (s *Safety) Release(podUID string) {
+	s.released[podUID] = true
+	for _, g := range s.grants[podUID] {
+		if s.owner[g.migUUID] == podUID {
+			delete(s.owner, g.migUUID)
+		}
+	}
+	delete(s.grants, podUID)
+}
+
+// Observe reads the hardware through r (every MIG-enabled GPU's instances
+// and processes) and returns an error matching [ErrUnsafe] for every
+// device granted to an unreleased pod that is gone or has moved, and for
+// every GPU instance that ran processes at the previous observation and is
+// gone. Errors from r are returned as they are.
+func (s *Safety) Observe(ctx context.Context, r realize.Realizer) error {
+	devs, err := r.Devices(ctx)
+	if err != nil {
+		return err
+	}
+	live := map[string]realize.Instance{}
+	gis := map[giKey]bool{}
+	busy := map[giKey]string{}
+	s.gpuIndex = map[string]int{}
+	for _, d := range devs {
+		s.gpuIndex[d.UUID] = d.Index
+		if d.MIGMode != capability.MIGEnabled {
+			continue
+		}
+		insts, err := r.Instances(ctx, d.Index)
+		if err != nil {
+			return err
+		}
+		procs, err := r.Processes(ctx, d.Index)
+		if err != nil {
+			return err
+		}
+		for _, in := range insts {
+			gis[giKey{d.Index, in.GIID}] = true
+			for _, ci := range in.ComputeInstances {
+				live[ci.MIGUUID] = in
+				if procs.ByGPUInstance[in.GIID] > 0 {
+					busy[giKey{d.Index, in.GIID}] = ci.MIGUUID
+				}
+			}
+		}
+	}
+	var errs []error
+	for k, u := range s.busy {
+		if !gis[k] {
+			errs = append(errs, unsafe("GPU %d instance %d (%s) ran processes and was destroyed", k.gpu, k.giid, u))
+		}
+	}
+	for pod, gs := range s.grants {
+		for _, g := range gs {
+			in, ok := live[g.migUUID]
+			switch {
+			case !ok:
+				errs = append(errs, unsafe("pod %s's device %s (%v) was destroyed while the pod is not released", pod, g.migUUID, g.entry))
+			case in.Placement != g.entry.Placement || s.gpuIndex[g.entry.GPUUUID] != in.GPU:
+				errs = append(errs, unsafe("pod %s's device %s is at GPU %d %v, its entry names %s %v", pod, g.migUUID, in.GPU, in.Placement, g.entry.GPUUUID, g.entry.Placement))
+			}
+		}
+	}
+	s.busy = busy
+	return errors.Join(errs...)
+}
+
+// Holder returns the pod that holds the MIG device, if any.
+func (s *Safety) Holder(migUUID string) (podUID string, ok bool) {
+	podUID, ok = s.owner[migUUID]
+	return podUID, ok
+}
