@@ -28,6 +28,21 @@
 // The checks and what each needs are listed by [Checks]; see the Doc field
 // of each.
 //
+// # Property-based checks
+//
+// Beside the fixed checks, [MachineProperty] (and [TestStateMachine]) is a
+// pgregory.net/rapid state machine over the same GPU: random sequences of
+// creates at published and unpublished placements, destroys of live and
+// unknown IDs, and processes, each answer predicted by [Model], a
+// reference model of the NVML rules, and the listings compared with the
+// model after every step.
+//
+// [Safety] models the realization manager's safety invariants (nothing
+// handed to two owners, no forged claim granted, nothing in use
+// destroyed) for embedders to assert on their own device-plugin loop:
+// record grants, releases and hardware observations, and it reports every
+// broken invariant as an error matching [ErrUnsafe].
+//
 // # Units and rules
 //
 // Placements are half-open slot intervals [Start, Start+Size) on the GPU's
