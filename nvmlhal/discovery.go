@@ -117,12 +117,25 @@ func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIPro
 	if err != nil {
 		return nil, err
 	}
-	v3 := b.v3Query(dev)
 	var out []capability.GIProfileInfo
+	err = b.walkProfiles(index, dev, func(gi capability.GIProfileInfo, _ nvml.GpuInstanceProfileInfo) error {
+		out = append(out, gi)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// walkProfiles calls each for every GPU instance profile the GPU supports,
+// in index order, with its possible placements and NVML's raw info.
+func (b *Backend) walkProfiles(index int, dev nvml.Device, each func(capability.GIProfileInfo, nvml.GpuInstanceProfileInfo) error) error {
+	v3 := b.v3Query(dev)
 	for p := range capability.GIProfileCount {
 		info, ok, err := profileInfo(index, dev, p)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !ok {
 			continue
@@ -132,7 +145,7 @@ func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIPro
 			continue // a driver that answers placements only in MIG mode
 		}
 		if ret != nvml.SUCCESS {
-			return nil, hwError("GetGpuInstancePossiblePlacements", index, dev, ret)
+			return hwError("GetGpuInstancePossiblePlacements", index, dev, ret)
 		}
 		gi := capability.GIProfileInfo{
 			Index:               p,
@@ -147,9 +160,11 @@ func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIPro
 		for i, pl := range placements {
 			gi.Placements[i] = capability.Placement{Start: pl.Start, Size: pl.Size}
 		}
-		out = append(out, gi)
+		if err := each(gi, info); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // profileInfo reads the V1 profile info of index p; ok is false when the GPU

@@ -12,6 +12,15 @@ package nvmlhal_test
 // instances and processes, and the hami.io/node-nvidia-register value the
 // node would publish under the default allowlist.
 //
+//	go test -tags nvml_hardware -run TestHardwareSelfCheck -v ./nvmlhal/
+//
+// is the self-check for a first real GPU, read-only as well: it never
+// changes the MIG mode and creates nothing. It compares every GPU with the
+// fakehal preset for its NVML name (package nvmlhal/selfcheck), prints
+// the table of differences and fails on any, so one run says whether the
+// fake is faithful to that driver. Compute instance profiles are checked
+// for profiles with a live instance only.
+//
 //	DYNMIG_HW_LIFECYCLE=1 [DYNMIG_HW_GPU=n] go test -tags nvml_hardware -run TestHardwareLifecycle -v ./nvmlhal/
 //
 // creates and destroys MIG instances: it needs root, a GPU in MIG mode
@@ -26,11 +35,13 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/nvmlhal"
+	"github.com/dynmig/dynmig/nvmlhal/selfcheck"
 	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/realize/realizetest"
 )
@@ -240,6 +251,28 @@ func destroyAll(t *testing.T, b *nvmlhal.Backend, gpu int) {
 		}
 		if err := b.DestroyGPUInstance(ctx, gpu, in.GIID); err != nil {
 			t.Errorf("cleanup GI %d: %v", in.GIID, err)
+		}
+	}
+}
+
+// TestHardwareSelfCheck compares every GPU with its fakehal preset,
+// read-only.
+func TestHardwareSelfCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := hardwareBackend(t)
+	results, err := selfcheck.Check(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := selfcheck.Write(&out, results); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("self-check against the fakehal presets:\n%s", out.String())
+	for _, r := range results {
+		if !r.OK() {
+			t.Errorf("GPU %d %q does not match its preset (see the table above)", r.GPU, r.Name)
 		}
 	}
 }
