@@ -23,6 +23,9 @@ type Instance struct {
 // String returns "profile [start,end)".
 func (in Instance) String() string { return in.Profile + " " + in.Placement.String() }
 
+// GoString is String, so that rapid's log of drawn values stays short.
+func (in Instance) GoString() string { return in.String() }
+
 // Node is a node as an allocator sees it: its GPUs, in position order, and
 // per GPU the instances already placed on it. Held has one list per GPU
 // (a missing list is an empty GPU). The zero value is a node without GPUs.
@@ -128,6 +131,9 @@ func (n Node) String() string {
 	return b.String()
 }
 
+// GoString is String, so that rapid's log of drawn values is readable.
+func (n Node) GoString() string { return n.String() }
+
 func placementsString(ps []capability.Placement) string {
 	parts := make([]string, len(ps))
 	for i, p := range ps {
@@ -222,19 +228,22 @@ func UUIDOf(i int) string { return "GPU-" + strconv.Itoa(i) }
 // generation, with every profile the model supports or only the plain ones
 // (capability.VariantNone), as a realistic allowlist publishes them.
 func BuiltinGPU(index int) *rapid.Generator[capability.GPU] {
-	models := fakehal.Models()
-	return rapid.Custom(func(t *rapid.T) capability.GPU {
-		m := models[rapid.IntRange(0, len(models)-1).Draw(t, "model")]
-		if len(m.Older) > 0 && rapid.Bool().Draw(t, "early driver") {
-			m = m.ForDriver(fakehal.DriverEarly)
-		}
-		g, _ := capability.GPUFromDevice(capability.DeviceInfo{Index: index, UUID: UUIDOf(index), Name: m.Name,
-			MemoryMB: m.MemoryMB, MIGMode: capability.MIGEnabled}, m.Profiles)
-		if !rapid.Bool().Draw(t, "variants") {
-			g.Profiles = slices.DeleteFunc(g.Profiles, func(p capability.Profile) bool { return p.Variant != capability.VariantNone })
-		}
-		return g
-	})
+	return rapid.Custom(func(t *rapid.T) capability.GPU { return drawBuiltin(t, index) })
+}
+
+var builtinModels = fakehal.Models()
+
+func drawBuiltin(t *rapid.T, index int) capability.GPU {
+	m := builtinModels[rapid.IntRange(0, len(builtinModels)-1).Draw(t, "model")]
+	if len(m.Older) > 0 && rapid.Bool().Draw(t, "early driver") {
+		m = m.ForDriver(fakehal.DriverEarly)
+	}
+	g, _ := capability.GPUFromDevice(capability.DeviceInfo{Index: index, UUID: UUIDOf(index), Name: m.Name,
+		MemoryMB: m.MemoryMB, MIGMode: capability.MIGEnabled}, m.Profiles)
+	if !rapid.Bool().Draw(t, "variants") {
+		g.Profiles = slices.DeleteFunc(g.Profiles, func(p capability.Profile) bool { return p.Variant != capability.VariantNone })
+	}
+	return g
 }
 
 // GridWidths are the slot grid widths of the MIG-capable GPUs known today,
@@ -251,57 +260,59 @@ var GridWidths = []uint32{4, 8, 12}
 // choose it). Names are canonical and unique; the GPU compiles with
 // [placement.NewGrid].
 func GridGPU(index int, width uint32) *rapid.Generator[capability.GPU] {
-	return rapid.Custom(func(t *rapid.T) capability.GPU {
-		w := width
-		if w == 0 {
-			w = rapid.SampledFrom(GridWidths).Draw(t, "width")
+	return rapid.Custom(func(t *rapid.T) capability.GPU { return drawGrid(t, index, width) })
+}
+
+func drawGrid(t *rapid.T, index int, width uint32) capability.GPU {
+	w := width
+	if w == 0 {
+		w = rapid.SampledFrom(GridWidths).Draw(t, "width")
+	}
+	perSlot := uint64(rapid.IntRange(1, 24).Draw(t, "GiB per slot")) * 1024
+	sizes := []uint32{1, 2}
+	switch {
+	case w == 12:
+		sizes = append(sizes, 3, 4, 6)
+	case w >= 4:
+		sizes = append(sizes, 4)
+	}
+	sizes = append(sizes, w)
+	sizes = slices.Compact(sizes)
+	g := capability.GPU{Index: index, UUID: UUIDOf(index), Name: fmt.Sprintf("Grid%d-%dGB", w, perSlot*uint64(w)/1024),
+		MemoryMB: perSlot * uint64(w), MIGMode: capability.MIGEnabled}
+	names := map[string]bool{}
+	for _, size := range sizes {
+		if size != w && !rapid.Bool().Draw(t, fmt.Sprintf("size %d", size)) {
+			continue
 		}
-		perSlot := uint64(rapid.IntRange(1, 24).Draw(t, "GiB per slot")) * 1024
-		sizes := []uint32{1, 2}
-		switch {
-		case w == 12:
-			sizes = append(sizes, 3, 4, 6)
-		case w >= 4:
-			sizes = append(sizes, 4)
-		}
-		sizes = append(sizes, w)
-		sizes = slices.Compact(sizes)
-		g := capability.GPU{Index: index, UUID: UUIDOf(index), Name: fmt.Sprintf("Grid%d-%dGB", w, perSlot*uint64(w)/1024),
-			MemoryMB: perSlot * uint64(w), MIGMode: capability.MIGEnabled}
-		names := map[string]bool{}
-		for _, size := range sizes {
-			if size != w && !rapid.Bool().Draw(t, fmt.Sprintf("size %d", size)) {
+		for k := range rapid.IntRange(1, 2).Draw(t, "profiles of the size") {
+			p, ok := gridProfile(t, size, w, perSlot, k, names)
+			if !ok {
 				continue
 			}
-			for k := range rapid.IntRange(1, 2).Draw(t, "profiles of the size") {
-				p, ok := gridProfile(t, size, w, perSlot, k, names)
-				if !ok {
-					continue
-				}
-				g.Profiles = append(g.Profiles, p)
-				if size == 1 && rapid.IntRange(0, 3).Draw(t, "+me variant") == 0 {
-					v := p
-					v.Name += capability.VariantME.Suffix()
-					v.Variant = capability.VariantME
-					v.Placements = slices.Clone(p.Placements[:1+rapid.IntRange(0, len(p.Placements)-1).Draw(t, "+me placements")])
-					if !names[v.Name] {
-						names[v.Name] = true
-						g.Profiles = append(g.Profiles, v)
-					}
+			g.Profiles = append(g.Profiles, p)
+			if size == 1 && rapid.IntRange(0, 3).Draw(t, "+me variant") == 0 {
+				v := p
+				v.Name += capability.VariantME.Suffix()
+				v.Variant = capability.VariantME
+				v.Placements = slices.Clone(p.Placements[:1+rapid.IntRange(0, len(p.Placements)-1).Draw(t, "+me placements")])
+				if !names[v.Name] {
+					names[v.Name] = true
+					g.Profiles = append(g.Profiles, v)
 				}
 			}
 		}
-		if len(g.Profiles) > 1 && rapid.IntRange(0, 9).Draw(t, "profile without placements") == 0 {
-			// Never the whole-grid profile: it defines the width.
-			i := rapid.IntRange(0, len(g.Profiles)-1).Draw(t, "placementless profile")
-			if g.Profiles[i].Placements[0].Size != w {
-				g.Profiles[i].Placements = nil
-			}
+	}
+	if len(g.Profiles) > 1 && rapid.IntRange(0, 9).Draw(t, "profile without placements") == 0 {
+		// Never the whole-grid profile: it defines the width.
+		i := rapid.IntRange(0, len(g.Profiles)-1).Draw(t, "placementless profile")
+		if g.Profiles[i].Placements[0].Size != w {
+			g.Profiles[i].Placements = nil
 		}
-		g.Unhealthy = rapid.IntRange(0, 9).Draw(t, "unhealthy") == 0
-		capability.SortProfiles(g.Profiles)
-		return g
-	})
+	}
+	g.Unhealthy = rapid.IntRange(0, 9).Draw(t, "unhealthy") == 0
+	capability.SortProfiles(g.Profiles)
+	return g
 }
 
 // gridProfile builds the k-th profile of a size: compute slices grow with
@@ -336,12 +347,14 @@ func gridProfile(t *rapid.T, size, width uint32, perSlot uint64, k int, names ma
 // GPU draws either a built-in model ([BuiltinGPU]) or an arbitrary legal
 // grid ([GridGPU]) at position index.
 func GPU(index int) *rapid.Generator[capability.GPU] {
-	return rapid.Custom(func(t *rapid.T) capability.GPU {
-		if rapid.Bool().Draw(t, "builtin") {
-			return BuiltinGPU(index).Draw(t, "gpu")
-		}
-		return GridGPU(index, 0).Draw(t, "gpu")
-	})
+	return rapid.Custom(func(t *rapid.T) capability.GPU { return drawGPU(t, index) })
+}
+
+func drawGPU(t *rapid.T, index int) capability.GPU {
+	if rapid.Bool().Draw(t, "builtin") {
+		return drawBuiltin(t, index)
+	}
+	return drawGrid(t, index, 0)
 }
 
 // Occupied draws the instances held on g, reachable by construction: up to
@@ -349,33 +362,35 @@ func GPU(index int) *rapid.Generator[capability.GPU] {
 // drawn and kept when the placement is free and the GPU's media engines
 // allow the instance (see [placement.Engines]).
 func Occupied(g capability.GPU, maxInstances int) *rapid.Generator[[]Instance] {
+	return rapid.Custom(func(t *rapid.T) []Instance { return drawOccupied(t, g, maxInstances) })
+}
+
+func drawOccupied(t *rapid.T, g capability.GPU, maxInstances int) []Instance {
 	grid, _ := placement.NewGrid(&g)
-	return rapid.Custom(func(t *rapid.T) []Instance {
-		var held []Instance
-		var used placement.Occupancy
-		var eng placement.Engines
-		var placeable []int
-		for i, p := range g.Profiles {
-			if len(p.Placements) > 0 {
-				placeable = append(placeable, i)
+	var held []Instance
+	var used placement.Occupancy
+	var eng placement.Engines
+	var placeable []int
+	for i, p := range g.Profiles {
+		if len(p.Placements) > 0 {
+			placeable = append(placeable, i)
+		}
+	}
+	if len(placeable) == 0 {
+		return nil
+	}
+	for range rapid.IntRange(0, maxInstances).Draw(t, "instances") {
+		p := &g.Profiles[rapid.SampledFrom(placeable).Draw(t, "held profile")]
+		pl := p.Placements[rapid.IntRange(0, len(p.Placements)-1).Draw(t, "held placement")]
+		if used.Fits(pl) && (grid == nil || grid.EnginesFit(eng, p.Name)) {
+			used = used.Take(pl)
+			if grid != nil {
+				eng = eng.Add(grid.EnginesOf(p.Name))
 			}
+			held = append(held, Instance{Profile: p.Name, Placement: pl})
 		}
-		if len(placeable) == 0 {
-			return nil
-		}
-		for range rapid.IntRange(0, maxInstances).Draw(t, "instances") {
-			p := &g.Profiles[rapid.SampledFrom(placeable).Draw(t, "held profile")]
-			pl := p.Placements[rapid.IntRange(0, len(p.Placements)-1).Draw(t, "held placement")]
-			if used.Fits(pl) && (grid == nil || grid.EnginesFit(eng, p.Name)) {
-				used = used.Take(pl)
-				if grid != nil {
-					eng = eng.Add(grid.EnginesOf(p.Name))
-				}
-				held = append(held, Instance{Profile: p.Name, Placement: pl})
-			}
-		}
-		return held
-	})
+	}
+	return held
 }
 
 // NodeGen draws a node of 1..maxGPUs GPUs (0 means 3), each from [GPU], with
@@ -386,24 +401,26 @@ func NodeGen(maxGPUs int) *rapid.Generator[Node] {
 	if maxGPUs <= 0 {
 		maxGPUs = 3
 	}
-	return rapid.Custom(func(t *rapid.T) Node {
-		n := rapid.IntRange(1, maxGPUs).Draw(t, "GPUs")
-		var node Node
-		same := rapid.Bool().Draw(t, "same model")
-		for i := range n {
-			var g capability.GPU
-			if same && i > 0 {
-				g = cloneGPU(node.GPUs[0])
-				g.Index, g.UUID = i, UUIDOf(i)
-				g.Unhealthy = rapid.IntRange(0, 9).Draw(t, "unhealthy") == 0
-			} else {
-				g = GPU(i).Draw(t, "gpu")
-			}
-			node.GPUs = append(node.GPUs, g)
-			node.Held = append(node.Held, Occupied(g, 4).Draw(t, "held"))
+	return rapid.Custom(func(t *rapid.T) Node { return drawNode(t, maxGPUs) })
+}
+
+func drawNode(t *rapid.T, maxGPUs int) Node {
+	n := rapid.IntRange(1, maxGPUs).Draw(t, "GPUs")
+	var node Node
+	same := rapid.Bool().Draw(t, "same model")
+	for i := range n {
+		var g capability.GPU
+		if same && i > 0 {
+			g = cloneGPU(node.GPUs[0])
+			g.Index, g.UUID = i, UUIDOf(i)
+			g.Unhealthy = rapid.IntRange(0, 9).Draw(t, "unhealthy") == 0
+		} else {
+			g = drawGPU(t, i)
 		}
-		return node
-	})
+		node.GPUs = append(node.GPUs, g)
+		node.Held = append(node.Held, drawOccupied(t, g, 4))
+	}
+	return node
 }
 
 // RequestGen draws a valid pod for node: 1..3 containers of 0..3 devices
@@ -416,56 +433,58 @@ func RequestGen(node Node, maxDevices int) *rapid.Generator[placement.Request] {
 	if maxDevices <= 0 {
 		maxDevices = 4
 	}
-	return rapid.Custom(func(t *rapid.T) placement.Request {
-		var r placement.Request
-		total := 0
-		for range rapid.IntRange(1, 3).Draw(t, "containers") {
-			c := placement.ContainerRequest{Devices: rapid.IntRange(0, min(3, maxDevices-total)).Draw(t, "devices")}
-			total += c.Devices
-			switch rapid.IntRange(0, 4).Draw(t, "demand") {
-			case 0:
-				if p := anyProfile(t, node); p != nil && rapid.Bool().Draw(t, "exact memory") {
-					c.Memory = placement.MiB(p.MemoryMB + uint64(rapid.IntRange(0, 1).Draw(t, "plus one")))
-				} else {
-					c.Memory = placement.MiB(rapid.Uint64Range(1, 200_000).Draw(t, "MiB"))
-				}
-			case 1:
-				c.Memory = placement.Percent(uint32(rapid.IntRange(1, 100).Draw(t, "percent")))
-			case 2:
-				c.Memory = placement.Memory{}
-			case 3:
-				if p := anyProfile(t, node); p != nil {
-					c.Profile = p.Name
-				} else {
-					c.Profile = "9g.999gb"
-				}
-			case 4:
-				c.Memory = placement.MiB(uint64(rapid.IntRange(1, 40).Draw(t, "GiB")) * 1024)
+	return rapid.Custom(func(t *rapid.T) placement.Request { return drawRequest(t, node, maxDevices) })
+}
+
+func drawRequest(t *rapid.T, node Node, maxDevices int) placement.Request {
+	var r placement.Request
+	total := 0
+	for range rapid.IntRange(1, 3).Draw(t, "containers") {
+		c := placement.ContainerRequest{Devices: rapid.IntRange(0, min(3, maxDevices-total)).Draw(t, "devices")}
+		total += c.Devices
+		switch rapid.IntRange(0, 4).Draw(t, "demand") {
+		case 0:
+			if p := anyProfile(t, node); p != nil && rapid.Bool().Draw(t, "exact memory") {
+				c.Memory = placement.MiB(p.MemoryMB + uint64(rapid.IntRange(0, 1).Draw(t, "plus one")))
+			} else {
+				c.Memory = placement.MiB(rapid.Uint64Range(1, 200_000).Draw(t, "MiB"))
 			}
-			r.Containers = append(r.Containers, c)
-		}
-		if rapid.IntRange(0, 3).Draw(t, "preference") == 0 {
-			r.Preference = rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"1g", "2g", "3g", "4g", "7g", "1g.10gb", "2g.20gb"}), 1, 2, rapid.ID).Draw(t, "prefs")
-		}
-		uuids := make([]string, 0, len(node.GPUs)+1)
-		types := []string{"A100", "H100", "a30", "RTX", "Grid8", "Grid12", "80GB", "B300"}
-		for _, g := range node.GPUs {
-			uuids = append(uuids, g.UUID)
-			types = append(types, g.Name)
-		}
-		uuids = append(uuids, "GPU-elsewhere")
-		constraint := func(label string, from []string) []string {
-			if rapid.IntRange(0, 5).Draw(t, label) != 0 {
-				return nil
+		case 1:
+			c.Memory = placement.Percent(uint32(rapid.IntRange(1, 100).Draw(t, "percent")))
+		case 2:
+			c.Memory = placement.Memory{}
+		case 3:
+			if p := anyProfile(t, node); p != nil {
+				c.Profile = p.Name
+			} else {
+				c.Profile = "9g.999gb"
 			}
-			return rapid.SliceOfNDistinct(rapid.SampledFrom(from), 1, 2, rapid.ID).Draw(t, label+" values")
+		case 4:
+			c.Memory = placement.MiB(uint64(rapid.IntRange(1, 40).Draw(t, "GiB")) * 1024)
 		}
-		r.UseUUIDs = constraint("use-uuid", uuids)
-		r.NoUseUUIDs = constraint("nouse-uuid", uuids)
-		r.UseTypes = constraint("use-type", types)
-		r.NoUseTypes = constraint("nouse-type", types)
-		return r
-	})
+		r.Containers = append(r.Containers, c)
+	}
+	if rapid.IntRange(0, 3).Draw(t, "preference") == 0 {
+		r.Preference = rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"1g", "2g", "3g", "4g", "7g", "1g.10gb", "2g.20gb"}), 1, 2, rapid.ID).Draw(t, "prefs")
+	}
+	uuids := make([]string, 0, len(node.GPUs)+1)
+	types := []string{"A100", "H100", "a30", "RTX", "Grid8", "Grid12", "80GB", "B300"}
+	for _, g := range node.GPUs {
+		uuids = append(uuids, g.UUID)
+		types = append(types, g.Name)
+	}
+	uuids = append(uuids, "GPU-elsewhere")
+	constraint := func(label string, from []string) []string {
+		if rapid.IntRange(0, 5).Draw(t, label) != 0 {
+			return nil
+		}
+		return rapid.SliceOfNDistinct(rapid.SampledFrom(from), 1, 2, rapid.ID).Draw(t, label+" values")
+	}
+	r.UseUUIDs = constraint("use-uuid", uuids)
+	r.NoUseUUIDs = constraint("nouse-uuid", uuids)
+	r.UseTypes = constraint("use-type", types)
+	r.NoUseTypes = constraint("nouse-type", types)
+	return r
 }
 
 func anyProfile(t *rapid.T, node Node) *capability.Profile {
@@ -493,12 +512,15 @@ func (c Case) String() string {
 	return "pod: " + FormatRequest(&c.Request) + "\n" + c.Node.String()
 }
 
+// GoString is String, so that rapid's log of a drawn case is readable.
+func (c Case) GoString() string { return c.String() }
+
 // CaseGen draws a [Case]: a node from [NodeGen] with opts.MaxGPUs GPUs and a
 // pod from [RequestGen] with at most opts.MaxDevices devices.
 func CaseGen(opts Options) *rapid.Generator[Case] {
 	opts = opts.withDefaults()
 	return rapid.Custom(func(t *rapid.T) Case {
-		n := NodeGen(opts.MaxGPUs).Draw(t, "node")
-		return Case{Node: n, Request: RequestGen(n, opts.MaxDevices).Draw(t, "request")}
+		n := drawNode(t, opts.MaxGPUs)
+		return Case{Node: n, Request: drawRequest(t, n, opts.MaxDevices)}
 	})
 }
