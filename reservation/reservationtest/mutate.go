@@ -35,6 +35,9 @@ func (m Mutant) String() string {
 	return fmt.Sprintf("%s (entry %d), want %v; device requests %v\n  %s", m.Name, m.Entry, m.Want, m.DeviceRequests, m.Value)
 }
 
+// GoString is String, so that rapid's log of a drawn mutant is readable.
+func (m Mutant) GoString() string { return m.String() }
+
 // kv is one key of a JSON object with its raw value, in writing order.
 type kv struct{ key, raw string }
 

@@ -35,6 +35,9 @@ func (r Record) String() string {
 	return b.String()
 }
 
+// GoString is String, so that rapid's log of a drawn record is readable.
+func (r Record) GoString() string { return r.String() }
+
 // Clone returns a deep copy of r.
 func (r Record) Clone() Record {
 	return Record{Allocations: slices.Clone(r.Allocations), DeviceRequests: slices.Clone(r.DeviceRequests)}
@@ -144,7 +147,12 @@ func RecordGen(maxEntries int) *rapid.Generator[Record] {
 			}
 		}
 		if len(r.Allocations) > 1 {
-			r.Allocations = rapid.Permutation(r.Allocations).Draw(t, "array order")
+			order := rapid.Permutation(indexes(len(r.Allocations))).Draw(t, "array order")
+			shuffled := make([]reservation.Allocation, len(order))
+			for i, k := range order {
+				shuffled[i] = r.Allocations[k]
+			}
+			r.Allocations = shuffled
 		}
 		return r
 	})

@@ -70,34 +70,58 @@ func WireEncodeRegistration(devs []capability.NodeDevice) string {
 // (hami-core, mps or no mode). Indexes are distinct and include 0, NUMA
 // nodes are 0 or 1, IDs are distinct.
 func RegistrationGen() *rapid.Generator[[]capability.NodeDevice] {
-	models := fakehal.Models()
-	return rapid.Custom(func(t *rapid.T) []capability.NodeDevice {
-		n := rapid.IntRange(1, 4).Draw(t, "devices")
-		ids := rapid.SliceOfNDistinct(rapid.Custom(func(t *rapid.T) string { return "GPU-" + hexUUID(t, "id") }), n, n, rapid.ID).Draw(t, "ids")
-		var devs []capability.NodeDevice
-		for i := range n {
-			numa := rapid.IntRange(0, 1).Draw(t, "numa")
-			if rapid.IntRange(0, 4).Draw(t, "non-MIG") == 0 {
-				devs = append(devs, capability.NodeDevice{ID: ids[i], Index: i, Count: int32(rapid.IntRange(0, 10).Draw(t, "count")),
-					Devmem: int32(rapid.IntRange(0, 81920).Draw(t, "devmem")), Devcore: int32(rapid.IntRange(0, 100).Draw(t, "devcore")),
-					Type: "NVIDIA T4", NUMA: numa, Mode: rapid.SampledFrom([]string{"", capability.ModeHAMiCore, capability.ModeMPS}).Draw(t, "mode"),
-					Health: rapid.Bool().Draw(t, "health")})
-				continue
-			}
-			m := models[rapid.IntRange(0, len(models)-1).Draw(t, "model")]
-			g, _ := capability.GPUFromDevice(capability.DeviceInfo{Index: i, UUID: ids[i], Name: m.Name, MemoryMB: m.MemoryMB,
-				NUMA: numa, MIGMode: capability.MIGEnabled}, m.Profiles)
-			if !rapid.Bool().Draw(t, "variants") {
-				g.Profiles = slices.DeleteFunc(g.Profiles, func(p capability.Profile) bool { return p.Variant != capability.VariantNone })
-			}
-			d, err := capability.NewMIGNodeDevice(g, rapid.Bool().Draw(t, "healthy"))
-			if err != nil {
-				t.Fatalf("model %s does not register: %v", m.Name, err)
-			}
-			devs = append(devs, d)
+	return rapid.Custom(drawRegistration)
+}
+
+// registration prints as its wire value in rapid's log.
+type registration []capability.NodeDevice
+
+func (r registration) GoString() string { return WireEncodeRegistration(r) }
+
+var registrationModels = fakehal.Models()
+
+func drawRegistration(t *rapid.T) []capability.NodeDevice {
+	models := registrationModels
+	n := rapid.IntRange(1, 4).Draw(t, "devices")
+	ids := rapid.SliceOfNDistinct(rapid.Custom(func(t *rapid.T) string { return "GPU-" + hexUUID(t, "id") }), n, n, rapid.ID).Draw(t, "ids")
+	var devs []capability.NodeDevice
+	for i := range n {
+		numa := rapid.IntRange(0, 1).Draw(t, "numa")
+		if rapid.IntRange(0, 4).Draw(t, "non-MIG") == 0 {
+			devs = append(devs, capability.NodeDevice{ID: ids[i], Index: i, Count: int32(rapid.IntRange(0, 10).Draw(t, "count")),
+				Devmem: int32(rapid.IntRange(0, 81920).Draw(t, "devmem")), Devcore: int32(rapid.IntRange(0, 100).Draw(t, "devcore")),
+				Type: "NVIDIA T4", NUMA: numa, Mode: rapid.SampledFrom([]string{"", capability.ModeHAMiCore, capability.ModeMPS}).Draw(t, "mode"),
+				Health: rapid.Bool().Draw(t, "health")})
+			continue
 		}
-		return rapid.Permutation(devs).Draw(t, "array order")
-	})
+		m := models[rapid.IntRange(0, len(models)-1).Draw(t, "model")]
+		g, _ := capability.GPUFromDevice(capability.DeviceInfo{Index: i, UUID: ids[i], Name: m.Name, MemoryMB: m.MemoryMB,
+			NUMA: numa, MIGMode: capability.MIGEnabled}, m.Profiles)
+		if !rapid.Bool().Draw(t, "variants") {
+			g.Profiles = slices.DeleteFunc(g.Profiles, func(p capability.Profile) bool { return p.Variant != capability.VariantNone })
+		}
+		d, err := capability.NewMIGNodeDevice(g, rapid.Bool().Draw(t, "healthy"))
+		if err != nil {
+			t.Fatalf("model %s does not register: %v", m.Name, err)
+		}
+		devs = append(devs, d)
+	}
+	order := rapid.Permutation(indexes(len(devs))).Draw(t, "array order")
+	out := make([]capability.NodeDevice, len(devs))
+	for i, k := range order {
+		out[i] = devs[k]
+	}
+	// Logs the value, as it goes on the wire, with the draws.
+	rapid.Just(registration(out)).Draw(t, "registration")
+	return out
+}
+
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // RegistrationMutant is a valid registration with one device broken: the
@@ -112,6 +136,9 @@ type RegistrationMutant struct {
 func (m RegistrationMutant) String() string {
 	return fmt.Sprintf("%s (device %d)\n  %s", m.Name, m.Device, m.Value)
 }
+
+// GoString is String, so that rapid's log of a drawn mutant is readable.
+func (m RegistrationMutant) GoString() string { return m.String() }
 
 type regMutation struct {
 	name  string
@@ -246,9 +273,8 @@ var regMutations = []regMutation{
 // wrong JSON types, a missing profile key, a duplicate id, and values
 // capability.ValidateNodeRegistration refuses.
 func RegistrationMutantGen() *rapid.Generator[RegistrationMutant] {
-	regs := RegistrationGen()
 	return rapid.Custom(func(t *rapid.T) RegistrationMutant {
-		devs := regs.Draw(t, "registration")
+		devs := drawRegistration(t)
 		for {
 			m := regMutations[rapid.IntRange(0, len(regMutations)-1).Draw(t, "mutation")]
 			i := rapid.IntRange(0, len(devs)-1).Draw(t, "device")
@@ -329,9 +355,9 @@ func CheckRegistrationMutant(c RegistrationCodec, m RegistrationMutant) error {
 
 // RegistrationProperty returns the registration suite as a rapid property.
 func RegistrationProperty(c RegistrationCodec) func(*rapid.T) {
-	regs, mutants := RegistrationGen(), RegistrationMutantGen()
+	mutants := RegistrationMutantGen()
 	return func(t *rapid.T) {
-		if err := CheckRegistration(c, regs.Draw(t, "registration")); err != nil {
+		if err := CheckRegistration(c, drawRegistration(t)); err != nil {
 			t.Fatal(err)
 		}
 		if err := CheckRegistrationMutant(c, mutants.Draw(t, "mutant")); err != nil {
