@@ -185,12 +185,25 @@ func readNodeRegistration(data []byte, fast bool) (NodeRegistration, error) {
 // after the cross-device check for shared ids, and notes the profiles
 // without placements of the usable ones.
 func sortEntries(entries []NodeDevice, errs [][]error) NodeRegistration {
-	for i, e := range duplicateIDs(entries) {
+	for i, e := range duplicateIDs(entries) { // nil when no id repeats
 		if e != nil {
 			errs[i] = append(errs[i], e)
 		}
 	}
 	var reg NodeRegistration
+	usable := 0
+	for i := range errs {
+		if len(errs[i]) == 0 {
+			usable++
+		}
+	}
+	if usable > 0 {
+		// Backed by entries when every entry is usable.
+		reg.Devices = entries[:0:usable]
+		if usable < len(entries) {
+			reg.Devices = make([]NodeDevice, 0, usable)
+		}
+	}
 	for i := range entries {
 		if len(errs[i]) > 0 {
 			for _, e := range errs[i] {
@@ -436,7 +449,7 @@ func ValidateNodeRegistration(devs []NodeDevice) error {
 	dups := duplicateIDs(devs)
 	for i := range devs {
 		errs = append(errs, validateNodeDevice(i, &devs[i])...)
-		if dups[i] != nil {
+		if dups != nil && dups[i] != nil {
 			errs = append(errs, dups[i])
 		}
 	}
@@ -444,20 +457,33 @@ func ValidateNodeRegistration(devs []NodeDevice) error {
 }
 
 // duplicateIDs returns, per device, an error when another device has the
-// same non-empty id, else nil.
+// same non-empty id, else nil; nil when no id repeats.
 func duplicateIDs(devs []NodeDevice) []error {
-	out := make([]error, len(devs))
-	at := make(map[string][]int, len(devs))
+	count := make(map[string]int, len(devs))
+	repeated := false
 	for i := range devs {
 		if id := devs[i].ID; id != "" {
-			at[id] = append(at[id], i)
+			count[id]++
+			repeated = repeated || count[id] > 1
 		}
 	}
+	if !repeated {
+		return nil
+	}
+	out := make([]error, len(devs))
 	for i := range devs {
-		if same := at[devs[i].ID]; len(same) > 1 {
-			out[i] = &RegistrationError{Device: i, Field: "id",
-				Reason: fmt.Sprintf("duplicate id %q (devices %v)", devs[i].ID, same)}
+		id := devs[i].ID
+		if count[id] < 2 {
+			continue
 		}
+		var same []int
+		for j := range devs {
+			if devs[j].ID == id {
+				same = append(same, j)
+			}
+		}
+		out[i] = &RegistrationError{Device: i, Field: "id",
+			Reason: fmt.Sprintf("duplicate id %q (devices %v)", id, same)}
 	}
 	return out
 }
