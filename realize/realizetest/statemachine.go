@@ -316,8 +316,18 @@ func (s *machine) expect(t *rapid.T, what string, err, want error) {
 	}
 }
 
+// profile draws one of the GPU's profiles by name and index, so that rapid
+// logs those rather than the whole profile info.
+func (s *machine) profile(t *rapid.T) capability.GIProfileInfo {
+	names := make([]string, len(s.m.profiles))
+	for i, p := range s.m.profiles {
+		names[i] = fmt.Sprintf("%s (index %d)", p.Name, p.Index)
+	}
+	return s.m.profiles[slices.Index(names, rapid.SampledFrom(names).Draw(t, "profile"))]
+}
+
 func (s *machine) create(t *rapid.T) {
-	p := rapid.SampledFrom(s.m.profiles).Draw(t, "profile")
+	p := s.profile(t)
 	if len(p.Placements) == 0 {
 		t.Skip("profile without placements")
 	}
@@ -326,7 +336,7 @@ func (s *machine) create(t *rapid.T) {
 }
 
 func (s *machine) createUnpublished(t *rapid.T) {
-	p := rapid.SampledFrom(s.m.profiles).Draw(t, "profile")
+	p := s.profile(t)
 	if len(p.Placements) == 0 {
 		t.Skip("profile without placements")
 	}
