@@ -90,13 +90,26 @@
 // take no faults and count no calls. [Node.Snapshot] lists every instance
 // on the node.
 //
+// # Health
+//
+// A Node is also a [realize.HealthWatcher]. [Node.InjectXid] makes the
+// driver report an Xid on a GPU or, given a MIG UUID, on that MIG device
+// (the event names its GPU and compute instance IDs, as NVML does),
+// [Node.InjectECC] an uncorrectable ECC error, and [Node.Recover] the GPU
+// usable again. Open watches ([Node.WatchHealth]) receive each event and,
+// as nvmlhal's do, ignore [realize.ApplicationXids] and report transitions
+// only. Faults change health, not the hardware's rules: instances can
+// still be created on a failed GPU, so tests show that it is the device
+// plugin that refuses to.
+//
 // # Concurrency
 //
 // A Node is safe for concurrent use. Each call holds one node-wide mutex
 // only while it reads or changes state, never while sleeping, so injected
 // latency on one call does not delay others. CreateInstance is two steps
 // (GPU instance, then compute instance), as in NVML: other calls may run
-// between them. No method starts a goroutine.
+// between them. No method starts a goroutine; a health watch waits in its
+// caller's Next.
 //
 // The zero Node is not usable; build one with [New] or [MustNew]. The zero
 // [Options] builds one MIG-enabled A100-SXM4-40GB.

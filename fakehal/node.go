@@ -19,6 +19,7 @@ import (
 var (
 	_ realize.Realizer        = (*Node)(nil)
 	_ realize.MIGModeSetter   = (*Node)(nil)
+	_ realize.HealthWatcher   = (*Node)(nil)
 	_ capability.HardwareView = (*Node)(nil)
 )
 
@@ -74,6 +75,7 @@ type Node struct {
 	nextPID    uint32
 	calls      map[Op]int
 	faults     []*Injected
+	health     healthHub // open health watches (health.go)
 }
 
 type gpuState struct {
