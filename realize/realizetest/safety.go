@@ -21,9 +21,10 @@ var ErrUnsafe = errors.New("realizetest: safety invariant broken")
 //   - nothing handed to two owners: a MIG device granted to a pod is
 //     never granted to another pod until the first is released;
 //   - no forged claim granted: a pod gets only devices its own record
-//     names, for entries the trust rule accepts (the record decodes,
-//     validates and passes reservation.ValidateRequests against the pod's
-//     DeviceRequests), with the scheduler-written fields unchanged;
+//     names, with the scheduler-written fields unchanged, for entries the
+//     trust rule accepts: the record decodes and validates, and the entry
+//     passes reservation.ValidateRequests against the pod's
+//     DeviceRequests (its other entries may fail it);
 //   - nothing in use destroyed: every device granted to a pod that is not
 //     released stays live, at the placement the pod's entry names, and
 //     every GPU instance that ran processes at the previous observation
@@ -72,20 +73,22 @@ func (s *Safety) Grant(pod reservation.Pod, devices []realize.Device) error {
 	if err == nil {
 		err = reservation.Validate(allocs)
 	}
-	if err == nil {
-		err = reservation.ValidateRequests(allocs, pod.DeviceRequests)
-	}
 	if err != nil && len(devices) > 0 {
-		errs = append(errs, unsafe("pod %s was granted %d devices although its record is not trusted: %v", pod.UID, len(devices), err))
+		errs = append(errs, unsafe("pod %s was granted %d devices although its record is invalid: %v", pod.UID, len(devices), err))
 	}
+	untrusted := untrustedEntries(allocs, pod.DeviceRequests)
 	delete(s.released, pod.UID)
 	for _, d := range devices {
 		u := d.Runtime.MIGUUID
 		if o, ok := s.owner[u]; ok && o != pod.UID && !s.released[o] {
 			errs = append(errs, unsafe("%s granted to pod %s while pod %s holds it", u, pod.UID, o))
 		}
-		if err == nil && !entryMatches(allocs, d) {
+		switch {
+		case err != nil:
+		case !entryMatches(allocs, d):
 			errs = append(errs, unsafe("pod %s was granted %s for %v, which its record does not name", pod.UID, u, d.Entry.Scheduled()))
+		case untrusted[d.Index]:
+			errs = append(errs, unsafe("pod %s was granted %s for entry %d, which the pod does not request (trust rule)", pod.UID, u, d.Index))
 		}
 		s.owner[u] = pod.UID
 		if !slices.ContainsFunc(s.grants[pod.UID], func(g grant) bool { return g.migUUID == u }) {
@@ -93,6 +96,32 @@ func (s *Safety) Grant(pod reservation.Pod, devices []realize.Device) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// untrustedEntries returns the positions of the entries that fail the
+// trust rule (reservation.ValidateRequests).
+func untrustedEntries(allocs []reservation.Allocation, requests []int) map[int]bool {
+	out := map[int]bool{}
+	err := reservation.ValidateRequests(allocs, requests)
+	if err == nil {
+		return out
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var ve *reservation.ValidationError
+		if errors.As(e, &ve) {
+			out[ve.Index] = true
+		}
+	}
+	if len(out) == 0 { // an error without positions: trust nothing
+		for i := range allocs {
+			out[i] = true
+		}
+	}
+	return out
 }
 
 // entryMatches reports whether the pod's record has, at the device's

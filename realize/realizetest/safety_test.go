@@ -218,3 +218,28 @@ func TestSafetyCatches(t *testing.T) {
 		}
 	})
 }
+
+// A container's trusted device may be granted although another entry of
+// the record is forged; granting the forged one is unsafe.
+func TestSafetyPerEntryTrust(t *testing.T) {
+	ctx := context.Background()
+	l := newLoop()
+	dev, _ := l.node.Device(0)
+	good := reservation.Allocation{GPUUUID: dev.UUID, Profile: "3g.20gb", Placement: capability.Placement{Start: 4, Size: 4}}
+	forged := reservation.Allocation{ContainerIndex: 1, GPUUUID: dev.UUID, Profile: "3g.20gb", Placement: capability.Placement{Start: 0, Size: 4}}
+	p := reservation.Pod{UID: "a", Phase: reservation.PodRunning, DeviceRequests: []int{1},
+		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{good, forged})}}
+	l.pods = append(l.pods, &p)
+	res, err := l.m.Allocate(ctx, realize.AllocateRequest{Pod: p, Snapshot: l.snapshot()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.safety.Grant(p, res.Devices); err != nil {
+		t.Fatalf("Grant of the trusted entry = %v, want nil", err)
+	}
+	d := res.Devices[0]
+	d.Index, d.Entry = 1, forged
+	if err := l.safety.Grant(p, []realize.Device{d}); !errors.Is(err, realizetest.ErrUnsafe) {
+		t.Fatalf("Grant of the forged entry = %v, want ErrUnsafe", err)
+	}
+}
