@@ -122,40 +122,59 @@ func RecordGen(maxEntries int) *rapid.Generator[Record] {
 	}
 	return rapid.Custom(func(t *rapid.T) Record {
 		gpus := rapid.SliceOfNDistinct(GPUUUIDGen(), 1, 3, rapid.ID).Draw(t, "GPUs")
-		var r Record
-		taken := map[string]uint64{}
-		gis := map[string]map[uint32]bool{}
-		total := 0
-		for c := range rapid.IntRange(1, 3).Draw(t, "containers") {
-			n := rapid.IntRange(0, min(3, maxEntries-total)).Draw(t, "devices")
-			r.DeviceRequests = append(r.DeviceRequests, n)
-			for d := range n {
-				gpu := rapid.SampledFrom(gpus).Draw(t, "gpu")
-				pl, ok := freePlacement(t, taken[gpu])
-				if !ok {
-					r.DeviceRequests[c] = d
-					break
-				}
-				total++
-				taken[gpu] |= pl.Mask()
-				a := reservation.Allocation{ContainerIndex: c, DeviceIndex: d, GPUUUID: gpu,
-					Profile: rapid.SampledFrom(profileNames).Draw(t, "profile"), Placement: pl}
-				if rapid.Bool().Draw(t, "realized") {
-					a = a.WithRuntime(runtimeFor(t, len(r.Allocations), gis, gpu))
-				}
-				r.Allocations = append(r.Allocations, a)
-			}
-		}
-		if len(r.Allocations) > 1 {
-			order := rapid.Permutation(indexes(len(r.Allocations))).Draw(t, "array order")
-			shuffled := make([]reservation.Allocation, len(order))
-			for i, k := range order {
-				shuffled[i] = r.Allocations[k]
-			}
-			r.Allocations = shuffled
-		}
-		return r
+		return drawRecord(t, gpus, maxEntries, math.MaxUint32)
 	})
+}
+
+// RecordGenOn is [RecordGen] over the given GPU UUIDs, with MIG UUIDs from
+// a pool of a few per entry position, so that records drawn for different
+// pods of one node claim the same GPUs, overlapping placements, the same
+// MIG UUIDs and the same GPU instance IDs now and then: what a test of
+// conflict detection between pods needs. Each record is valid on its own.
+func RecordGenOn(gpus []string, maxEntries int) *rapid.Generator[Record] {
+	if maxEntries <= 0 {
+		maxEntries = 6
+	}
+	gpus = slices.Clone(gpus)
+	return rapid.Custom(func(t *rapid.T) Record { return drawRecord(t, gpus, maxEntries, 3) })
+}
+
+// drawRecord draws a record over gpus; MIG UUIDs vary in up to migSpread+1
+// values per entry position.
+func drawRecord(t *rapid.T, gpus []string, maxEntries int, migSpread uint32) Record {
+	var r Record
+	taken := map[string]uint64{}
+	gis := map[string]map[uint32]bool{}
+	total := 0
+	for c := range rapid.IntRange(1, 3).Draw(t, "containers") {
+		n := rapid.IntRange(0, min(3, maxEntries-total)).Draw(t, "devices")
+		r.DeviceRequests = append(r.DeviceRequests, n)
+		for d := range n {
+			gpu := rapid.SampledFrom(gpus).Draw(t, "gpu")
+			pl, ok := freePlacement(t, taken[gpu])
+			if !ok {
+				r.DeviceRequests[c] = d
+				break
+			}
+			total++
+			taken[gpu] |= pl.Mask()
+			a := reservation.Allocation{ContainerIndex: c, DeviceIndex: d, GPUUUID: gpu,
+				Profile: rapid.SampledFrom(profileNames).Draw(t, "profile"), Placement: pl}
+			if rapid.Bool().Draw(t, "realized") {
+				a = a.WithRuntime(runtimeFor(t, len(r.Allocations), gis, gpu, migSpread))
+			}
+			r.Allocations = append(r.Allocations, a)
+		}
+	}
+	if len(r.Allocations) > 1 {
+		order := rapid.Permutation(indexes(len(r.Allocations))).Draw(t, "array order")
+		shuffled := make([]reservation.Allocation, len(order))
+		for i, k := range order {
+			shuffled[i] = r.Allocations[k]
+		}
+		r.Allocations = shuffled
+	}
+	return r
 }
 
 // freePlacement draws a placement of size 1..8 that does not overlap used,
@@ -176,7 +195,7 @@ var ids = []uint32{0, 1, 2, 3, 7, 13, math.MaxUint32}
 
 // runtimeFor draws a runtime identity: a MIG UUID made unique by the entry
 // number, a GPU instance ID not yet used on gpu, any compute instance ID.
-func runtimeFor(t *rapid.T, k int, gis map[string]map[uint32]bool, gpu string) reservation.RuntimeIdentity {
+func runtimeFor(t *rapid.T, k int, gis map[string]map[uint32]bool, gpu string, migSpread uint32) reservation.RuntimeIdentity {
 	if gis[gpu] == nil {
 		gis[gpu] = map[uint32]bool{}
 	}
@@ -185,7 +204,7 @@ func runtimeFor(t *rapid.T, k int, gis map[string]map[uint32]bool, gpu string) r
 		gi++
 	}
 	gis[gpu][gi] = true
-	h := rapid.Uint32().Draw(t, "mig uuid")
+	h := rapid.Uint32Range(0, migSpread).Draw(t, "mig uuid")
 	return reservation.RuntimeIdentity{
 		MIGUUID:           fmt.Sprintf("MIG-%08x-%04x-4000-8000-%012x", h, k, k),
 		GPUInstanceID:     gi,

@@ -154,3 +154,28 @@ func fails(check func(seed int) error) bool {
 	}
 	return false
 }
+
+// Records drawn on shared GPUs are valid alone and, drawn for several
+// pods, collide now and then: the point of RecordGenOn.
+func TestRecordGenOnCollides(t *testing.T) {
+	gpus := []string{"GPU-a", "GPU-b"}
+	gen := reservationtest.RecordGenOn(gpus, 4)
+	overlap, sameMIG := false, false
+	for seed := range 300 {
+		a, b := gen.Example(seed), gen.Example(seed+1000)
+		for _, r := range []reservationtest.Record{a, b} {
+			if err := reservation.Validate(r.Allocations); err != nil {
+				t.Fatalf("%v\n%s", err, r)
+			}
+		}
+		for _, x := range a.Allocations {
+			for _, y := range b.Allocations {
+				overlap = overlap || x.GPUUUID == y.GPUUUID && x.Placement.Overlaps(y.Placement)
+				sameMIG = sameMIG || x.MIGUUID != "" && x.MIGUUID == y.MIGUUID
+			}
+		}
+	}
+	if !overlap || !sameMIG {
+		t.Fatalf("no collision between records: overlap %v, same MIG UUID %v", overlap, sameMIG)
+	}
+}
