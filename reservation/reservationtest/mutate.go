@@ -266,7 +266,16 @@ func MutationNames() []string {
 // the mutations ([MutationNames]) applied to one entry. Records without
 // entries are redrawn.
 func MutantGen() *rapid.Generator[Mutant] {
-	records := RecordGen(0).Filter(func(r Record) bool { return len(r.Allocations) > 0 })
+	return mutantGen(RecordGen(0))
+}
+
+// MutantGenOn is [MutantGen] over records from [RecordGenOn] on gpus.
+func MutantGenOn(gpus []string) *rapid.Generator[Mutant] {
+	return mutantGen(RecordGenOn(gpus, 0))
+}
+
+func mutantGen(records *rapid.Generator[Record]) *rapid.Generator[Mutant] {
+	records = records.Filter(func(r Record) bool { return len(r.Allocations) > 0 })
 	return rapid.Custom(func(t *rapid.T) Mutant {
 		r := records.Draw(t, "record")
 		for {
