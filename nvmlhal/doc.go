@@ -101,6 +101,24 @@
 // and cannot unload it then; a backend that made its library uses a fresh
 // one for the next Init rather than stacking references on that one.
 //
+// # Health
+//
+// A Backend is a [realize.HealthWatcher]. [Backend.WatchHealthWith] makes
+// one NVML event set and registers each GPU for the critical Xid, single-
+// and double-bit ECC, GPU-unavailable and recovery-action events it
+// supports, as NVIDIA's device plugin does (k8s-device-plugin,
+// internal/rm/health.go). Xids that an application causes
+// ([realize.ApplicationXids]: 13, 31, 43, 45, 68, 109, the device plugin's
+// list, meanings in https://docs.nvidia.com/deploy/xid-errors/) and
+// [HealthOptions.IgnoreXids] are ignored, corrected single-bit ECC errors
+// too. An event NVML attributes to a MIG device (GPU and compute instance
+// IDs other than 0xFFFFFFFF) marks that device only; anything else marks
+// the whole GPU. A recovery-action event whose action is NONE (the driver
+// says the GPU needs nothing more) makes the GPU and its MIG devices
+// healthy again; any other action (reset, reboot, drain) keeps it
+// unhealthy. [HealthWatch.Next] waits in NVML for at most
+// [HealthOptions.Poll] at a time and starts no goroutine.
+//
 // # Concurrency
 //
 // A Backend is safe for concurrent use. Calls that create, destroy or list

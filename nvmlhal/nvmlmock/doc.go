@@ -56,6 +56,16 @@
 // [Server.StopProcess]; [Server.FailNext] injects an NVML error into the
 // next call of an operation. The zero [Options] give a MIG-enabled server.
 //
+// Health events are served strictly: [Server.EventSetCreate] makes event
+// sets, Device.RegisterEvents refuses types outside the GPU's supported
+// mask ([DefaultSupportedEvents], changed with [Server.SetSupportedEvents])
+// with NOT_SUPPORTED, EventSet.Wait returns only registered types from
+// registered GPUs (ERROR_TIMEOUT otherwise), and a freed set is
+// INVALID_ARGUMENT. [Server.InjectXid], [Server.InjectMIGXid] and
+// [Server.InjectEvent] raise events; [OpEventSetWait] and
+// [OpRegisterEvents] faults fail them; [Server.EventSets] counts the sets
+// not freed.
+//
 // A Server is safe for concurrent use: one mutex guards all its state.
 // Values of go-nvml's mock that this package does not override (clocks,
 // power, NVLink, ...) behave as go-nvml defines them.

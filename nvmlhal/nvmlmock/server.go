@@ -91,6 +91,8 @@ type Server struct {
 	devices []*Device
 	serial  uint64 // MIG device UUID counter
 	faults  map[Op][]nvml.Return
+
+	events eventHub // event sets (events.go); its own lock
 }
 
 // New returns a strict server of the given model.
