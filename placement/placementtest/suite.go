@@ -249,7 +249,9 @@ func Selector(opts placement.SelectorOptions) Allocator {
 
 // Ledger adapts a [placement.Ledger] with opts: a fresh ledger learns the
 // node with SetNode, every held instance as an observed pod of its own
-// (AddPod), and places the pod with Reserve.
+// (AddPod), and places the pod with Reserve. It first asks Evaluate (a
+// scheduler's Filter) and returns an error that fails the suite when the
+// two disagree on whether, or why not, the pod fits.
 func Ledger(opts placement.LedgerOptions) Allocator {
 	return AllocatorFunc(func(node *Node, req *placement.Request) ([]placement.Assignment, error) {
 		l := placement.NewLedger(opts)
@@ -265,6 +267,11 @@ func Ledger(opts placement.LedgerOptions) Allocator {
 				}
 			}
 		}
-		return l.Reserve("node", "pod", req)
+		_, evalErr := l.Evaluate("node", req)
+		as, err := l.Reserve("node", "pod", req)
+		if (evalErr == nil) != (err == nil) || reasonOf(evalErr) != reasonOf(err) {
+			return nil, fmt.Errorf("the ledger disagrees with itself: Evaluate says %v, Reserve %v, %v", evalErr, as, err)
+		}
+		return as, err
 	})
 }
