@@ -3,7 +3,11 @@
 // hami.io/vgpu-mig-allocations, the device config's migProfileAllowlist, the
 // metrics exposition) and reads Kubernetes JSON exactly as
 // `kubectl get ... -o json` prints it (Pod, PodList, Node, NodeList and
-// generic List; YAML works too).
+// generic List; YAML works too). A JSON object without "kind" is not a
+// Kubernetes object and is refused. Node registrations are read as the
+// scheduler reads them: an unhealthy GPU (written without "health") keeps
+// its pods but takes no new ones, and a malformed device entry leaves out
+// that GPU only and is reported.
 //
 // Usage:
 //
