@@ -96,6 +96,10 @@ type UnschedulableError struct {
 	// the slots its smallest fitting profile needs (pod totals for
 	// pod-wide reasons), on the GPU that came closest.
 	FreeSlots, NeededSlots int
+	// Unhealthy counts the GPUs the pod's constraints allow that were
+	// skipped because they are unhealthy ([Grid.Healthy]); the message
+	// names them, so a pending pod says why it is not on them.
+	Unhealthy int
 }
 
 func (e *UnschedulableError) Error() string {
@@ -109,6 +113,12 @@ func (e *UnschedulableError) Error() string {
 	}
 	if e.NeededSlots > 0 {
 		s += fmt.Sprintf(": %d free slots, %d needed", e.FreeSlots, e.NeededSlots)
+	}
+	switch {
+	case e.Unhealthy == 1:
+		s += "; 1 GPU unhealthy, no new pods on it"
+	case e.Unhealthy > 1:
+		s += fmt.Sprintf("; %d GPUs unhealthy, no new pods on them", e.Unhealthy)
 	}
 	return s
 }

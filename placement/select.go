@@ -55,6 +55,9 @@ type Selector struct {
 	steps   int
 	limited bool
 	prefs   []string
+	// unhealthy counts the GPUs the request's constraints allow but that
+	// are unhealthy, for UnschedulableError.Unhealthy.
+	unhealthy int
 }
 
 // device is one requested device, flattened in (container, device) order.
@@ -113,7 +116,8 @@ func (s *Selector) Policy() Policy { return s.policy }
 //
 // Unhealthy GPUs ([Grid.Healthy]) are never chosen, as if the request's
 // constraints excluded them: when no healthy allowed GPU is left the
-// reason is [ErrExcluded].
+// reason is [ErrExcluded]. The error counts them
+// ([UnschedulableError.Unhealthy]) so that a pending pod's reason says so.
 //
 // A pod that cannot be placed gets an [*UnschedulableError]; a malformed
 // request a [*RequestError].
@@ -145,10 +149,14 @@ func (s *Selector) reset(gpus []GPUState, req *Request) {
 	s.used = s.used[:0]
 	s.eng = s.eng[:0]
 	s.allowed = s.allowed[:0]
+	s.unhealthy = 0
 	for i := range gpus {
 		s.used = append(s.used, gpus[i].Used)
 		s.eng = append(s.eng, gpus[i].Engines)
 		s.allowed = append(s.allowed, selectable(&gpus[i], req))
+		if g := gpus[i].Grid; g != nil && !g.Healthy() && req.Allows(g) {
+			s.unhealthy++
+		}
 	}
 	s.devs = s.devs[:0]
 	for c, cr := range req.Containers {
@@ -460,6 +468,12 @@ func (s *Selector) dfs(gpus []GPUState, depth, only int) bool {
 
 // explain classifies why the pod does not fit, from the input occupancy.
 func (s *Selector) explain(gpus []GPUState) error {
+	e := s.explainReason(gpus)
+	e.Unhealthy = s.unhealthy
+	return e
+}
+
+func (s *Selector) explainReason(gpus []GPUState) *UnschedulableError {
 	anyAllowed, anyGPU := false, false
 	for g, a := range s.allowed {
 		anyAllowed = anyAllowed || a
