@@ -157,7 +157,7 @@ func loadNode(e *env, nodeFile, nodeName, podsFile string) (*nodeView, error) {
 	}
 	nv := &nodeView{name: nodeName}
 	var value []byte
-	where := nodeFile
+	where := displayName(nodeFile)
 	if j, err := toJSON(data); err == nil && len(j) > 0 && j[0] == '[' {
 		// A bare hami.io/node-nvidia-register value.
 		if nv.name == "" {
