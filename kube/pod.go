@@ -53,9 +53,31 @@ func ContainerIndex(pod *corev1.Pod, name string) (int, bool) {
 }
 
 // PodView converts a Kubernetes pod into the small view reservation and
-// realize work on. Annotations are copied, so later changes to pod do not
-// show through. A nil pod yields the zero Pod.
+// realize work on, counting the devices each container requests of
+// [ResourceGPU]. It is [PodViewFor] with ResourceGPU.
 func PodView(pod *corev1.Pod) reservation.Pod {
+	return PodViewFor(pod, ResourceGPU)
+}
+
+// PodViewFor converts a Kubernetes pod into the small view reservation and
+// realize work on, for a device plugin serving resource. Every field but
+// Annotations comes from data the API server or the kubelet sets:
+//
+//   - Created is metadata.creationTimestamp; DeletionDeadline is
+//     metadata.deletionTimestamp (the end of the grace period), zero when
+//     the pod is not deleting;
+//   - ContainersTerminated is true when every init and regular container
+//     has a status and every status is terminated;
+//   - DeviceRequests[c] is container c's limit of resource (its request
+//     when no limit is set; extended resources cannot be overcommitted, so
+//     both are equal when both are set), nil when no container requests
+//     the resource. A value that is not a whole number of devices, or
+//     larger than [MaxDeviceRequest], counts as no request: no record can
+//     match it.
+//
+// Annotations are copied, so later changes to pod do not show through. A
+// nil pod yields the zero Pod.
+func PodViewFor(pod *corev1.Pod, resource corev1.ResourceName) reservation.Pod {
 	if pod == nil {
 		return reservation.Pod{}
 	}
@@ -66,14 +88,80 @@ func PodView(pod *corev1.Pod) reservation.Pod {
 			ann[k] = v
 		}
 	}
-	return reservation.Pod{
-		UID:         string(pod.UID),
-		Namespace:   pod.Namespace,
-		Name:        pod.Name,
-		Phase:       podPhase(pod.Status.Phase),
-		Deleting:    pod.DeletionTimestamp != nil,
-		Annotations: ann,
+	v := reservation.Pod{
+		UID:                  string(pod.UID),
+		Namespace:            pod.Namespace,
+		Name:                 pod.Name,
+		Phase:                podPhase(pod.Status.Phase),
+		Deleting:             pod.DeletionTimestamp != nil,
+		Annotations:          ann,
+		Created:              pod.CreationTimestamp.Time,
+		ContainersTerminated: containersTerminated(pod),
+		DeviceRequests:       DeviceRequests(pod, resource),
 	}
+	if pod.DeletionTimestamp != nil {
+		v.DeletionDeadline = pod.DeletionTimestamp.Time
+	}
+	return v
+}
+
+// MaxDeviceRequest bounds the devices one container can request of a MIG
+// resource: seven instances on each of 64 GPUs is far beyond any node.
+const MaxDeviceRequest = 7 * 64
+
+// DeviceRequests returns, per containerIndex (init containers first, then
+// regular containers), the number of devices the container requests of
+// resource, or nil when no container requests any. See [PodViewFor].
+func DeviceRequests(pod *corev1.Pod, resource corev1.ResourceName) []int {
+	var out []int
+	n := ContainerCount(pod)
+	for i := range n {
+		c := ContainerAt(pod, i)
+		q, ok := c.Resources.Limits[resource]
+		if !ok {
+			q, ok = c.Resources.Requests[resource]
+		}
+		if !ok {
+			continue
+		}
+		v, exact := q.AsInt64()
+		if !exact || v <= 0 || v > MaxDeviceRequest {
+			continue
+		}
+		if out == nil {
+			out = make([]int, n)
+		}
+		out[i] = int(v)
+	}
+	return out
+}
+
+// containersTerminated reports whether every init and regular container of
+// the pod has a status and every status is terminated.
+func containersTerminated(pod *corev1.Pod) bool {
+	if ContainerCount(pod) == 0 {
+		return false
+	}
+	check := func(specs []corev1.Container, statuses []corev1.ContainerStatus) bool {
+		for _, c := range specs {
+			st := containerStatus(statuses, c.Name)
+			if st == nil || st.State.Terminated == nil {
+				return false
+			}
+		}
+		return true
+	}
+	return check(pod.Spec.InitContainers, pod.Status.InitContainerStatuses) &&
+		check(pod.Spec.Containers, pod.Status.ContainerStatuses)
+}
+
+func containerStatus(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	for i := range statuses {
+		if statuses[i].Name == name {
+			return &statuses[i]
+		}
+	}
+	return nil
 }
 
 // podPhase maps corev1 phases one to one; an empty phase (a pod the kubelet
@@ -93,23 +181,37 @@ func podPhase(p corev1.PodPhase) reservation.PodPhase {
 	return reservation.PodUnknown
 }
 
-// Terminal reports whether the pod will never run again: it is being
-// deleted or has reached Succeeded or Failed. Its reservations leave the
-// desired set.
+// Terminal reports whether the pod will never start a container again: it
+// is being deleted or has reached Succeeded or Failed. No device is
+// allocated for it any more; whether its devices may be reclaimed is
+// [reservation.Pod.Released], since a deleting pod's containers may still
+// run through the grace period.
 func Terminal(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp != nil ||
 		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// Snapshot converts a pod listing into a reservation snapshot. complete
-// must be true only when pods is the whole, current listing of the node.
-// The pods are converted in order.
+// Snapshot converts a pod listing taken now into a reservation snapshot;
+// it is [SnapshotAt] with time.Now(). complete must be true only when pods
+// is the whole, current listing of the node.
 func Snapshot(pods []*corev1.Pod, complete bool) reservation.Snapshot {
+	return SnapshotAt(pods, complete, time.Now())
+}
+
+// SnapshotAt converts a pod listing taken at now into a reservation
+// snapshot, counting device requests of [ResourceGPU]. The pods are
+// converted in order.
+func SnapshotAt(pods []*corev1.Pod, complete bool, now time.Time) reservation.Snapshot {
+	return SnapshotFor(pods, complete, now, ResourceGPU)
+}
+
+// SnapshotFor is [SnapshotAt] for a device plugin serving resource.
+func SnapshotFor(pods []*corev1.Pod, complete bool, now time.Time, resource corev1.ResourceName) reservation.Snapshot {
 	out := make([]reservation.Pod, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, PodView(p))
+		out = append(out, PodViewFor(p, resource))
 	}
-	return reservation.Snapshot{Pods: out, Complete: complete}
+	return reservation.Snapshot{Pods: out, Complete: complete, Now: now}
 }
 
 // BindTimeAnnotation records when a scheduler bound the pod, in Unix

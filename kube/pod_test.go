@@ -2,10 +2,12 @@ package kube_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dynmig/dynmig/kube"
@@ -85,12 +87,83 @@ func TestPodView(t *testing.T) {
 				UID: "uid-1", Namespace: "ns", Name: "p", Phase: tt.want, Deleting: tt.deleting,
 				Annotations: map[string]string{reservation.AnnotationKey: "[]"},
 			}
+			if tt.deleting {
+				want.DeletionDeadline = now.Time
+			}
 			assert.Equal(t, want, got)
 			pod.Annotations[reservation.AnnotationKey] = "changed"
 			assert.Equal(t, "[]", got.Annotations[reservation.AnnotationKey], "annotations must be copied")
 		})
 	}
 	assert.Equal(t, reservation.Pod{}, kube.PodView(nil))
+}
+
+// PodView fills the fields the trust and release rules need from data the
+// API server and the kubelet set.
+func TestPodViewServerSetFields(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	deadline := metav1.NewTime(created.Add(30 * time.Second))
+	gpus := func(n string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Limits: corev1.ResourceList{kube.ResourceGPU: resource.MustParse(n)}}
+	}
+	terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	spec := corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init"}},
+		Containers: []corev1.Container{{Name: "main", Resources: gpus("2")}, {Name: "side"},
+			{Name: "requests-only", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{kube.ResourceGPU: resource.MustParse("1")}}}},
+	}
+	tests := []struct {
+		name           string
+		mutate         func(*corev1.Pod)
+		wantTerminated bool
+		wantRequests   []int
+	}{
+		{name: "running", mutate: func(p *corev1.Pod) {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: terminated}}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: running}, {Name: "side", State: terminated}, {Name: "requests-only", State: terminated}}
+		}, wantRequests: []int{0, 2, 0, 1}},
+		{name: "all terminated", mutate: func(p *corev1.Pod) {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: terminated}}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: terminated}, {Name: "side", State: terminated}, {Name: "requests-only", State: terminated}}
+		}, wantTerminated: true, wantRequests: []int{0, 2, 0, 1}},
+		{name: "a container without status", mutate: func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: terminated}, {Name: "side", State: terminated}, {Name: "requests-only", State: terminated}}
+		}, wantRequests: []int{0, 2, 0, 1}},
+		{name: "no container requests the resource", mutate: func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+			p.Spec.Containers[2].Resources = corev1.ResourceRequirements{}
+		}, wantRequests: nil},
+		{name: "fractional or huge requests count as none", mutate: func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources = gpus("500m")
+			p.Spec.Containers[2].Resources = gpus("100000")
+		}, wantRequests: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u", CreationTimestamp: created, DeletionTimestamp: &deadline},
+				Spec: *spec.DeepCopy()}
+			tt.mutate(pod)
+			got := kube.PodView(pod)
+			assert.Equal(t, created.Time, got.Created)
+			assert.Equal(t, deadline.Time, got.DeletionDeadline)
+			assert.True(t, got.Deleting)
+			assert.Equal(t, tt.wantTerminated, got.ContainersTerminated)
+			assert.Equal(t, tt.wantRequests, got.DeviceRequests)
+		})
+	}
+}
+
+// A plugin serving another resource counts that resource's limits.
+func TestPodViewForResource(t *testing.T) {
+	const other corev1.ResourceName = "example.com/mig"
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "a", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{kube.ResourceGPU: resource.MustParse("1")}}},
+		{Name: "b", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{other: resource.MustParse("3")}}},
+	}}}
+	assert.Equal(t, []int{1, 0}, kube.PodView(pod).DeviceRequests)
+	assert.Equal(t, []int{0, 3}, kube.PodViewFor(pod, other).DeviceRequests)
+	assert.Equal(t, []int{0, 3}, kube.DeviceRequests(pod, other))
 }
 
 func TestTerminal(t *testing.T) {
@@ -120,4 +193,7 @@ func TestSnapshot(t *testing.T) {
 	assert.Equal(t, "a", got.Pods[0].Name)
 	assert.Equal(t, "b", got.Pods[1].Name)
 	assert.False(t, kube.Snapshot(nil, false).Complete)
+	assert.False(t, got.Now.IsZero(), "Snapshot is stamped with the time it was taken")
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	assert.Equal(t, at, kube.SnapshotAt([]*corev1.Pod{a}, true, at).Now)
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -56,11 +57,20 @@ type NodePodSourceOptions struct {
 	// Logger receives state changes (synced, listing failed, recovered);
 	// nil discards them.
 	Logger *slog.Logger
-	// OnInactive, when set, is called when a pod of the node leaves the
-	// desired set: it is deleted, gets a deletion timestamp, or reaches
-	// Succeeded or Failed. It runs on the informer's notification goroutine
-	// and must not block; [ReconcileRunner.Trigger] is such a function.
+	// OnInactive, when set, is called when a pod of the node stops being
+	// active or is released: it is deleted, gets a deletion timestamp,
+	// reaches Succeeded or Failed, or, while deleting, reports every
+	// container terminated. A deleting pod whose grace period merely runs
+	// out produces no event: the periodic pass reclaims it. It runs on the
+	// informer's notification goroutine and must not block;
+	// [ReconcileRunner.Trigger] is such a function.
 	OnInactive func(reservation.Pod)
+	// Resource is the extended resource whose limits give
+	// reservation.Pod.DeviceRequests; "" means [ResourceGPU].
+	Resource corev1.ResourceName
+	// Clock stamps snapshots (reservation.Snapshot.Now), against which
+	// deletion deadlines are compared; nil is the real clock.
+	Clock clock.PassiveClock
 }
 
 // NodePodSource is an informer-backed cache of the pods scheduled to one
@@ -77,6 +87,8 @@ type NodePodSourceOptions struct {
 // method starts goroutines. All methods are safe for concurrent use.
 type NodePodSource struct {
 	node     string
+	resource corev1.ResourceName
+	clock    clock.PassiveClock
 	log      *slog.Logger
 	lw       *trackingListWatch
 	informer cache.SharedIndexInformer
@@ -91,12 +103,18 @@ func NewNodePodSource(client kubernetes.Interface, node string, opts NodePodSour
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Resource == "" {
+		opts.Resource = ResourceGPU
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	lw := &trackingListWatch{client: client, node: node, log: log}
 	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
-	s := &NodePodSource{node: node, log: log, lw: lw, informer: inf}
+	s := &NodePodSource{node: node, resource: opts.Resource, clock: opts.Clock, log: log, lw: lw, informer: inf}
 	if opts.OnInactive != nil {
 		// Registration before Run cannot fail.
-		_, _ = inf.AddEventHandler(inactiveHandler(node, opts.OnInactive))
+		_, _ = inf.AddEventHandler(s.inactiveHandler(opts.OnInactive))
 	}
 	return s
 }
@@ -152,7 +170,14 @@ func (s *NodePodSource) Snapshot() reservation.Snapshot {
 	// Read health before the listing so a failure that begins while we
 	// copy can only make the snapshot incomplete, never the reverse.
 	complete := s.Err() == nil
-	return Snapshot(s.Pods(), complete)
+	now := s.clock.Now()
+	return SnapshotFor(s.Pods(), complete, now, s.resource)
+}
+
+// View converts one of the node's pods as the source's snapshots do, for
+// the resource the source was configured with.
+func (s *NodePodSource) View(pod *corev1.Pod) reservation.Pod {
+	return PodViewFor(pod, s.resource)
 }
 
 // Pods returns the cached pods of the node, ordered by namespace and name.
@@ -265,23 +290,28 @@ func (lw *trackingListWatch) lastError() error {
 	return lw.err
 }
 
-// inactiveHandler calls fn for pods of node that are deleted or become
-// terminal.
-func inactiveHandler(node string, fn func(reservation.Pod)) cache.ResourceEventHandlerFuncs {
+// inactiveHandler calls fn for pods of the node that are deleted, become
+// terminal, or become released.
+func (s *NodePodSource) inactiveHandler(fn func(reservation.Pod)) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			oldPod, ok1 := oldObj.(*corev1.Pod)
 			newPod, ok2 := newObj.(*corev1.Pod)
-			if ok1 && ok2 && newPod.Spec.NodeName == node && !Terminal(oldPod) && Terminal(newPod) {
-				fn(PodView(newPod))
+			if !ok1 || !ok2 || newPod.Spec.NodeName != s.node {
+				return
+			}
+			now := s.clock.Now()
+			oldView, newView := s.View(oldPod), s.View(newPod)
+			if !Terminal(oldPod) && Terminal(newPod) || !oldView.Released(now) && newView.Released(now) {
+				fn(newView)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName == node {
-				fn(PodView(p))
+			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName == s.node {
+				fn(s.View(p))
 			}
 		},
 	}

@@ -40,8 +40,17 @@ func (n *node) entry(container, device int, p capability.GIProfileIndex, pl capa
 }
 
 func (n *node) schedule(uid string, entries ...reservation.Allocation) {
+	// The pod's containers request exactly the devices its record
+	// reserves, so every entry passes reservation's trust rule.
+	var requests []int
+	for _, e := range entries {
+		for len(requests) <= e.ContainerIndex {
+			requests = append(requests, 0)
+		}
+		requests[e.ContainerIndex]++
+	}
 	n.pods = append(n.pods, &reservation.Pod{UID: uid, Namespace: "default", Name: "pod-" + uid, Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)}})
+		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)}, DeviceRequests: requests})
 }
 
 func (n *node) snapshot() reservation.Snapshot {

@@ -437,7 +437,9 @@ func TestAdoptAdoptsNothingWithoutTrust(t *testing.T) {
 			f := newFixture(t, 1)
 			f.schedule("victim", ent(0, 0, f.gpuUUID(0), "1g.5gb", 6, 1))
 			mig := f.mustAllocate("victim", 0).Devices[0].Runtime.MIGUUID
-			f.schedule("forger").Annotations[reservation.AnnotationKey] = f.pod("victim").Annotations[reservation.AnnotationKey]
+			// The forger's container requests one device, so its verbatim
+			// copy passes the trust rule.
+			f.schedule("forger", ent(0, 0, f.gpuUUID(0), "1g.5gb", 0, 1)).Annotations[reservation.AnnotationKey] = f.pod("victim").Annotations[reservation.AnnotationKey]
 			f.restart()
 			ctx := context.Background()
 			listing := tt.listing(f)
@@ -448,7 +450,7 @@ func TestAdoptAdoptsNothingWithoutTrust(t *testing.T) {
 			if res, err := f.m.Allocate(ctx, realize.AllocateRequest{Pod: *f.pod("forger"), Snapshot: listing}); err == nil {
 				t.Errorf("forger's Allocate = %v, want a refusal", migUUIDs(res))
 			}
-			f.pod("forger").Deleting = true
+			f.pod("forger").Deleting, f.pod("forger").ContainersTerminated = true, true
 			if _, err := f.m.Reconcile(ctx, f.snapshot()); err != nil {
 				t.Fatal(err)
 			}

@@ -92,8 +92,10 @@ type step struct {
 // [ErrConflict], [ErrMIGDisabled], reservation.ErrUnknownGPU,
 // reservation.ErrUnknownProfile, reservation.ErrUnpublishedPlacement, a
 // [*HardwareError], a context error), a reservation decode or validation
-// error for a malformed annotation, [ErrNoReservation], [ErrInactivePod] or
-// [ErrInvalidRequest].
+// error for a malformed annotation, one matching
+// reservation.ErrNotRequested when the container's entries fail the trust
+// rule (reservation.ValidateRequests against req.Pod.DeviceRequests),
+// [ErrNoReservation], [ErrInactivePod] or [ErrInvalidRequest].
 func (m *Manager) Allocate(ctx context.Context, req AllocateRequest) (AllocateResult, error) {
 	pod := &req.Pod
 	if pod.UID == "" || req.ContainerIndex < 0 {
@@ -110,6 +112,9 @@ func (m *Manager) Allocate(ctx context.Context, req AllocateRequest) (AllocateRe
 	mine := containerEntries(entries, req.ContainerIndex)
 	if len(mine) == 0 {
 		return AllocateResult{}, fmt.Errorf("%w: pod %s/%s (%s) container %d", ErrNoReservation, pod.Namespace, pod.Name, pod.UID, req.ContainerIndex)
+	}
+	if err := unrequested(pod, entries, mine); err != nil {
+		return AllocateResult{}, fmt.Errorf("realize: pod %s/%s (%s) container %d: %w", pod.Namespace, pod.Name, pod.UID, req.ContainerIndex, err)
 	}
 
 	want := desired(req.Snapshot, pod)

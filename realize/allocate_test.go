@@ -121,6 +121,8 @@ func TestAllocateRefusesBadPods(t *testing.T) {
 		{"deleting", func(p *reservation.Pod) { p.Deleting = true }, realize.ErrInactivePod},
 		{"succeeded", func(p *reservation.Pod) { p.Phase = reservation.PodSucceeded }, realize.ErrInactivePod},
 		{"no UID", func(p *reservation.Pod) { p.UID = "" }, realize.ErrInvalidRequest},
+		{"container requests no device", func(p *reservation.Pod) { p.DeviceRequests = nil }, reservation.ErrNotRequested},
+		{"container requests another count", func(p *reservation.Pod) { p.DeviceRequests = []int{2} }, reservation.ErrNotRequested},
 		{"malformed annotation", func(p *reservation.Pod) { p.Annotations[reservation.AnnotationKey] = `[{"containerIndex":0}` }, reservation.ErrMalformed},
 		{"partial runtime identity", func(p *reservation.Pod) {
 			p.Annotations[reservation.AnnotationKey] = `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-1","profile":"1g.5gb","placement":{"start":0,"size":1},"gpuInstanceID":7}]`

@@ -1,6 +1,9 @@
 package realize
 
 import (
+	"errors"
+	"slices"
+
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -9,13 +12,15 @@ import (
 // the manager needs.
 type desiredSet struct {
 	reservation.DesiredSet
-	// ended maps the MIG UUIDs that ended pods' annotations name to their
-	// owners. A live instance they name may still be in use by the ended
-	// pod and is never handed to another pod.
+	// ended maps the MIG UUIDs that released pods' annotations name to
+	// their owners. A live instance they name may still be in use by the
+	// ended pod and is never handed to another pod.
 	ended map[string]Owner
 	// listed holds the UID of every pod in the listing, in any phase.
 	listed map[string]bool
-	// active holds the UID of every listed pod that is still active.
+	// active holds the UID of every listed pod that is not released
+	// (reservation.Pod.Released at the snapshot's time): its containers
+	// may still run.
 	active map[string]bool
 }
 
@@ -30,20 +35,20 @@ func desired(snap reservation.Snapshot, extra *reservation.Pod) desiredSet {
 	active := make(map[string]bool, len(snap.Pods))
 	for i := range snap.Pods {
 		listed[snap.Pods[i].UID] = true
-		if snap.Pods[i].Active() {
+		if !snap.Pods[i].Released(snap.Now) {
 			active[snap.Pods[i].UID] = true
 		}
 	}
-	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap.Pods), listed: listed, active: active}
+	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap), listed: listed, active: active}
 }
 
-// endedClaims collects the runtime identities named by pods that are no
-// longer active. Undecodable records are skipped: they name nothing.
-func endedClaims(pods []reservation.Pod) map[string]Owner {
+// endedClaims collects the runtime identities named by released pods.
+// Undecodable records are skipped: they name nothing.
+func endedClaims(snap reservation.Snapshot) map[string]Owner {
 	var out map[string]Owner
-	for i := range pods {
-		p := &pods[i]
-		if p.Active() {
+	for i := range snap.Pods {
+		p := &snap.Pods[i]
+		if !p.Released(snap.Now) {
 			continue
 		}
 		entries, err := reservation.DecodeString(p.Annotations[reservation.AnnotationKey])
@@ -162,4 +167,32 @@ func (d *desiredSet) podReasons(uid string) []error {
 		}
 	}
 	return out
+}
+
+// unrequested returns the trust-rule problems (reservation.ValidateRequests)
+// of the container's entries, at positions mine, or nil: an entry for a
+// container that does not request it is never realized.
+func unrequested(pod *reservation.Pod, entries []reservation.Allocation, mine []int) error {
+	err := reservation.ValidateRequests(entries, pod.DeviceRequests)
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	for _, e := range flattenJoin(err) {
+		var ve *reservation.ValidationError
+		if errors.As(e, &ve) && slices.Contains(mine, ve.Index) {
+			errs = append(errs, e)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// flattenJoin undoes errors.Join.
+func flattenJoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		if _, single := err.(*reservation.ValidationError); !single {
+			return j.Unwrap()
+		}
+	}
+	return []error{err}
 }

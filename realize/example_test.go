@@ -19,7 +19,8 @@ func Example() {
 	// The scheduler reserved 2g.10gb at slots [2,4) for container 0.
 	pod := reservation.Pod{UID: "uid-a", Namespace: "default", Name: "trainer", Phase: reservation.PodRunning,
 		Annotations: map[string]string{reservation.AnnotationKey: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` +
-			gpu.UUID + `","profile":"2g.10gb","placement":{"start":2,"size":2}}]`}}
+			gpu.UUID + `","profile":"2g.10gb","placement":{"start":2,"size":2}}]`},
+		DeviceRequests: []int{1}} // container 0's nvidia.com/gpu limit
 	listing := func() reservation.Snapshot { return reservation.Snapshot{Pods: []reservation.Pod{pod}, Complete: true} }
 
 	m := realize.NewManager(node, realize.Options{})
@@ -57,7 +58,7 @@ func Example() {
 	st := m.Stats()
 	fmt.Println("stats: adoptions", st.Adoptions, "destroys", st.Destroys, "managed", st.Managed)
 	// Output:
-	// allocate: gpu0/2g.10gb@[2,4) created GI 4 CI 0
+	// allocate: gpu0/2g.10gb@[2,4) created GI 6 CI 0
 	// adopt: 1 adopted, 0 leaks
 	// allocate again: managed same MIG UUID: true
 	// reconcile: authorised: released 1, kept 0, vanished 0, deferred 0 <nil>

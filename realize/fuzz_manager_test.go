@@ -34,7 +34,7 @@ func newFuzzInputWorld(tb testing.TB) *fuzzInputWorld {
 		{ContainerIndex: 0, DeviceIndex: 1, GPUUUID: g1, Profile: "3g.20gb", Placement: capability.Placement{Start: 0, Size: 4}},
 	}
 	w.victim = &reservation.Pod{UID: "victim", Namespace: "ns", Name: "victim", Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)}}
+		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)}, DeviceRequests: []int{2}}
 	res, err := w.m.Allocate(context.Background(), realize.AllocateRequest{Pod: *w.victim,
 		Snapshot: reservation.Snapshot{Pods: []reservation.Pod{*w.victim}, Complete: true}})
 	if err != nil {
@@ -58,6 +58,7 @@ func (w *fuzzInputWorld) gpu(i int) string {
 // Adopt, CollectLeaks), on complete and incomplete listings, next to a
 // victim pod whose instances are realized. ops selects the listing
 // (complete, incomplete, partial without the victim), the pod's phase,
+// whether its containers request what its record reserves (0x10 clear),
 // whether the plugin restarts and whether the pod is gone at the end. Whatever the bytes, the
 // manager must not panic, must keep the hardware legal, must never destroy
 // or hand out the victim's instances, and must create instances only at
@@ -94,6 +95,12 @@ func FuzzManagerInput(f *testing.F) {
 		ctx := context.Background()
 		pod := &reservation.Pod{UID: "fuzz", Namespace: "ns", Name: "fuzz", Phase: reservation.PodRunning,
 			Annotations: map[string]string{reservation.AnnotationKey: string(value)}}
+		if ops&0x10 == 0 {
+			// The containers request what the record reserves; otherwise
+			// the pod requests no device and every entry is untrusted.
+			decoded, _ := reservation.DecodeString(string(value))
+			pod.DeviceRequests = requestsOf(decoded)
+		}
 		if ops&4 != 0 {
 			pod.Phase = reservation.PodPending
 		}
@@ -104,12 +111,14 @@ func FuzzManagerInput(f *testing.F) {
 		_ = reservation.Desired(snap)
 
 		// The places an instance may be created: the victim's, and the
-		// fuzzed pod's own entries when its record validates.
+		// fuzzed pod's own entries when its record validates and its
+		// containers request them.
 		allowed := map[[2]any]bool{}
 		for _, in := range w.node.Snapshot() {
 			allowed[[2]any{in.GPU, in.Placement}] = true
 		}
-		if entries, err := reservation.DecodeString(string(value)); err == nil && reservation.Validate(entries) == nil {
+		if entries, err := reservation.DecodeString(string(value)); err == nil && reservation.Validate(entries) == nil &&
+			reservation.ValidateRequests(entries, pod.DeviceRequests) == nil {
 			for _, e := range entries {
 				for i := range 2 {
 					if w.gpu(i) == e.GPUUUID {
@@ -180,8 +189,9 @@ func FuzzManagerInput(f *testing.F) {
 
 		// The fuzzed pod ends; the listing is complete; time passes.
 		pod.Deleting = true
+		pod.DeletionDeadline = w.now.Add(30 * time.Second)
 		w.now = w.now.Add(time.Hour)
-		end := reservation.Snapshot{Pods: []reservation.Pod{*w.victim, *pod}, Complete: true}
+		end := reservation.Snapshot{Pods: []reservation.Pod{*w.victim, *pod}, Complete: true, Now: w.now}
 		if ops&8 != 0 {
 			end.Pods = end.Pods[:1] // gone from the API
 		}

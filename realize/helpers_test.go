@@ -28,7 +28,9 @@ type fixture struct {
 	pods []*reservation.Pod
 	// incomplete marks the listing as incomplete (an API failure).
 	incomplete bool
-	clock      *fakeClock
+	// unknownTime leaves the listing's time unknown (reservation.Snapshot.Now zero).
+	unknownTime bool
+	clock       *fakeClock
 }
 
 // fakeClock is a manual clock for Options.Now.
@@ -73,12 +75,30 @@ func ent(container, device int, gpuUUID, profile string, start, size uint32) res
 		Profile: profile, Placement: capability.Placement{Start: start, Size: size}}
 }
 
-// schedule adds a running pod whose annotation holds entries.
+// schedule adds a running pod whose annotation holds entries and whose
+// containers request exactly the devices the entries reserve.
 func (f *fixture) schedule(uid string, entries ...reservation.Allocation) *reservation.Pod {
 	p := &reservation.Pod{UID: uid, Namespace: "default", Name: "pod-" + uid, Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)}}
+		Annotations:    map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)},
+		DeviceRequests: requestsOf(entries)}
 	f.pods = append(f.pods, p)
 	return p
+}
+
+// requestsOf returns the device requests under which every entry passes
+// the trust rule: per container, its number of entries.
+func requestsOf(entries []reservation.Allocation) []int {
+	var out []int
+	for _, e := range entries {
+		if e.ContainerIndex < 0 || e.ContainerIndex > 1000 {
+			continue
+		}
+		for len(out) <= e.ContainerIndex {
+			out = append(out, 0)
+		}
+		out[e.ContainerIndex]++
+	}
+	return out
 }
 
 func (f *fixture) pod(uid string) *reservation.Pod {
@@ -94,6 +114,9 @@ func (f *fixture) pod(uid string) *reservation.Pod {
 // snapshot is a complete listing of every pod.
 func (f *fixture) snapshot() reservation.Snapshot {
 	s := reservation.Snapshot{Complete: !f.incomplete}
+	if !f.unknownTime {
+		s.Now = f.clock.Now()
+	}
 	for _, p := range f.pods {
 		s.Pods = append(s.Pods, *p)
 	}

@@ -34,9 +34,34 @@ func TestReconcile(t *testing.T) {
 			wantAuthorized: true, wantReleased: 1, wantLive: 1,
 		},
 		{
-			name:           "pod deleting",
-			change:         func(f *fixture) { f.pod("a").Deleting = true },
+			name: "pod deleting, containers terminated",
+			change: func(f *fixture) {
+				f.pod("a").Deleting, f.pod("a").ContainersTerminated = true, true
+				f.pod("a").DeletionDeadline = f.clock.Now().Add(30 * time.Second)
+			},
 			wantAuthorized: true, wantReleased: 1, wantLive: 1,
+		},
+		{
+			name: "pod deleting, containers running within the grace period",
+			change: func(f *fixture) {
+				f.pod("a").Deleting = true
+				f.pod("a").DeletionDeadline = f.clock.Now().Add(30 * time.Second)
+			},
+			wantAuthorized: true, wantLive: 2,
+		},
+		{
+			name: "pod deleting, grace period over",
+			change: func(f *fixture) {
+				f.pod("a").Deleting = true
+				f.pod("a").DeletionDeadline = f.clock.Now().Add(30 * time.Second)
+				f.clock.Advance(30 * time.Second)
+			},
+			wantAuthorized: true, wantReleased: 1, wantLive: 1,
+		},
+		{
+			name:           "pod deleting, listing time unknown",
+			change:         func(f *fixture) { f.pod("a").Deleting = true; f.unknownTime = true },
+			wantAuthorized: true, wantLive: 2,
 		},
 		{
 			name:           "pod gone from a complete listing, within the grace for a lagging listing",

@@ -164,7 +164,8 @@ func (s *machine) schedule(t *rapid.T) {
 	uid := fmt.Sprintf("pod-%d", s.nextUID)
 	s.pods = append(s.pods, &smPod{active: true, entries: entries, pod: &reservation.Pod{
 		UID: uid, Namespace: "ns", Name: uid, Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)}}})
+		Annotations:    map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)},
+		DeviceRequests: []int{n}}})
 }
 
 func (s *machine) pick(t *rapid.T, label string, ok func(*smPod) bool) *smPod {
@@ -232,7 +233,8 @@ func (s *machine) terminate(t *rapid.T) {
 	p := s.pick(t, "pod to end", func(p *smPod) bool { return p.active })
 	p.active = false
 	if rapid.Bool().Draw(t, "deleting") {
-		p.pod.Deleting = true
+		// Deleted, and the kubelet reports its containers stopped.
+		p.pod.Deleting, p.pod.ContainersTerminated = true, true
 	} else {
 		p.pod.Phase = reservation.PodSucceeded
 	}
@@ -367,6 +369,9 @@ func (s *machine) forge(t *rapid.T) {
 	f := &smPod{active: true, pod: &reservation.Pod{UID: uid, Namespace: "ns", Name: uid, Phase: reservation.PodRunning,
 		Annotations: map[string]string{reservation.AnnotationKey: value}}}
 	f.entries, _ = reservation.DecodeString(value)
+	// The forger's spec requests what the copy reserves, so only the
+	// manager's conflict rules stand between it and the victim's devices.
+	f.pod.DeviceRequests = requestsOf(f.entries)
 	s.pods = append(s.pods, f)
 	res, err := s.m.Allocate(context.Background(), realize.AllocateRequest{Pod: *f.pod, Snapshot: s.snapshot()})
 	if err == nil {
@@ -381,7 +386,7 @@ func (s *machine) forge(t *rapid.T) {
 	// The forger is deleted; its instances, if any, are reclaimed later.
 	// Its pod object lingers for a while, or is gone at once.
 	f.active = false
-	f.pod.Deleting = true
+	f.pod.Deleting, f.pod.ContainersTerminated = true, true
 	if rapid.Bool().Draw(t, "forger gone") {
 		s.pods = s.pods[:len(s.pods)-1]
 	}

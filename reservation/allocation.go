@@ -1,6 +1,10 @@
 package reservation
 
-import "github.com/dynmig/dynmig/capability"
+import (
+	"time"
+
+	"github.com/dynmig/dynmig/capability"
+)
 
 // AnnotationKey is the pod annotation holding the allocation array.
 const AnnotationKey = "hami.io/vgpu-mig-allocations"
@@ -63,7 +67,13 @@ const (
 )
 
 // Pod is the small view of a Kubernetes pod that reservation needs. The
-// kube package converts corev1.Pod into it.
+// kube package converts corev1.Pod into it. Every field but Annotations is
+// set by the API server or the kubelet; Annotations are writable by whoever
+// may update the pod and are trusted only as far as [ValidateRequests]
+// allows.
+//
+// The zero value is a pending pod without UID, reservation or device
+// request.
 type Pod struct {
 	UID         string
 	Namespace   string
@@ -71,12 +81,32 @@ type Pod struct {
 	Phase       PodPhase
 	Deleting    bool              // metadata.deletionTimestamp is set
 	Annotations map[string]string // at least AnnotationKey when present
+
+	// Created is metadata.creationTimestamp; zero when unknown.
+	Created time.Time
+	// DeletionDeadline is metadata.deletionTimestamp: the moment the
+	// pod's grace period ends. Zero when the pod is not deleting, or when
+	// the deadline is unknown.
+	DeletionDeadline time.Time
+	// ContainersTerminated is true when every container of the pod (init
+	// and regular) has a status and every status is terminated.
+	ContainersTerminated bool
+	// DeviceRequests holds, per containerIndex (init containers first,
+	// then regular containers), the number of MIG devices the container
+	// requests of the device plugin's resource (its limit). Nil means the
+	// pod requests none; see [ValidateRequests].
+	DeviceRequests []int
 }
 
 // Snapshot is a listing of the pods assigned to one node. Complete is false
 // when the listing failed, was partial, or the cache was not yet synced; an
 // incomplete snapshot never authorises destructive reconciliation.
+//
+// Now is when the listing was taken, the time [Pod.Released] compares
+// deletion deadlines with. The zero Now is unknown: a deleting pod is then
+// held until its containers are terminated or it leaves the listing.
 type Snapshot struct {
 	Pods     []Pod
 	Complete bool
+	Now      time.Time
 }

@@ -125,7 +125,8 @@ func BenchmarkDesired(b *testing.B) {
 				GPUInstanceID: reservation.SomeID(uint32(7 + s)), ComputeInstanceID: reservation.SomeID(0)}
 			uid := fmt.Sprintf("pod-%d-%d", g, s)
 			snap.Pods = append(snap.Pods, reservation.Pod{UID: uid, Namespace: "ns", Name: uid, Phase: reservation.PodRunning,
-				Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{a})}})
+				Annotations:    map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{a})},
+				DeviceRequests: []int{1}})
 		}
 	}
 	b.ReportAllocs()

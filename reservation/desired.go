@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/dynmig/dynmig/capability"
 )
@@ -39,10 +40,34 @@ func (p PodRef) String() string {
 // Ref returns the pod's reference.
 func (p *Pod) Ref() PodRef { return PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name} }
 
-// Active reports whether the pod's reservations are part of the desired
-// set: it is not being deleted and has not reached Succeeded or Failed.
+// Active reports whether the pod may still start containers: it is not
+// being deleted and has not reached Succeeded or Failed. Only an active pod
+// is allocated for. Whether its hardware may be reclaimed is a different
+// question, answered by [Pod.Released]: a deleting pod is no longer active
+// but its containers may still run.
 func (p *Pod) Active() bool {
 	return !p.Deleting && p.Phase != PodSucceeded && p.Phase != PodFailed
+}
+
+// Released reports whether the pod's devices may be reclaimed at time now:
+// the pod reached Succeeded or Failed, or it is deleting and either every
+// container is terminated or its deletion deadline (the end of its grace
+// period) is not after now. A zero now is unknown and never passes a
+// deadline. A pod that is gone from the API is released by its absence,
+// which callers handle: this predicate only judges listed pods.
+//
+// Until then the pod's valid, trusted reservations stay in the desired
+// set: the kubelet may still run its containers, and NVML destroys an
+// instance that no process holds a context on even while a container keeps
+// its device nodes open.
+func (p *Pod) Released(now time.Time) bool {
+	if p.Phase == PodSucceeded || p.Phase == PodFailed {
+		return true
+	}
+	if !p.Deleting {
+		return false
+	}
+	return p.ContainersTerminated || !now.IsZero() && !p.DeletionDeadline.IsZero() && !now.Before(p.DeletionDeadline)
 }
 
 // Entry is one reservation of one active pod. It is comparable.
@@ -105,37 +130,55 @@ func (e *ConflictError) Unwrap() []error { return []error{ErrConflict, e.Problem
 // The zero value is an empty set that authorises nothing. Its lookup
 // methods scan linearly: a node holds tens of entries, not thousands.
 type DesiredSet struct {
-	// Active are the valid reservations of active, trusted pods, sorted by
-	// GPU UUID, placement start and size, pod UID, container and device
-	// index.
+	// Active are the valid reservations of unreleased, trusted pods that
+	// pass the trust rule ([ValidateRequests]), sorted by GPU UUID,
+	// placement start and size, pod UID, container and device index.
 	Active []Entry
 	// Authorized reports whether destructive reconciliation may run:
-	// the listing was complete and every active pod's record was valid and
-	// conflict-free. Reasons is empty exactly when Authorized is true.
+	// the listing was complete and every unreleased pod's record was valid
+	// and conflict-free. Reasons is empty exactly when Authorized is true.
 	Authorized bool
 	// Reasons explain a withheld authorisation: [ErrIncompleteSnapshot],
 	// [*PodError] values in pod listing order (at most [MaxProblems] per
 	// pod), then [*ConflictError] values (at most MaxProblems; every pod in
 	// a conflict is in Unknown all the same).
 	Reasons []error
-	// Unknown are active pods whose records cannot be trusted (malformed,
-	// invalid, legacy identifiers, conflicting), sorted by UID. What they
-	// might own is unknown: never destroy it, never hand it out.
+	// Unknown are unreleased pods whose records cannot be trusted
+	// (malformed, invalid, legacy identifiers, conflicting), sorted by
+	// UID. What they might own is unknown: never destroy it, never hand it
+	// out.
 	Unknown []PodRef
-	// Withheld are the decodable entries of Unknown pods, in the same order
-	// as Active. They are claims to respect, not reservations to realize.
+	// Withheld are the decodable entries of Unknown pods and the entries
+	// that fail the trust rule, in the same order as Active. They are
+	// claims to respect (never destroyed under), not reservations to
+	// realize or grant.
 	Withheld []Entry
+	// Untrusted are the [*PodError] values, each matching [ErrInvalid] and
+	// [ErrNotRequested], of entries of otherwise valid records that fail
+	// the trust rule, in pod listing order (at most [MaxProblems] per
+	// pod). Such entries are fully known, so they do not withhold
+	// authorisation: otherwise anyone allowed to create a pod could stop
+	// all reclamation on a node by annotating a pod that requests no GPU.
+	Untrusted []error
 }
 
 // Desired computes the desired allocation set of one node from a pod
-// listing. Pods that are deleting, Succeeded or Failed are ignored. Each
-// remaining pod's hami.io/vgpu-mig-allocations value is decoded strictly and
-// validated; legacy v2.9 identifiers in hami.io/vgpu-devices-allocated are
-// refused as not adoptable. A pod whose record fails goes to Unknown and
-// its problems to Reasons; other pods' reservations stay in Active. Two
-// valid pods claiming overlapping placements on one GPU, the same MIG UUID
-// or the same GPU instance both go to Unknown. Any reason, or an incomplete
-// listing, withholds authorisation.
+// listing. Pods released at snap.Now ([Pod.Released]: Succeeded, Failed,
+// or deleting with every container terminated or the grace period over)
+// are ignored; a deleting pod whose containers may still run keeps its
+// reservations. Each remaining pod's hami.io/vgpu-mig-allocations value is
+// decoded strictly and validated; legacy v2.9 identifiers in
+// hami.io/vgpu-devices-allocated are refused as not adoptable. A pod whose
+// record fails goes to Unknown and its problems to Reasons; other pods'
+// reservations stay in Active. Two valid pods claiming overlapping
+// placements on one GPU, the same MIG UUID or the same GPU instance both
+// go to Unknown. Any reason, or an incomplete listing, withholds
+// authorisation.
+//
+// The trust rule ([ValidateRequests]) then applies to each valid record:
+// entries for containers that do not request them go to Withheld, their
+// errors to Untrusted, and take part in no conflict; the pod's other
+// entries stay in Active.
 func Desired(snap Snapshot) DesiredSet {
 	var set DesiredSet
 	if !snap.Complete {
@@ -151,15 +194,18 @@ func Desired(snap Snapshot) DesiredSet {
 	var trusted []Entry
 	for i := range snap.Pods {
 		pod := &snap.Pods[i]
-		if !pod.Active() {
+		if pod.Released(snap.Now) {
 			continue
 		}
-		entries, reasons := podEntries(pod)
+		allocs, entries, reasons := podEntries(pod)
 		if listed[pod.UID] > 1 || pod.UID == "" {
 			reasons = append(reasons, &PodError{Pod: pod.Ref(), Index: -1, Err: ErrPodIdentity})
 		}
 		if len(reasons) == 0 {
-			trusted = append(trusted, entries...)
+			kept, withheld, untrusted := applyTrustRule(pod, allocs, entries)
+			trusted = append(trusted, kept...)
+			set.Withheld = append(set.Withheld, withheld...)
+			set.Untrusted = append(set.Untrusted, untrusted...)
 			continue
 		}
 		set.Reasons = append(set.Reasons, reasons...)
@@ -187,8 +233,35 @@ func Desired(snap Snapshot) DesiredSet {
 	return set
 }
 
+// applyTrustRule splits a valid record's entries into those the trust rule
+// keeps, those it withholds, and the errors of the withheld ones.
+func applyTrustRule(pod *Pod, allocs []Allocation, entries []Entry) (kept, withheld []Entry, errs []error) {
+	err := ValidateRequests(allocs, pod.DeviceRequests)
+	if err == nil {
+		return entries, nil, nil
+	}
+	problems := flatten(err)
+	bad := make([]bool, len(entries))
+	for _, e := range problems {
+		var ve *ValidationError
+		if errors.As(e, &ve) {
+			bad[ve.Index] = true
+			errs = append(errs, &PodError{Pod: pod.Ref(), Index: ve.Index, Err: e})
+		}
+	}
+	capped := len(problems) >= MaxProblems // past the cap nothing was checked: keep none of the rest
+	for i, e := range entries {
+		if bad[i] || capped {
+			withheld = append(withheld, e)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	return kept, withheld, errs
+}
+
 // podEntries decodes and validates one active pod's record.
-func podEntries(pod *Pod) ([]Entry, []error) {
+func podEntries(pod *Pod) ([]Allocation, []Entry, []error) {
 	ref := pod.Ref()
 	var reasons []error
 	if legacy := pod.Annotations[LegacyDevicesAnnotationKey]; legacy != "" {
@@ -204,7 +277,7 @@ func podEntries(pod *Pod) ([]Entry, []error) {
 		if errors.As(err, &de) {
 			index = de.Index
 		}
-		return nil, append(reasons, &PodError{Pod: ref, Index: index, Err: err})
+		return nil, nil, append(reasons, &PodError{Pod: ref, Index: index, Err: err})
 	}
 	entries := make([]Entry, len(allocs))
 	for i, a := range allocs {
@@ -220,7 +293,7 @@ func podEntries(pod *Pod) ([]Entry, []error) {
 			reasons = append(reasons, &PodError{Pod: ref, Index: index, Err: e})
 		}
 	}
-	return entries, reasons
+	return allocs, entries, reasons
 }
 
 // flatten undoes errors.Join.

@@ -27,9 +27,28 @@ func pod(uid string, phase reservation.PodPhase, allocs ...reservation.Allocatio
 	return rawPod(uid, phase, reservation.EncodeString(allocs))
 }
 
+// rawPod returns a pod whose containers request exactly the devices its
+// record reserves, when the record decodes.
 func rawPod(uid string, phase reservation.PodPhase, value string) reservation.Pod {
+	allocs, _ := reservation.DecodeString(value)
 	return reservation.Pod{UID: uid, Namespace: "ns", Name: "pod-" + uid, Phase: phase,
-		Annotations: map[string]string{reservation.AnnotationKey: value}}
+		Annotations: map[string]string{reservation.AnnotationKey: value}, DeviceRequests: requests(allocs)}
+}
+
+// requests returns the device requests under which every entry of allocs
+// passes the trust rule: per container, its number of entries.
+func requests(allocs []reservation.Allocation) []int {
+	var out []int
+	for _, a := range allocs {
+		if a.ContainerIndex < 0 || a.ContainerIndex > 1000 {
+			continue
+		}
+		for len(out) <= a.ContainerIndex {
+			out = append(out, 0)
+		}
+		out[a.ContainerIndex]++
+	}
+	return out
 }
 
 func uids(entries []reservation.Entry) []string {
@@ -51,6 +70,7 @@ func refs(pods []reservation.PodRef) []string {
 func TestDesiredActivity(t *testing.T) {
 	deleting := pod("del", reservation.PodRunning, alloc(0, 0, gpuA, "1g.5gb", 0, 1))
 	deleting.Deleting = true
+	deleting.ContainersTerminated = true
 	snap := reservation.Snapshot{Complete: true, Pods: []reservation.Pod{
 		pod("run", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 2, 2), migA, 4, 0)),
 		pod("pend", reservation.PodPending, alloc(0, 0, gpuA, "1g.5gb", 0, 1)),
@@ -275,7 +295,7 @@ func TestDesiredBoundsConflicts(t *testing.T) {
 	var pods []reservation.Pod
 	for p := range 5 {
 		pods = append(pods, reservation.Pod{UID: "u" + strconv.Itoa(p), Phase: reservation.PodRunning,
-			Annotations: map[string]string{reservation.AnnotationKey: value}})
+			Annotations: map[string]string{reservation.AnnotationKey: value}, DeviceRequests: requests(allocs)})
 	}
 	set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: pods})
 	if set.Authorized || len(set.Active) != 0 || len(set.Unknown) != len(pods) {

@@ -24,10 +24,35 @@
 //   - [Desired] turns a [Snapshot] of a node's pods into the [DesiredSet]:
 //     the active reservations and whether destructive reconciliation is
 //     authorised, with typed reasons when it is not.
+//   - [ValidateRequests] applies the trust rule below; [Pod.Released] is
+//     the one rule for when a pod's devices may be reclaimed.
 //   - [ParseLegacyDevices] and [IsLegacyIdentifier] recognise v2.9
 //     template/slot identifiers, which are never adoptable.
 //   - [Collector] exports hami_node_gpu_mig_instance_info (and, on request,
 //     the legacy nodeGPUMigInstance) for Prometheus.
+//
+// # Trust rule
+//
+// The annotation is writable by anyone allowed to update the pod; the
+// containers' resource limits are part of the immutable pod spec. An entry
+// therefore counts only for a container that requests the MIG resource
+// (nvidia.com/gpu by default) with the matching device count: a container
+// c with [Pod.DeviceRequests][c] == n > 0 must have exactly n entries,
+// device indexes 0..n-1. Every other entry fails [ValidateRequests] with
+// [ErrNotRequested]. Schedulers ignore such entries; device plugins never
+// realize or grant them. [Desired] puts them in [DesiredSet.Withheld]
+// (claims that are still respected: nothing they name or overlap is
+// destroyed) and reports them in [DesiredSet.Untrusted], without
+// withholding authorisation.
+//
+// # Release rule
+//
+// A pod's devices may be reclaimed only once [Pod.Released] holds: it
+// reached Succeeded or Failed, or it is deleting and every container is
+// terminated or its grace period (the deletionTimestamp) has passed at
+// [Snapshot.Now]; or the pod is gone from the API. Until then a deleting
+// pod's containers may still run and its reservations stay in the desired
+// set.
 //
 // # Units and intervals
 //
@@ -41,7 +66,9 @@
 //
 // # Zero values
 //
-// The zero [Allocation] fails validation (no GPU UUID). The zero
+// The zero [Allocation] fails validation (no GPU UUID). The zero [Pod]
+// requests no device, so none of its entries is trusted. The zero
+// [Snapshot] is incomplete, taken at an unknown time. The zero
 // [OptionalID] is absent. The zero [DecodeOptions], [PatchOptions] and
 // [CollectorOptions] are the strict defaults. The zero [DesiredSet] is empty
 // and authorises nothing. An empty annotation value decodes to no

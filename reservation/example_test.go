@@ -87,7 +87,11 @@ func ExampleDesired() {
 	snap := reservation.Snapshot{Complete: true, Pods: []reservation.Pod{
 		{UID: "u1", Namespace: "ml", Name: "train", Phase: reservation.PodRunning, Annotations: map[string]string{
 			reservation.AnnotationKey: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"3g.20gb","placement":{"start":4,"size":4}}]`,
-		}},
+		}, DeviceRequests: []int{1}}, // its one container requests one device
+		{UID: "u4", Namespace: "ml", Name: "squatter", Phase: reservation.PodRunning, Annotations: map[string]string{
+			reservation.AnnotationKey: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb","placement":{"start":0,"size":1}}]`,
+		}}, // requests no device: its entry is withheld, not granted
+
 		{UID: "u2", Namespace: "ml", Name: "broken", Phase: reservation.PodRunning, Annotations: map[string]string{
 			reservation.AnnotationKey: `[{"containerIndex":"0"}]`,
 		}},
@@ -103,12 +107,16 @@ func ExampleDesired() {
 	for _, r := range set.Reasons {
 		fmt.Println("why:", r)
 	}
+	for _, u := range set.Untrusted {
+		fmt.Println("untrusted:", errors.Is(u, reservation.ErrNotRequested), u)
+	}
 	fmt.Println("claimed [0,4):", set.Claimed("GPU-a", capability.Placement{Start: 0, Size: 4}))
 	// Output:
 	// keep ml/train GPU-a 3g.20gb [4,8)
 	// authorised: false
 	// why: reservation: pod ml/broken (u2) entry 0: reservation: malformed annotation: entry 0 field "containerIndex" at offset 19: found a string, want a number
-	// claimed [0,4): false
+	// untrusted: true reservation: pod ml/squatter (u4) entry 0: reservation: invalid allocation: entry 0 field "containerIndex": device not requested by the container: container 0 requests no MIG device
+	// claimed [0,4): true
 }
 
 func ExampleParseLegacyDevices() {

@@ -192,10 +192,14 @@ func FuzzDesired(f *testing.F) {
 	f.Add(wireExample, wireExample, "", true)
 	f.Add(wireExample, scheduledExample, "GPU-a[1-2],NVIDIA,0,0:", true)
 	f.Fuzz(func(t *testing.T, a, b, legacy string, deleting bool) {
+		decodedA, _ := reservation.DecodeString(a)
 		snap := reservation.Snapshot{Complete: true, Pods: []reservation.Pod{
-			{UID: "a", Phase: reservation.PodRunning, Annotations: map[string]string{reservation.AnnotationKey: a}},
+			// a's containers request what its record reserves; b's one
+			// container requests one device, whatever its record says.
+			{UID: "a", Phase: reservation.PodRunning, Annotations: map[string]string{reservation.AnnotationKey: a},
+				DeviceRequests: requests(decodedA)},
 			{UID: "b", Phase: reservation.PodPending, Deleting: deleting, Annotations: map[string]string{
-				reservation.AnnotationKey: b, reservation.LegacyDevicesAnnotationKey: legacy}},
+				reservation.AnnotationKey: b, reservation.LegacyDevicesAnnotationKey: legacy}, DeviceRequests: []int{1}},
 		}}
 		set := reservation.Desired(snap)
 		if set.Authorized != (len(set.Reasons) == 0) {
@@ -207,6 +211,9 @@ func FuzzDesired(f *testing.F) {
 		for i, e := range set.Active {
 			if set.IsUnknown(e.PodUID) {
 				t.Fatalf("active entry %v of an unknown pod", e)
+			}
+			if e.PodUID == "b" && (e.ContainerIndex != 0 || e.DeviceIndex != 0) {
+				t.Fatalf("active entry %v that b's spec does not request", e)
 			}
 			for _, o := range set.Active[:i] {
 				if o.PodUID != e.PodUID && o.GPUUUID == e.GPUUUID && o.Placement.Overlaps(e.Placement) {

@@ -2,7 +2,9 @@ package reservation_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -16,6 +18,8 @@ var (
 	propProfiles = []string{"1g.5gb", "2g.10gb", "bad"}
 	propPhases   = []reservation.PodPhase{reservation.PodPending, reservation.PodRunning, reservation.PodSucceeded, reservation.PodFailed, reservation.PodUnknown}
 )
+
+var propNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func drawAllocation(t *rapid.T, label string) reservation.Allocation {
 	a := reservation.Allocation{
@@ -43,11 +47,18 @@ func drawAllocation(t *rapid.T, label string) reservation.Allocation {
 func TestDesiredProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		snap := reservation.Snapshot{Complete: rapid.Float64Range(0, 1).Draw(t, "complete") < 0.8}
+		if rapid.Bool().Draw(t, "clock") {
+			snap.Now = propNow
+		}
 		nPods := rapid.IntRange(0, 5).Draw(t, "pods")
 		for i := range nPods {
 			uid := rapid.SampledFrom([]string{"p0", "p1", "p2", "p3", "p4"}).Draw(t, "uid")
 			p := reservation.Pod{UID: uid, Namespace: "ns", Name: "n" + uid, Phase: rapid.SampledFrom(propPhases).Draw(t, "phase"),
 				Deleting: rapid.Float64Range(0, 1).Draw(t, "deleting") < 0.2}
+			if p.Deleting {
+				p.ContainersTerminated = rapid.Bool().Draw(t, "terminated")
+				p.DeletionDeadline = propNow.Add(time.Duration(rapid.IntRange(-1, 1).Draw(t, "deadline")) * time.Second)
+			}
 			if rapid.Float64Range(0, 1).Draw(t, "garbage") < 0.1 {
 				p.Annotations = map[string]string{reservation.AnnotationKey: "[{"}
 			} else {
@@ -56,6 +67,11 @@ func TestDesiredProperties(t *testing.T) {
 					allocs[j] = drawAllocation(t, "a")
 				}
 				p.Annotations = map[string]string{reservation.AnnotationKey: reservation.EncodeString(allocs)}
+				p.DeviceRequests = requests(allocs)
+			}
+			if rapid.Float64Range(0, 1).Draw(t, "forged") < 0.3 {
+				// The record reserves what the spec does not request.
+				p.DeviceRequests = rapid.SliceOfN(rapid.IntRange(0, 2), 0, 2).Draw(t, "requests")
 			}
 			_ = i
 			snap.Pods = append(snap.Pods, p)
@@ -68,9 +84,14 @@ func TestDesiredProperties(t *testing.T) {
 			uidCount[p.UID]++
 		}
 		wantAuthorized := snap.Complete
-		var valid []reservation.Entry
+		var valid, untrusted []reservation.Entry
 		for _, p := range snap.Pods {
-			if p.Deleting || p.Phase == reservation.PodSucceeded || p.Phase == reservation.PodFailed {
+			ended := p.Phase == reservation.PodSucceeded || p.Phase == reservation.PodFailed ||
+				p.Deleting && (p.ContainersTerminated || !snap.Now.IsZero() && !snap.Now.Before(p.DeletionDeadline))
+			if ended != p.Released(snap.Now) {
+				t.Fatalf("pod %s Released(%v) = %v, want %v", p.UID, snap.Now, !ended, ended)
+			}
+			if ended {
 				continue
 			}
 			allocs, err := reservation.DecodeString(p.Annotations[reservation.AnnotationKey])
@@ -81,8 +102,39 @@ func TestDesiredProperties(t *testing.T) {
 				}
 				continue
 			}
+			perContainer := map[int]int{}
+			for _, a := range allocs {
+				perContainer[a.ContainerIndex]++
+			}
 			for i, a := range allocs {
-				valid = append(valid, reservation.Entry{PodUID: p.UID, Namespace: p.Namespace, Name: p.Name, Index: i, Allocation: a})
+				e := reservation.Entry{PodUID: p.UID, Namespace: p.Namespace, Name: p.Name, Index: i, Allocation: a}
+				// Validate refuses duplicates, so n entries of a container
+				// requesting n devices are indexes 0..n-1 exactly when each
+				// is below n.
+				c := a.ContainerIndex
+				if c < len(p.DeviceRequests) && p.DeviceRequests[c] > 0 && perContainer[c] == p.DeviceRequests[c] && a.DeviceIndex < p.DeviceRequests[c] {
+					valid = append(valid, e)
+				} else {
+					untrusted = append(untrusted, e)
+				}
+			}
+		}
+		// Entries the trust rule refuses are withheld and reported, never
+		// active, and alone never withhold authorisation.
+		if len(set.Untrusted) != len(untrusted) {
+			t.Fatalf("%d untrusted reports, want %d: %v", len(set.Untrusted), len(untrusted), set.Untrusted)
+		}
+		for i, e := range untrusted {
+			var pe *reservation.PodError
+			if !errors.As(set.Untrusted[i], &pe) || pe.Pod != e.Pod() || pe.Index != e.Index ||
+				!errors.Is(pe, reservation.ErrNotRequested) || !errors.Is(pe, reservation.ErrInvalid) {
+				t.Fatalf("untrusted report %d = %v, want entry %v not requested", i, set.Untrusted[i], e)
+			}
+			if _, ok := set.Lookup(e.PodUID, e.ContainerIndex, e.DeviceIndex); ok {
+				t.Fatalf("untrusted entry %v is active", e)
+			}
+			if !slices.Contains(set.Withheld, e) {
+				t.Fatalf("untrusted entry %v not withheld", e)
 			}
 		}
 		for i := range valid {
@@ -127,9 +179,9 @@ func TestDesiredProperties(t *testing.T) {
 				}
 			}
 		}
-		// Every claim of an unknown pod is respected.
+		// Every claim of an unknown pod or an untrusted entry is respected.
 		for _, e := range set.Withheld {
-			if !set.IsUnknown(e.PodUID) || (e.Placement.Size > 0 && !set.Claimed(e.GPUUUID, e.Placement)) {
+			if !set.IsUnknown(e.PodUID) && !slices.Contains(untrusted, e) || (e.Placement.Size > 0 && !set.Claimed(e.GPUUUID, e.Placement)) {
 				t.Fatalf("withheld entry %v not protected", e)
 			}
 		}

@@ -230,7 +230,7 @@ func TestValidateBoundsProblems(t *testing.T) {
 	value := reservation.EncodeString(allocs)
 	set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: []reservation.Pod{{
 		UID: "u", Namespace: "ns", Name: "forged", Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: value},
+		Annotations: map[string]string{reservation.AnnotationKey: value}, DeviceRequests: requests(allocs),
 	}}})
 	if set.Authorized || len(set.Active) != 0 || len(set.Unknown) != 1 {
 		t.Fatalf("forged record: authorized %v, %d active, unknown %v; want refused", set.Authorized, len(set.Active), set.Unknown)

@@ -13,9 +13,12 @@ import (
 // Minimal reproductions of failures the system test found, one test each,
 // so that the owning package can see them without rapid.
 
+// scheduledPod is a running pod whose containers request exactly what its
+// record reserves.
 func scheduledPod(uid string, entries ...reservation.Allocation) *reservation.Pod {
+	value := reservation.EncodeString(entries)
 	return &reservation.Pod{UID: uid, Namespace: "ns", Name: uid, Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(entries)}}
+		Annotations: map[string]string{reservation.AnnotationKey: value}, DeviceRequests: requestsOf(value)}
 }
 
 func entry(gpuUUID, profile string, start, size uint32) reservation.Allocation {
@@ -87,6 +90,7 @@ func TestAdoptPartialListingForgedCopy(t *testing.T) {
 
 	forger := scheduledPod("forger")
 	forger.Annotations[reservation.AnnotationKey] = res.Annotation // a verbatim copy
+	forger.DeviceRequests = []int{1}                               // of a spec requesting one device
 
 	// The plugin restarts; its cache has listed only the forger so far.
 	m2 := realize.NewManager(node, realize.Options{})
@@ -100,7 +104,7 @@ func TestAdoptPartialListingForgedCopy(t *testing.T) {
 		}
 	}
 	// The forger is deleted; the listing is complete now.
-	forger.Deleting = true
+	forger.Deleting, forger.ContainersTerminated = true, true
 	if _, err := m2.Reconcile(ctx, reservation.Snapshot{Pods: []reservation.Pod{*victim, *forger}, Complete: true}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
@@ -133,6 +137,7 @@ func TestAdoptUnauthorisedListingForgedCopy(t *testing.T) {
 	victim.Annotations[reservation.AnnotationKey] = res.Annotation[:len(res.Annotation)-1] // truncated
 	forger := scheduledPod("forger")
 	forger.Annotations[reservation.AnnotationKey] = res.Annotation // a verbatim copy
+	forger.DeviceRequests = []int{1}                               // of a spec requesting one device
 
 	snap := reservation.Snapshot{Pods: []reservation.Pod{*victim, *forger}, Complete: true}
 	m2 := realize.NewManager(node, realize.Options{})

@@ -445,6 +445,27 @@ func (s *system) setAnnotation(p *simPod, value string) {
 	}
 }
 
+// requestsOf returns the device requests of a pod spec whose containers
+// request exactly what the record value reserves; nil when it does not
+// decode.
+func requestsOf(value string) []int {
+	entries, err := reservation.DecodeString(value)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		if e.ContainerIndex < 0 || e.ContainerIndex > 16 {
+			return nil
+		}
+		for len(out) <= e.ContainerIndex {
+			out = append(out, 0)
+		}
+		out[e.ContainerIndex]++
+	}
+	return out
+}
+
 func reservationsOf(uid string, entries []reservation.Allocation) []placement.Reservation {
 	rs := make([]placement.Reservation, 0, len(entries))
 	for _, e := range entries {
@@ -512,6 +533,9 @@ func (s *system) arrive(t *rapid.T) {
 	p := s.newPod("")
 	if p.uid() != uid {
 		t.Fatalf("uid %s, want %s", p.uid(), uid)
+	}
+	for _, c := range req.Containers {
+		p.pod.DeviceRequests = append(p.pod.DeviceRequests, c.Devices)
 	}
 	if err := s.ledger.AddPod(nodeName, uid, reservationsOf(uid, entries)); err != nil {
 		t.Fatalf("AddPod confirming %s: %v", uid, err)
@@ -817,7 +841,7 @@ func (s *system) endPod(p *simPod, how int) {
 	case 1:
 		p.pod.Phase = reservation.PodFailed
 	case 2:
-		p.pod.Deleting = true
+		p.pod.Deleting, p.pod.ContainersTerminated = true, true
 	default:
 		p.gone = true
 	}
@@ -940,6 +964,12 @@ func (s *system) attack(t *rapid.T) {
 	kind := rapid.SampledFrom([]string{"copy", "duplicate", "stealMIG", "staleGI", "truncated", "partial", "garbage", "rogue"}).Draw(t, "attack")
 	value := s.forge(t, kind)
 	p := s.newPod(kind)
+	if rapid.IntRange(0, 3).Draw(t, "forger requests its record") > 0 {
+		// The strongest forger: its spec requests exactly what its record
+		// reserves, so the trust rule passes and only the manager's
+		// ownership rules protect the victim.
+		p.pod.DeviceRequests = requestsOf(value)
+	}
 	s.setAnnotation(p, value)
 	s.stats.attacks++
 	if rapid.Bool().Draw(t, "allocate forger") {

@@ -110,6 +110,7 @@ func (sh shape) pod(ladder []capability.Profile, round int) *pod {
 			d += fmt.Sprintf(" gpumem=%d", mib)
 		}
 		p.req.Containers = append(p.req.Containers, cr)
+		p.DeviceRequests = append(p.DeviceRequests, cr.Devices) // the container's nvidia.com/gpu limit
 		demands = append(demands, d)
 	}
 	p.demand = strings.Join(demands, "; ")
@@ -124,6 +125,7 @@ func demandPod(name string, pr capability.Profile) *pod {
 	p := &pod{Pod: reservation.Pod{UID: "uid-" + name, Namespace: "default", Name: name,
 		Phase: reservation.PodPending, Annotations: map[string]string{}}}
 	p.req.Containers = []placement.ContainerRequest{{Devices: 1, Memory: placement.MiB(pr.MemoryMB)}}
+	p.DeviceRequests = []int{1}
 	p.demand = fmt.Sprintf("gpu=1 gpumem=%d", pr.MemoryMB)
 	return p
 }

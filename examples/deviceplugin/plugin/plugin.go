@@ -168,6 +168,7 @@ func New(cfg Config) (*Plugin, error) {
 	// A deleted or finished pod triggers a reconcile pass at once.
 	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
 		Logger: log, OnInactive: func(pod reservation.Pod) { p.runner.PodInactive(pod) },
+		Resource: corev1.ResourceName(cfg.ResourceName), Clock: cfg.Clock,
 	})
 	p.runner = kube.NewReconcileRunner(p.source, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
 		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,
@@ -412,7 +413,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, n int) (_ []string, err 
 		p.claims[target{pod.UID, ci}] = realized
 	}()
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
-		Pod: kube.PodView(pod), ContainerIndex: ci, Snapshot: p.source.Snapshot(),
+		Pod: p.source.View(pod), ContainerIndex: ci, Snapshot: p.source.Snapshot(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -83,9 +84,11 @@ func start(t *testing.T, client *fake.Clientset, hw *fakehal.Node, options ...fu
 	return &running{p: p, client: v1beta1.NewDevicePluginClient(conn), stop: stop}
 }
 
-// boundPod is a MIG pod bound to n1 with the given reservation.
+// boundPod is a MIG pod bound to n1 with the given reservation, whose
+// containers request (nvidia.com/gpu limit) as many devices as the
+// reservation gives each.
 func boundPod(name string, allocs ...reservation.Allocation) *corev1.Pod {
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "default", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
 			Annotations: map[string]string{
@@ -96,6 +99,16 @@ func boundPod(name string, allocs ...reservation.Allocation) *corev1.Pod {
 		Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main"}, {Name: "side"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}
+	count := map[int]int64{}
+	for _, a := range allocs {
+		count[a.ContainerIndex]++
+	}
+	for c, n := range count {
+		if c < len(pod.Spec.Containers) {
+			pod.Spec.Containers[c].Resources.Limits = corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(n, resource.DecimalSI)}
+		}
+	}
+	return pod
 }
 
 func gpuOf(t *testing.T, hw *fakehal.Node, i int) capability.DeviceInfo {
