@@ -148,10 +148,30 @@ func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptRe
 	}
 	if ctx.Err() == nil {
 		m.stats.leaks.Store(int64(len(rep.Leaks)))
+		m.reportOffNode(ctx, &want, devs, &rep)
 	}
 	m.log.InfoContext(ctx, "adoption finished", "authorized", rep.Authorized, "adopted", len(rep.Adopted),
 		"pending", len(rep.Pending), "unverified", len(rep.Unverified), "rejected", len(rep.Rejected), "leaks", len(rep.Leaks))
 	return rep, errors.Join(errs...)
+}
+
+// reportOffNode reports the active reservations on GPUs the node does not
+// have (a GPU that fell off the bus, a record naming another node's GPU):
+// realized ones are Rejected with reservation.ErrUnknownGPU, never silently
+// dropped; unrealized ones are Pending, and Allocate refuses them.
+func (m *Manager) reportOffNode(ctx context.Context, want *desiredSet, devs []capability.DeviceInfo, rep *AdoptReport) {
+	for _, e := range want.Active {
+		if _, ok := deviceByUUID(devs, e.GPUUUID); ok {
+			continue
+		}
+		if _, realized := e.Runtime(); !realized {
+			rep.Pending = append(rep.Pending, e)
+			continue
+		}
+		err := fmt.Errorf("%w: %s is not on this node", reservation.ErrUnknownGPU, e.GPUUUID)
+		rep.Rejected = append(rep.Rejected, Rejection{Entry: e, Err: err})
+		m.log.WarnContext(ctx, "reservation not adopted", "entry", e.String(), "err", err)
+	}
 }
 
 // adoptGPU runs adoption for one GPU under its lock.

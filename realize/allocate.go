@@ -80,13 +80,16 @@ type step struct {
 // another placement.
 //
 // A repeated Allocate of the same reservation returns the same MIG UUIDs
-// without creating anything. An entry whose key is managed for another
+// without creating anything. Calls for the same container wait for each
+// other (honouring ctx), so a concurrent call never returns an instance
+// that another call's rollback destroys. An entry whose key is managed for another
 // owner, whose runtime identity names an instance other than the one at its
 // key, or whose placement overlaps another active pod's reservation or
 // managed instance fails with [ErrConflict]. When an entry fails, the
 // instances this call created are destroyed (CI, then GI) and the error
 // joins the rollback failures, if any; instances it adopted or found
-// managed stay.
+// managed stay; the same holds when the annotation patch cannot be built
+// after an instance was created.
 //
 // Errors are an [*EntryError] for a failed entry (matching its cause:
 // [ErrConflict], [ErrMIGDisabled], reservation.ErrUnknownGPU,
@@ -117,6 +120,15 @@ func (m *Manager) Allocate(ctx context.Context, req AllocateRequest) (AllocateRe
 		return AllocateResult{}, fmt.Errorf("realize: pod %s/%s (%s) container %d: %w", pod.Namespace, pod.Name, pod.UID, req.ContainerIndex, err)
 	}
 
+	// One call per container at a time: a concurrent call for the same
+	// container could otherwise return as managed an instance this call's
+	// rollback then destroys.
+	unlockOwner, err := m.owners.lock(ctx, containerRef{podUID: pod.UID, container: req.ContainerIndex})
+	if err != nil {
+		return AllocateResult{}, err
+	}
+	defer unlockOwner()
+
 	want := desired(req.Snapshot, pod)
 	rep, _ := m.reconcile(ctx, &want) // failures are in the report; they do not block this pod
 	res := AllocateResult{Reconcile: rep}
@@ -131,13 +143,18 @@ func (m *Manager) Allocate(ctx context.Context, req AllocateRequest) (AllocateRe
 	if err != nil {
 		return res, err
 	}
-	devices, err := m.realizeSteps(ctx, &want, pod.UID, steps)
+	devices, created, err := m.realizeSteps(ctx, &want, pod.UID, steps)
 	if err != nil {
 		return res, err
 	}
-	res.Devices = devices
-	res.Annotation, res.Patch, err = patchFor(pod, entries, devices, req.PatchOptions)
-	return res, err
+	annotation, patch, err := patchFor(pod, entries, devices, req.PatchOptions)
+	if err != nil {
+		// What this call created would be handed to no one: undo it.
+		err = fmt.Errorf("realize: pod %s/%s (%s) container %d: annotation patch: %w", pod.Namespace, pod.Name, pod.UID, req.ContainerIndex, err)
+		return res, m.rollbackAfter(ctx, err, created)
+	}
+	res.Devices, res.Annotation, res.Patch = devices, annotation, patch
+	return res, nil
 }
 
 // untrusted refuses a pod that the desired set could not trust: its record
@@ -223,8 +240,8 @@ func deviceByUUID(devs []capability.DeviceInfo, uuid string) (capability.DeviceI
 }
 
 // realizeSteps realizes each step in order and rolls back what it created
-// when one fails.
-func (m *Manager) realizeSteps(ctx context.Context, want *desiredSet, podUID string, steps []step) ([]Device, error) {
+// when one fails. It returns the devices and the records it created.
+func (m *Manager) realizeSteps(ctx context.Context, want *desiredSet, podUID string, steps []step) ([]Device, []*record, error) {
 	devices := make([]Device, 0, len(steps))
 	var created []*record
 	for _, s := range steps {
@@ -235,20 +252,27 @@ func (m *Manager) realizeSteps(ctx context.Context, want *desiredSet, podUID str
 				m.stats.conflicts.Add(1)
 				m.log.WarnContext(ctx, "reservation refused", "key", s.key.String(), "owner", s.owner.String(), "err", err)
 			}
-			if len(created) > 0 {
-				m.stats.rollbacks.Add(1)
-				if rbErr := m.rollback(ctx, created); rbErr != nil {
-					return nil, errors.Join(err, rbErr)
-				}
-			}
-			return nil, err
+			return nil, nil, m.rollbackAfter(ctx, err, created)
 		}
 		if d.Origin == OriginCreated {
 			created = append(created, rec)
 		}
 		devices = append(devices, d)
 	}
-	return devices, nil
+	return devices, created, nil
+}
+
+// rollbackAfter destroys what a failed attempt created and returns err,
+// joined with the rollback's [*ReleaseError] values when that fails too.
+func (m *Manager) rollbackAfter(ctx context.Context, err error, created []*record) error {
+	if len(created) == 0 {
+		return err
+	}
+	m.stats.rollbacks.Add(1)
+	if rbErr := m.rollback(ctx, created); rbErr != nil {
+		return errors.Join(err, rbErr)
+	}
+	return err
 }
 
 // rollback destroys the instances one Allocate attempt created, newest

@@ -32,12 +32,23 @@
 //     why ([ReconcileReport.Reasons], Stats.SkippedReconciles).
 //   - Reconcile destroys only managed instances whose reservation is gone,
 //     and exactly their recorded CI, then GI. An instance that is in use
-//     stays managed and is retried on the next pass. A pod listed as
-//     deleting, Succeeded or Failed is released at once; a pod merely
-//     missing from the listing only after [Options.AbsentPodGrace], since
-//     an informer may not list a pod yet when kubelet allocates for it. A
-//     pod that is still active keeps its instance even when its record
-//     stops naming it ([ReconcileReport.Retained]).
+//     stays managed and is retried on the next pass. A listed pod is
+//     released only by reservation.Pod.Released at the snapshot's time:
+//     Succeeded or Failed, or deleting with every container terminated or
+//     its grace period (deletionTimestamp) over. A deleting pod whose
+//     containers may still run keeps its instance: NVML destroys an
+//     instance no process holds a context on, even while a container
+//     between contexts still has its device nodes open, and a new instance
+//     at the same placement would get the same IDs. A pod merely missing
+//     from the listing is released only after [Options.AbsentPodGrace],
+//     since an informer may not list a pod yet when kubelet allocates for
+//     it. A pod that is not released keeps its instance even when its
+//     record stops naming it ([ReconcileReport.Retained]).
+//   - Only entries that pass reservation's trust rule
+//     (reservation.ValidateRequests: the container requests the resource
+//     with the matching device count) are realized or adopted; the others
+//     are claims that are respected (never destroyed under) but never
+//     granted.
 //   - Allocate checks the reserved profile and placement against the GPU's
 //     capability before creating anything, and creates only the reserved
 //     placement.
@@ -58,8 +69,15 @@
 //     destroyed and created afresh, complete instances only with an
 //     authorised snapshot, when nothing runs on them and no active
 //     reservation names one of their MIG devices.
-//   - When a multi-device Allocate fails, only the instances that call
-//     created are destroyed; adopted and previously managed ones stay.
+//   - Allocate validates everything it can (the record, the trust rule,
+//     every entry against its GPU's MIG mode and capability) before
+//     creating anything. When it fails after creating (a later entry, or
+//     the annotation patch), only the instances that call created are
+//     destroyed; adopted and previously managed ones stay.
+//   - Allocate calls for the same container are serialised end to end, so
+//     one call's rollback never destroys an instance a concurrent call for
+//     that container has handed out (kubelet retrying after a timeout, two
+//     plugin processes overlapping in a rolling update).
 //   - Adopt cleans a GPU only when it is idle (no active or withheld
 //     reservation on it or naming one of its MIG devices, no process,
 //     nothing managed) and the snapshot is authorised. It adopts an
@@ -68,7 +86,9 @@
 //     get), after verifying every identity field against the hardware, and
 //     when no other reservation names or overlaps it. Reservations without
 //     runtime identity are left to Allocate; legacy v2.9 identifiers and
-//     mismatches are reported, never adopted.
+//     mismatches are reported, never adopted, and so is a realized
+//     reservation on a GPU the node does not have (Rejected, matching
+//     reservation.ErrUnknownGPU).
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an
 //     authorised snapshot, when no reservation may own them (none is at
 //     exactly their placement or names their MIG device) and no process
@@ -79,29 +99,38 @@
 // A Manager is safe for concurrent use. Hardware mutation is serialised per
 // physical GPU by a lock whose wait honours the caller's ctx; calls for
 // different GPUs run in parallel, and no node-wide lock is held during a
-// hardware call. A multi-device Allocate takes one GPU lock at a time, so
-// it cannot deadlock. Records are checked again under the GPU lock, so a
-// reconcile racing an Allocate never destroys what the Allocate just
-// claimed. No method starts a goroutine that outlives the call.
+// hardware call. Allocate calls for one container (pod UID, container
+// index) also wait for each other, honouring ctx. A multi-device Allocate
+// takes one GPU lock at a time, so it cannot deadlock. Records are checked
+// again under the GPU lock, so a reconcile racing an Allocate never
+// destroys what the Allocate just claimed. No method starts a goroutine
+// that outlives the call.
 //
 // # Failure semantics for a device plugin
 //
-// Call [Manager.Adopt] once at startup, and again whenever an earlier call
-// had no authorised snapshot or rejected an entry (AdoptReport.Rejected or
-// Unverified non-empty): a rejection caused by a passing ambiguity, such as
-// an ended pod's copied record still listed, clears once that pod is gone,
-// and kubelet never calls Allocate again for a running container, so only
-// a later Adopt takes such an instance back under management (the
-// whole-system test in package systemtest re-runs Adopt this way). In
-// kubelet's Allocate, call
-// [Manager.Allocate] with the pod and a fresh listing, expose each
-// Device.Runtime.MIGUUID to the container and send AllocateResult.Patch to
-// the API server; on error, fail kubelet's Allocate (kubelet retries), and
-// nothing this call created is left behind unless the error also carries a
-// [*ReleaseError] from a failed rollback, in which case the instance stays
-// managed for its owner and is reused by the retry or reclaimed by a later
-// reconcile. A repeated Allocate is idempotent, so retrying after a lost
-// patch is safe. Run [Manager.Reconcile] periodically with a fresh listing,
-// and [Manager.CollectLeaks] occasionally. Rollback after a cancelled
-// request runs on a detached context bounded by [Options.CleanupTimeout].
+// Call [Manager.Maintain] at startup and then periodically (every reconcile
+// interval, and when a pod ends) with a fresh listing. It runs
+// [Manager.Adopt] until a pass is authorised with nothing Rejected or
+// Unverified (kubelet never calls Allocate again for a running container,
+// so only a later adoption takes an instance that an unauthorised or
+// ambiguous start left unmanaged back under management; the whole-system
+// test in package systemtest re-runs adoption this way), then
+// [Manager.Reconcile], and [Manager.CollectLeaks] every
+// [Options.LeakInterval]. In kubelet's Allocate, call [Manager.Allocate]
+// with the pod (its DeviceRequests filled from the spec) and a fresh
+// listing, expose each Device.Runtime.MIGUUID to the container and send
+// AllocateResult.Patch to the API server; on error, fail kubelet's
+// Allocate (kubelet reports an admission error), and nothing this call
+// created is left behind unless the error also carries a [*ReleaseError]
+// from a failed rollback, in which case the instance stays managed for its
+// owner and is reused by a retry or reclaimed by a later reconcile. A
+// repeated Allocate is idempotent, also when two run at once for the same
+// container, so retrying after a lost patch is safe. Rollback after a
+// cancelled request runs on a detached context bounded by
+// [Options.CleanupTimeout].
+//
+// The device plugin API does not say which pod kubelet is admitting; which
+// container an Allocate is for is the embedder's choice, and the manager
+// realizes what it is asked to. See the README's device-plugin section for
+// how the example plugin chooses and checks after the fact.
 package realize

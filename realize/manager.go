@@ -41,9 +41,13 @@ type Options struct {
 	// means 1 minute; a negative value disables the grace.
 	AbsentPodGrace time.Duration
 
-	// Now returns the current time, for AbsentPodGrace. Nil means
-	// time.Now.
+	// Now returns the current time, for AbsentPodGrace and LeakInterval.
+	// Nil means time.Now.
 	Now func() time.Time
+
+	// LeakInterval is how often [Manager.Maintain] collects leaks. Zero
+	// means 10 minutes.
+	LeakInterval time.Duration
 }
 
 // Manager realizes scheduler reservations as MIG instances on one node and
@@ -62,6 +66,15 @@ type Manager struct {
 	mu      sync.Mutex
 	managed map[Key]*record
 	locks   gpulock.Set
+	// owners serialises Allocate calls for one container, end to end.
+	owners containerLocks
+
+	// Maintain's state: whether adoption has settled, and when leaks
+	// were last collected.
+	adoptSettled atomic.Bool
+	leakInterval time.Duration
+	leakMu       sync.Mutex
+	lastLeakPass time.Time
 
 	stats counters
 }
@@ -99,7 +112,8 @@ type Stats struct {
 }
 
 // NewManager returns a manager driving hw. It touches no hardware: call
-// [Manager.Adopt] once at startup to recover state and clean idle GPUs.
+// [Manager.Maintain] at startup and periodically to recover state, clean
+// idle GPUs, reclaim and collect leaks.
 func NewManager(hw Realizer, opts Options) *Manager {
 	log := opts.Logger
 	if log == nil {
@@ -117,14 +131,19 @@ func NewManager(hw Realizer, opts Options) *Manager {
 	if now == nil {
 		now = time.Now
 	}
+	leakInterval := opts.LeakInterval
+	if leakInterval <= 0 {
+		leakInterval = defaultLeakInterval
+	}
 	return &Manager{
-		hw:        hw,
-		log:       log,
-		enableMIG: opts.EnableMIG,
-		cleanup:   cleanup,
-		grace:     grace,
-		now:       now,
-		managed:   make(map[Key]*record),
+		leakInterval: leakInterval,
+		hw:           hw,
+		log:          log,
+		enableMIG:    opts.EnableMIG,
+		cleanup:      cleanup,
+		grace:        grace,
+		now:          now,
+		managed:      make(map[Key]*record),
 	}
 }
 
