@@ -18,7 +18,7 @@ import (
 func discoverCommand() command {
 	return command{
 		name:    "discover",
-		args:    "--fake MODEL[,MODEL...] [--driver current|early] [--allowlist FILE] [--node NAME] [--seed N]",
+		args:    "--fake MODEL[,MODEL...] [--driver current|early] [--allowlist FILE] [--node NAME] [--seed N] | --nvml",
 		summary: "node registration a fake node of the given GPU models would publish",
 		help: `Builds an in-memory node of the given GPU models (fakehal presets; "8xA100"
 repeats a model), discovers its MIG capability under the allowlist (the
@@ -32,6 +32,14 @@ where they differ (B200's 1g memory, GB200's profile names). A preset not
 confirmed on hardware gets a "note:" line on standard error saying what is
 estimated.
 
+--nvml instead reads this node's GPUs through NVML, read-only (it never
+changes the MIG mode and creates nothing), and compares each with the
+fakehal preset for its NVML name: total memory, and per profile the name,
+ID, memory, SMs, slices, instance count, placements, media engines and,
+for profiles with a live instance, the spanning compute instance profile.
+It prints the table of differences; exit 1 when a GPU differs or has no
+preset. It needs a build with cgo and the NVIDIA driver.
+
 Discovery findings (profiles or GPUs left out) go to standard error; exit 1
 when a GPU publishes nothing (no allowlist match, MIG disabled, no profile
 resolved, unusable profile), 0 when only allowlisted aliases did not resolve.`,
@@ -41,9 +49,16 @@ resolved, unusable profile), 0 when only allowlisted aliases did not resolve.`,
 			node := fs.String("node", "", "print a Kubernetes Node of this name carrying the registration")
 			seed := fs.Uint64("seed", 1, "seed of the fake GPU UUIDs")
 			driver := fs.String("driver", "current", "driver generation of the fake tables: current or early")
+			nvmlCheck := fs.Bool("nvml", false, "compare this node's GPUs, read through NVML, with their fakehal presets (read-only)")
 			return func(e *env, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
+				}
+				if *nvmlCheck {
+					if *fake != "" {
+						return usageErr("--nvml and --fake exclude each other")
+					}
+					return discoverNVML(e)
 				}
 				drv, err := parseDriver(*driver)
 				if err != nil {
