@@ -1,0 +1,17 @@
+// Package readme holds the Go snippets of the repository's README.md as
+// code that compiles, so they cannot drift from the API. Each snippet sits
+// between a "// readme:begin NAME" and a "// readme:end" line in
+// snippets.go; TestREADMESnippets checks that every ```go block of
+// README.md is one of these regions, byte for byte once the region's
+// indentation is removed, and that every region appears in README.md.
+//
+// To change a snippet, edit it here first, then paste the region (without
+// its leading tab) into README.md; the test prints the block that differs.
+//
+// The functions are the snippets' scaffolding: they declare what a snippet
+// takes from its surroundings (a client, a node name, a pod) and stand in
+// for "your code" with this module's own implementations. They are compiled,
+// not run, apart from the Example. Nothing here is a model, so there are no
+// units or intervals; nothing starts goroutines except the device-plugin
+// snippet, whose goroutines end with its ctx.
+package readme

@@ -1,0 +1,170 @@
+// README.md's Go snippets are compiled here. If you rewrite a ```go block
+// of README.md, make the same change to its region in snippets.go (between
+// "// readme:begin NAME" and "// readme:end"), so that it still compiles,
+// and run go test ./examples/readme: it fails, printing both texts, when a
+// block and its region differ. A new block needs a new region; a removed
+// block, removing its region.
+package readme_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// goBlocks returns the bodies of the ```go fenced blocks of markdown.
+func goBlocks(t *testing.T, path string) []string {
+	t.Helper()
+	var blocks []string
+	var cur []string
+	in := false
+	for _, line := range readLines(t, path) {
+		switch {
+		case !in && strings.TrimSpace(line) == "```go":
+			in, cur = true, nil
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			blocks = append(blocks, normalise(cur))
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	if in {
+		t.Fatalf("%s: a ```go block is not closed", path)
+	}
+	return blocks
+}
+
+// regions returns the readme regions of a Go file by name.
+func regions(t *testing.T, path string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var name string
+	var cur []string
+	for i, line := range readLines(t, path) {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "// readme:begin "):
+			if name != "" {
+				t.Fatalf("%s:%d: region %q begins inside region %q", path, i+1, trimmed, name)
+			}
+			name, cur = strings.TrimPrefix(trimmed, "// readme:begin "), nil
+		case trimmed == "// readme:end":
+			if name == "" {
+				t.Fatalf("%s:%d: readme:end outside a region", path, i+1)
+			}
+			out[name] = normalise(cur)
+			name = ""
+		case name != "":
+			cur = append(cur, line)
+		}
+	}
+	if name != "" {
+		t.Fatalf("%s: region %q is not closed", path, name)
+	}
+	return out
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		lines = append(lines, strings.TrimRight(sc.Text(), " \t"))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// normalise drops leading and trailing blank lines and the indentation
+// (tabs) common to every other line.
+func normalise(lines []string) string {
+	for len(lines) > 0 && lines[0] == "" {
+		lines = lines[1:]
+	}
+	for len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	indent := -1
+	for _, l := range lines {
+		if l == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, "\t"))
+		if indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if l != "" {
+			out[i] = l[indent:]
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestREADMESnippets(t *testing.T) {
+	blocks := goBlocks(t, "../../README.md")
+	regs := regions(t, "snippets.go")
+	if len(blocks) == 0 || len(regs) == 0 {
+		t.Fatalf("found %d README blocks and %d regions; the paths or markers are wrong", len(blocks), len(regs))
+	}
+	used := map[string]bool{}
+	for i, b := range blocks {
+		name, ok := find(regs, b)
+		if !ok {
+			t.Errorf("README.md ```go block %d is not a region of snippets.go:\n%s\n%s", i+1, b, closest(regs, b))
+			continue
+		}
+		used[name] = true
+	}
+	for name := range regs {
+		if !used[name] {
+			t.Errorf("region %q of snippets.go is in no ```go block of README.md:\n%s", name, regs[name])
+		}
+	}
+}
+
+func find(regs map[string]string, block string) (string, bool) {
+	for name, r := range regs {
+		if r == block {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// closest names the region sharing the block's first line, if any, and
+// its first differing line.
+func closest(regs map[string]string, block string) string {
+	first, _, _ := strings.Cut(block, "\n")
+	for name, r := range regs {
+		if rf, _, _ := strings.Cut(r, "\n"); rf != first {
+			continue
+		}
+		bl, rl := strings.Split(block, "\n"), strings.Split(r, "\n")
+		for i := range max(len(bl), len(rl)) {
+			var b, r string
+			if i < len(bl) {
+				b = bl[i]
+			}
+			if i < len(rl) {
+				r = rl[i]
+			}
+			if b != r {
+				return fmt.Sprintf("region %q differs at line %d:\nREADME: %q\nregion: %q", name, i+1, b, r)
+			}
+		}
+	}
+	return "no region starts with the same line"
+}
