@@ -8,39 +8,21 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/reservation/reservationtest"
 )
 
 var (
-	propGPUs     = []string{gpuA, gpuB}
-	propMIGs     = []string{"", migA, migB, migC}
-	propProfiles = []string{"1g.5gb", "2g.10gb", "bad"}
-	propPhases   = []reservation.PodPhase{reservation.PodPending, reservation.PodRunning, reservation.PodSucceeded, reservation.PodFailed, reservation.PodUnknown}
+	propGPUs   = []string{gpuA, gpuB}
+	propPhases = []reservation.PodPhase{reservation.PodPending, reservation.PodRunning, reservation.PodSucceeded, reservation.PodFailed, reservation.PodUnknown}
+	// Records of different pods share the two GPUs, so they overlap and
+	// share MIG UUIDs and GPU instance IDs now and then; mutants are
+	// records a strict reader refuses.
+	propRecords = reservationtest.RecordGenOn(propGPUs, 3)
+	propMutants = reservationtest.MutantGenOn(propGPUs)
 )
 
 var propNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func drawAllocation(t *rapid.T, label string) reservation.Allocation {
-	a := reservation.Allocation{
-		ContainerIndex: rapid.IntRange(0, 1).Draw(t, label+".container"),
-		DeviceIndex:    rapid.IntRange(0, 1).Draw(t, label+".device"),
-		GPUUUID:        rapid.SampledFrom(propGPUs).Draw(t, label+".gpu"),
-		Profile:        rapid.SampledFrom(propProfiles).Draw(t, label+".profile"),
-		Placement: capability.Placement{
-			Start: rapid.Uint32Range(0, 7).Draw(t, label+".start"),
-			Size:  rapid.Uint32Range(0, 2).Draw(t, label+".size"),
-		},
-		MIGUUID: rapid.SampledFrom(propMIGs).Draw(t, label+".mig"),
-	}
-	if rapid.Bool().Draw(t, label+".gi") {
-		a.GPUInstanceID = reservation.SomeID(rapid.Uint32Range(0, 3).Draw(t, label+".giid"))
-	}
-	if rapid.Bool().Draw(t, label+".ci") {
-		a.ComputeInstanceID = reservation.SomeID(0)
-	}
-	return a
-}
 
 // TestDesiredProperties checks Desired against a direct restatement of the
 // spec on random node listings.
@@ -59,15 +41,14 @@ func TestDesiredProperties(t *testing.T) {
 				p.ContainersTerminated = rapid.Bool().Draw(t, "terminated")
 				p.DeletionDeadline = propNow.Add(time.Duration(rapid.IntRange(-1, 1).Draw(t, "deadline")) * time.Second)
 			}
-			if rapid.Float64Range(0, 1).Draw(t, "garbage") < 0.1 {
-				p.Annotations = map[string]string{reservation.AnnotationKey: "[{"}
+			if rapid.IntRange(0, 4).Draw(t, "bad record") == 0 {
+				m := propMutants.Draw(t, "mutant")
+				p.Annotations = map[string]string{reservation.AnnotationKey: m.Value}
+				p.DeviceRequests = m.DeviceRequests
 			} else {
-				allocs := make([]reservation.Allocation, rapid.IntRange(0, 3).Draw(t, "allocs"))
-				for j := range allocs {
-					allocs[j] = drawAllocation(t, "a")
-				}
-				p.Annotations = map[string]string{reservation.AnnotationKey: reservation.EncodeString(allocs)}
-				p.DeviceRequests = requests(allocs)
+				r := propRecords.Draw(t, "record")
+				p.Annotations = map[string]string{reservation.AnnotationKey: r.Value()}
+				p.DeviceRequests = r.DeviceRequests
 			}
 			if rapid.Float64Range(0, 1).Draw(t, "forged") < 0.3 {
 				// The record reserves what the spec does not request.
@@ -103,16 +84,22 @@ func TestDesiredProperties(t *testing.T) {
 				continue
 			}
 			perContainer := map[int]int{}
+			inRange := map[int]bool{} // every entry of the container is below its request
 			for _, a := range allocs {
-				perContainer[a.ContainerIndex]++
+				c := a.ContainerIndex
+				if perContainer[c] == 0 {
+					inRange[c] = true
+				}
+				perContainer[c]++
+				inRange[c] = inRange[c] && c < len(p.DeviceRequests) && a.DeviceIndex < p.DeviceRequests[c]
 			}
 			for i, a := range allocs {
 				e := reservation.Entry{PodUID: p.UID, Namespace: p.Namespace, Name: p.Name, Index: i, Allocation: a}
 				// Validate refuses duplicates, so n entries of a container
-				// requesting n devices are indexes 0..n-1 exactly when each
-				// is below n.
+				// requesting n devices are indexes 0..n-1 exactly when all
+				// of them are below n; otherwise none of them counts.
 				c := a.ContainerIndex
-				if c < len(p.DeviceRequests) && p.DeviceRequests[c] > 0 && perContainer[c] == p.DeviceRequests[c] && a.DeviceIndex < p.DeviceRequests[c] {
+				if c < len(p.DeviceRequests) && p.DeviceRequests[c] > 0 && perContainer[c] == p.DeviceRequests[c] && inRange[c] {
 					valid = append(valid, e)
 				} else {
 					untrusted = append(untrusted, e)
