@@ -1,0 +1,599 @@
+package kube
+
+import (
+	"cmp"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/placement"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// ErrBindInProgress: [SchedulerView.Reserve] was called for a pod that is
+// already reserved or being bound; the first call's claim is kept.
+var ErrBindInProgress = errors.New("kube: pod is already being bound")
+
+// SchedulerViewOptions configures a [SchedulerView]. The zero value works.
+type SchedulerViewOptions struct {
+	// Resource is the extended resource the device plugin serves, whose
+	// container limits are the device requests of the trust rule
+	// ([reservation.ValidateRequests]); empty means [ResourceGPU].
+	Resource corev1.ResourceName
+	// Clock decides when a deleting pod passes its deletion deadline
+	// ([reservation.Pod.Released]) and stamps [NodeClaim.Since]; nil is
+	// the real clock.
+	Clock clock.PassiveClock
+	// Logger receives reservations the ledger cannot count (untrusted,
+	// malformed or conflicting entries); nil discards them.
+	Logger *slog.Logger
+}
+
+// SchedulerView keeps a [placement.Ledger] current for a scheduler from
+// shared informers of nodes and pods, and records the scheduler's own
+// binds, so that the ledger never double-books and never holds a dead
+// pod's slots.
+//
+// # Model
+//
+// Node registrations are applied with [placement.Ledger.SetNode]; a
+// malformed, empty or deleted registration leaves the node without GPUs
+// but keeps its pods' reservations. A pod occupies slots while it is bound
+// (spec.nodeName), carries hami.io/vgpu-mig-allocations and is not
+// [reservation.Pod.Released] at the view's clock; it then occupies exactly
+// the entries the trust rule keeps ([reservation.ValidateRequests] over the
+// container limits of [SchedulerViewOptions.Resource]). Other entries are
+// reported and ignored. A deleting pod keeps its slots until its containers
+// are terminated or its deletion deadline passes, the rule the device
+// plugin reclaims by; call [SchedulerView.Refresh] before deciding so that
+// deadlines passed since the last event take effect.
+//
+// Pod events are applied in the informer's order, and an event whose
+// resourceVersion is older than the one applied last for the pod is
+// ignored. Between [SchedulerView.Reserve] and [SchedulerView.Bound] or
+// [SchedulerView.Forget] the pod's events are held back; after Bound only
+// events showing the pod bound are applied, because the bind is newer than
+// any view of the pod that shows it unbound. So a lagging informer never
+// deletes a reservation the scheduler made, and a pod that ends after its
+// bind frees its slots as soon as that is observed.
+//
+// # Concurrency
+//
+// A SchedulerView is safe for concurrent use. It starts no goroutines: the
+// informers it registers with ([SchedulerView.Register]) run its handlers on
+// their own goroutines, owned by the caller's informer factory.
+type SchedulerView struct {
+	ledger   *placement.Ledger
+	resource corev1.ResourceName
+	clock    clock.PassiveClock
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	pods  map[string]*viewPod  // by UID: bound pods with a record, and pods being bound
+	nodes map[string]*viewNode // by name
+	regs  []cache.ResourceEventHandlerRegistration
+
+	seen    map[string]string // by UID: resourceVersion of every pod's last event
+	changed chan struct{}     // closed and replaced on every event
+}
+
+// bindState is where a pod stands with the scheduler's own bind.
+type bindState uint8
+
+const (
+	notBinding bindState = iota
+	binding              // reserved, not bound yet: events are held back
+	bound                // bound by this view's owner: only bound views apply
+)
+
+type viewPod struct {
+	ref      reservation.PodRef
+	node     string
+	created  time.Time
+	version  uint64 // resourceVersion of the last applied event; 0 unknown
+	state    bindState
+	held     *corev1.Pod // newest event held back while binding
+	gone     bool        // deleted while being bound
+	ours     bool        // bound through Bound
+	since    time.Time   // when bound through Bound or first seen unrealized
+	deleting time.Time   // deletion deadline still to pass; zero when none
+	entries  []reservation.Allocation
+	untrust  bool // some entries failed the trust rule
+}
+
+type viewNode struct {
+	applied bool // reg was applied to the ledger
+	version string
+	reg     string
+	gpus    []string // GPU UUIDs of the usable registration
+}
+
+// NewSchedulerView returns a view that keeps ledger current. It applies
+// nothing until registered with informers ([SchedulerView.Register]) or
+// fed through its handlers.
+func NewSchedulerView(ledger *placement.Ledger, opts SchedulerViewOptions) *SchedulerView {
+	if opts.Resource == "" {
+		opts.Resource = ResourceGPU
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &SchedulerView{ledger: ledger, resource: opts.Resource, clock: opts.Clock, log: log,
+		pods: map[string]*viewPod{}, nodes: map[string]*viewNode{}, seen: map[string]string{}, changed: make(chan struct{})}
+}
+
+// Ledger returns the ledger the view keeps current.
+func (v *SchedulerView) Ledger() *placement.Ledger { return v.ledger }
+
+// Register adds the view's handlers to the factory's node and pod
+// informers. Call it before starting the factory; [SchedulerView.HasSynced]
+// then reports when both initial listings were applied.
+func (v *SchedulerView) Register(factory informers.SharedInformerFactory) error {
+	nr, err := factory.Core().V1().Nodes().Informer().AddEventHandler(v.NodeHandler())
+	if err != nil {
+		return err
+	}
+	pr, err := factory.Core().V1().Pods().Informer().AddEventHandler(v.PodHandler())
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.regs = append(v.regs, nr, pr)
+	v.mu.Unlock()
+	return nil
+}
+
+// HasSynced reports whether every registration's initial listing has been
+// applied. A view that was never registered is not synced.
+func (v *SchedulerView) HasSynced() bool {
+	v.mu.Lock()
+	regs := slices.Clone(v.regs)
+	v.mu.Unlock()
+	for _, r := range regs {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return len(regs) > 0
+}
+
+// NodeHandler returns the handler that applies node registrations.
+func (v *SchedulerView) NodeHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { v.applyNode(obj, false) },
+		UpdateFunc: func(_, obj any) { v.applyNode(obj, false) },
+		DeleteFunc: func(obj any) { v.applyNode(obj, true) },
+	}
+}
+
+// PodHandler returns the handler that applies pod events.
+func (v *SchedulerView) PodHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { v.applyPodEvent(obj) },
+		UpdateFunc: func(_, obj any) { v.applyPodEvent(obj) },
+		DeleteFunc: v.deletePodEvent,
+	}
+}
+
+func (v *SchedulerView) applyNode(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, deleted = t.Obj, true
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	reg := node.Annotations[capability.NodeRegisterAnnotation]
+	if deleted {
+		reg = ""
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer v.notify()
+	n := v.nodes[node.Name]
+	if n == nil {
+		n = &viewNode{}
+		v.nodes[node.Name] = n
+	}
+	n.version = node.ResourceVersion
+	if deleted {
+		n.version = ""
+	}
+	if n.applied && n.reg == reg && !deleted {
+		return
+	}
+	n.applied = !deleted
+	n.reg, n.gpus = reg, nil
+	gpus, err := NodeGPUs(node)
+	if deleted || err != nil {
+		if err != nil {
+			v.log.Warn("node registration unusable; node gets no MIG pods", "node", node.Name, "err", err)
+		}
+		gpus = nil
+	}
+	for _, g := range gpus {
+		n.gpus = append(n.gpus, g.UUID)
+	}
+	// Without GPUs the node's pods stay recorded, so their slots are
+	// still taken when a usable registration comes back.
+	if err := v.ledger.SetNode(node.Name, gpus); err != nil && len(gpus) > 0 {
+		v.log.Warn("node registration applied with problems", "node", node.Name, "err", err)
+	}
+}
+
+func (v *SchedulerView) applyPodEvent(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer v.notify()
+	v.seen[string(pod.UID)] = pod.ResourceVersion
+	v.applyPod(pod)
+}
+
+// notify wakes [SchedulerView.Reflects] waiters. v.mu is held.
+func (v *SchedulerView) notify() {
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+func (v *SchedulerView) deletePodEvent(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	uid := string(pod.UID)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer v.notify()
+	delete(v.seen, uid)
+	v.ledger.DeletePod(uid)
+	if p := v.pods[uid]; p != nil && p.state == binding {
+		// UIDs are never reused: the bind cannot succeed, and Bound must
+		// not bring the pod back.
+		p.gone, p.held = true, nil
+		return
+	}
+	delete(v.pods, uid)
+}
+
+// applyPod applies one observed version of a pod. v.mu is held.
+func (v *SchedulerView) applyPod(pod *corev1.Pod) {
+	uid := string(pod.UID)
+	p := v.pods[uid]
+	version := resourceVersion(pod)
+	if p != nil {
+		switch {
+		case p.gone:
+			return
+		case p.state == binding:
+			p.held = pod
+			return
+		case p.state == bound && pod.Spec.NodeName == "":
+			return // older than the bind
+		case version != 0 && p.version != 0 && version < p.version:
+			return // older than what was applied
+		}
+	}
+	view := PodViewFor(pod, v.resource)
+	_, annotated := pod.Annotations[reservation.AnnotationKey]
+	now := v.clock.Now()
+	if pod.Spec.NodeName == "" || !annotated || view.Released(now) {
+		if p != nil {
+			v.ledger.DeletePod(uid)
+			delete(v.pods, uid)
+		}
+		return
+	}
+	allocs, err := PodAllocations(pod)
+	if err != nil {
+		// The record is unreadable: what the pod holds is unknown, so
+		// whatever it was last known to hold stays taken.
+		v.log.Warn("pod reservation unreadable; keeping what it last held", "pod", view.Ref().String(), "err", err)
+		if p != nil {
+			p.version = max(p.version, version)
+		}
+		return
+	}
+	kept, untrusted := trusted(allocs, view.DeviceRequests)
+	if untrusted != nil {
+		v.log.Warn("pod reservation entries not requested by their containers are ignored", "pod", view.Ref().String(), "err", untrusted)
+	}
+	if p == nil {
+		p = &viewPod{}
+		v.pods[uid] = p
+	}
+	if p.node != pod.Spec.NodeName || len(kept) > 0 && unrealizedCounts(kept) == nil {
+		p.since = time.Time{}
+	}
+	p.ref, p.node, p.created, p.version = view.Ref(), pod.Spec.NodeName, view.Created, version
+	p.state, p.entries, p.untrust = notBinding, kept, untrusted != nil
+	if p.since.IsZero() && unrealizedCounts(kept) != nil {
+		p.since = now
+	}
+	p.deleting = time.Time{}
+	if view.Deleting {
+		p.deleting = view.DeletionDeadline
+	}
+	if err := v.ledger.UpdatePod(p.node, uid, LedgerReservations(uid, kept)); err != nil {
+		v.log.Warn("pod reservation recorded with problems", "pod", view.Ref().String(), "err", err)
+	}
+}
+
+// trusted returns the entries the trust rule keeps, and the rule's error.
+func trusted(allocs []reservation.Allocation, requests []int) ([]reservation.Allocation, error) {
+	err := reservation.ValidateRequests(allocs, requests)
+	if err == nil {
+		return allocs, nil
+	}
+	bad := make([]bool, len(allocs))
+	n := 0
+	for _, ve := range validationErrors(err) {
+		if ve.Index >= 0 && ve.Index < len(allocs) {
+			bad[ve.Index] = true
+			n++
+		}
+	}
+	if n >= reservation.MaxProblems {
+		return nil, err // past the cap nothing was checked: count none
+	}
+	var kept []reservation.Allocation
+	for i, a := range allocs {
+		if !bad[i] {
+			kept = append(kept, a)
+		}
+	}
+	return kept, err
+}
+
+// validationErrors returns the *reservation.ValidationError values joined
+// in err, in order.
+func validationErrors(err error) []*reservation.ValidationError {
+	if ve, ok := err.(*reservation.ValidationError); ok {
+		return []*reservation.ValidationError{ve}
+	}
+	var out []*reservation.ValidationError
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out = append(out, validationErrors(e)...)
+		}
+	}
+	return out
+}
+
+// unrealizedCounts returns, per container with an entry lacking a runtime
+// identity, its number of entries, sorted; nil when all are realized.
+func unrealizedCounts(allocs []reservation.Allocation) []int {
+	var pending []int
+	for _, a := range allocs {
+		if _, ok := a.Runtime(); !ok && !slices.Contains(pending, a.ContainerIndex) {
+			pending = append(pending, a.ContainerIndex)
+		}
+	}
+	if pending == nil {
+		return nil
+	}
+	counts := make([]int, 0, len(pending))
+	for _, c := range pending {
+		n := 0
+		for _, a := range allocs {
+			if a.ContainerIndex == c {
+				n++
+			}
+		}
+		counts = append(counts, n)
+	}
+	slices.Sort(counts)
+	return counts
+}
+
+func resourceVersion(pod *corev1.Pod) uint64 {
+	n, err := strconv.ParseUint(pod.ResourceVersion, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Refresh frees the slots of deleting pods whose deletion deadline has
+// passed at the view's clock. Schedulers call it before each decision.
+func (v *SchedulerView) Refresh() {
+	now := v.clock.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for uid, p := range v.pods {
+		if !p.deleting.IsZero() && !now.Before(p.deleting) {
+			v.ledger.DeletePod(uid)
+			delete(v.pods, uid)
+		}
+	}
+}
+
+// Reserve chooses placements for pod on node and assumes them in the
+// ledger under the node's lock ([placement.Ledger.Reserve]); from now on
+// the pod's events are held back until [SchedulerView.Bound] or
+// [SchedulerView.Forget]. It fails with [ErrBindInProgress] when the pod is
+// already reserved or being bound, or with the ledger's error, recording
+// nothing.
+func (v *SchedulerView) Reserve(node string, pod *corev1.Pod, req *placement.Request) ([]placement.Assignment, error) {
+	uid := string(pod.UID)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if p := v.pods[uid]; p != nil && p.state == binding {
+		return nil, ErrBindInProgress
+	}
+	as, err := v.ledger.Reserve(node, uid, req)
+	if err != nil {
+		return nil, err
+	}
+	prev := v.pods[uid]
+	view := PodViewFor(pod, v.resource)
+	p := &viewPod{ref: view.Ref(), node: node, created: pod.CreationTimestamp.Time, state: binding}
+	if prev != nil {
+		p.version = prev.version
+	}
+	v.pods[uid] = p
+	return as, nil
+}
+
+// Forget drops the reservation of a pod whose bind failed and applies the
+// newest event held back meanwhile.
+func (v *SchedulerView) Forget(uid string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.pods[uid]
+	if p == nil || p.state != binding {
+		return
+	}
+	v.ledger.Forget(uid)
+	delete(v.pods, uid)
+	if p.held != nil && !p.gone {
+		v.applyPod(p.held)
+	}
+}
+
+// Bound records that pod was bound to node with the reservation as, which
+// the caller wrote to the pod before binding it. The reservation is a fact
+// from now on: events showing the pod unbound are older and ignored, and
+// the pod holds the node's claim ([SchedulerView.Claims]) until its
+// reservation is seen realized. A pod deleted meanwhile stays deleted.
+func (v *SchedulerView) Bound(pod *corev1.Pod, node string, as []placement.Assignment) {
+	uid := string(pod.UID)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.pods[uid]
+	if p == nil || p.state != binding {
+		return
+	}
+	if p.gone {
+		delete(v.pods, uid)
+		return
+	}
+	held := p.held
+	p.state, p.held, p.ours, p.since = bound, nil, true, v.clock.Now()
+	p.entries = Allocations(as)
+	if err := v.ledger.AddPod(node, uid, placement.Reservations(uid, as)); err != nil {
+		v.log.Warn("confirming reservation", "pod", p.ref.String(), "err", err)
+	}
+	if held != nil && held.Spec.NodeName != "" {
+		v.applyPod(held)
+	}
+}
+
+// NodeClaim is a bound pod whose reservation on the node is not realized
+// yet, which the device plugin must tell apart from any other such pod.
+type NodeClaim struct {
+	Pod     reservation.PodRef
+	Created time.Time // metadata.creationTimestamp, set by the API server
+	// Since is when this view's owner bound the pod, or when the view
+	// first saw it bound with an unrealized reservation.
+	Since time.Time
+	// Pending lists, sorted, the number of entries of each container whose
+	// reservation is not realized: the device counts the device plugin
+	// matches Allocate calls against.
+	Pending []int
+	// Ours is true when the pod was bound through [SchedulerView.Bound].
+	Ours bool
+}
+
+// Claims returns the node's claims, earliest created first (then by UID):
+// pods bound through [SchedulerView.Bound], and pods that provably request
+// the MIG resource with entries on the node's GPUs (trusted entries only,
+// every one on a GPU of the node's registration), whose reservation is not
+// realized and that are not released. Pods with entries the trust rule
+// rejects claim nothing by those entries, whatever their annotations say.
+func (v *SchedulerView) Claims(node string) []NodeClaim {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []NodeClaim
+	gpus := v.nodes[node]
+	for _, p := range v.pods {
+		if p.node != node || p.state == binding {
+			continue
+		}
+		pending := unrealizedCounts(p.entries)
+		if pending == nil || !p.ours && !onNode(p.entries, gpus) {
+			continue
+		}
+		out = append(out, NodeClaim{Pod: p.ref, Created: p.created, Since: p.since, Pending: pending, Ours: p.ours})
+	}
+	slices.SortFunc(out, func(a, b NodeClaim) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Pod.UID, b.Pod.UID))
+	})
+	return out
+}
+
+func onNode(allocs []reservation.Allocation, n *viewNode) bool {
+	if n == nil || len(allocs) == 0 {
+		return false
+	}
+	for _, a := range allocs {
+		if !slices.Contains(n.gpus, a.GPUUUID) {
+			return false
+		}
+	}
+	return true
+}
+
+// Reflects reports whether the view has applied every listed pod and node
+// at its listed resourceVersion or a newer one (for a node at the same
+// version, the same registration), and holds no pod the listing lacks; if not, it also returns a channel that is closed when the
+// view next changes. A caller that wants to read its own writes lists the
+// API server after writing and waits until the view reflects the listing
+// (see examples/scheduler/extender's Sync).
+func (v *SchedulerView) Reflects(pods []corev1.Pod, nodes []corev1.Node) (bool, <-chan struct{}) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	listed := make(map[string]bool, len(pods))
+	for i := range pods {
+		uid := string(pods[i].UID)
+		listed[uid] = true
+		seen, ok := v.seen[uid]
+		if !ok || !notOlder(seen, pods[i].ResourceVersion) {
+			return false, v.changed
+		}
+	}
+	for uid, p := range v.pods {
+		if !listed[uid] && p.state != binding {
+			return false, v.changed
+		}
+	}
+	for i := range nodes {
+		n := v.nodes[nodes[i].Name]
+		rv := nodes[i].ResourceVersion
+		if n == nil || !notOlder(n.version, rv) ||
+			n.version == rv && n.reg != nodes[i].Annotations[capability.NodeRegisterAnnotation] {
+			return false, v.changed
+		}
+	}
+	return true, nil
+}
+
+// notOlder reports whether resourceVersion have is the same as or newer
+// than want; versions that are not numbers compare only for equality.
+func notOlder(have, want string) bool {
+	h, herr := strconv.ParseUint(have, 10, 64)
+	w, werr := strconv.ParseUint(want, 10, 64)
+	if herr != nil || werr != nil {
+		return have == want
+	}
+	return h >= w
+}
