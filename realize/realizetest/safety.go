@@ -142,6 +142,20 @@ func (s *Safety) Release(podUID string) {
 	delete(s.grants, podUID)
 }
 
+// Forget stops protecting one device the plugin has knowingly given up
+// while its pod runs: for example after the pod's record was wiped and the
+// plugin restarted, nothing ties the device to the pod any more and a new
+// manager may reclaim it. The device may then be destroyed and granted
+// again.
+func (s *Safety) Forget(migUUID string) {
+	pod, ok := s.owner[migUUID]
+	if !ok {
+		return
+	}
+	delete(s.owner, migUUID)
+	s.grants[pod] = slices.DeleteFunc(s.grants[pod], func(g grant) bool { return g.migUUID == migUUID })
+}
+
 // Observe reads the hardware through r (every MIG-enabled GPU's instances
 // and processes) and returns an error matching [ErrUnsafe] for every
 // device granted to an unreleased pod that is gone or has moved, and for

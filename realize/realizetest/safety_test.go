@@ -243,3 +243,31 @@ func TestSafetyPerEntryTrust(t *testing.T) {
 		t.Fatalf("Grant of the forged entry = %v, want ErrUnsafe", err)
 	}
 }
+
+// A forgotten device may go while its pod runs; the pod's others may not.
+func TestSafetyForget(t *testing.T) {
+	ctx := context.Background()
+	l := newLoop()
+	dev, _ := l.node.Device(0)
+	a := reservation.Allocation{GPUUUID: dev.UUID, Profile: "3g.20gb", Placement: capability.Placement{Start: 4, Size: 4}}
+	p := reservation.Pod{UID: "a", Phase: reservation.PodRunning, DeviceRequests: []int{1},
+		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{a})}}
+	l.pods = append(l.pods, &p)
+	res, err := l.m.Allocate(ctx, realize.AllocateRequest{Pod: p, Snapshot: l.snapshot()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.safety.Grant(p, res.Devices); err != nil {
+		t.Fatal(err)
+	}
+	d := res.Devices[0]
+	l.safety.Forget(d.Runtime.MIGUUID)
+	if _, ok := l.safety.Holder(d.Runtime.MIGUUID); ok {
+		t.Fatal("a forgotten device still has a holder")
+	}
+	_ = l.node.DestroyComputeInstance(ctx, 0, d.Runtime.GPUInstanceID, d.Runtime.ComputeInstanceID)
+	_ = l.node.DestroyGPUInstance(ctx, 0, d.Runtime.GPUInstanceID)
+	if err := l.safety.Observe(ctx, l.node); err != nil {
+		t.Fatalf("Observe after destroying a forgotten device = %v, want nil", err)
+	}
+}
