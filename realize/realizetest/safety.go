@@ -19,7 +19,9 @@ var ErrUnsafe = errors.New("realizetest: safety invariant broken")
 // embedder asserts on its own device-plugin loop, whatever drives it:
 //
 //   - nothing handed to two owners: a MIG device granted to a pod is
-//     never granted to another pod until the first is released;
+//     never granted to another pod, even after the first is released (a
+//     MIG UUID names one instance for its lifetime; a device that outlived
+//     its pod, kept because it was in use, must not pass to the next one);
 //   - no forged claim granted: a pod gets only devices its own record
 //     names, with the scheduler-written fields unchanged, for entries the
 //     trust rule accepts: the record decodes and validates, and the entry
@@ -37,8 +39,8 @@ var ErrUnsafe = errors.New("realizetest: safety invariant broken")
 // not safe for concurrent use.
 type Safety struct {
 	owner    map[string]string  // MIG UUID -> pod UID holding it
+	first    map[string]string  // MIG UUID -> the pod it was first granted to
 	grants   map[string][]grant // pod UID -> devices granted
-	released map[string]bool    // pods released
 	busy     map[giKey]string   // GPU instances with processes at the last observation -> a MIG UUID
 	gpuIndex map[string]int     // GPU UUID -> NVML index, from Observe
 }
@@ -55,7 +57,7 @@ type giKey struct {
 
 // NewSafety returns a model that has seen no grant.
 func NewSafety() *Safety {
-	return &Safety{owner: map[string]string{}, grants: map[string][]grant{}, released: map[string]bool{}}
+	return &Safety{owner: map[string]string{}, first: map[string]string{}, grants: map[string][]grant{}}
 }
 
 func unsafe(format string, args ...any) error {
@@ -63,10 +65,10 @@ func unsafe(format string, args ...any) error {
 }
 
 // Grant records that Allocate handed devices to pod (the pod as the call
-// saw it). It returns an error matching [ErrUnsafe] when a device was
-// already granted to another pod that is not released, or is not backed
-// by a trusted entry of pod's own record; the devices are recorded
-// anyway, so that later checks keep protecting them.
+// saw it). It returns an error matching [ErrUnsafe] when a device was ever
+// granted to another pod, or is not backed by a trusted entry of pod's own
+// record; the devices are recorded anyway, so that later checks keep
+// protecting them.
 func (s *Safety) Grant(pod reservation.Pod, devices []realize.Device) error {
 	var errs []error
 	allocs, err := reservation.DecodeString(pod.Annotations[reservation.AnnotationKey])
@@ -77,11 +79,12 @@ func (s *Safety) Grant(pod reservation.Pod, devices []realize.Device) error {
 		errs = append(errs, unsafe("pod %s was granted %d devices although its record is invalid: %v", pod.UID, len(devices), err))
 	}
 	untrusted := untrustedEntries(allocs, pod.DeviceRequests)
-	delete(s.released, pod.UID)
 	for _, d := range devices {
 		u := d.Runtime.MIGUUID
-		if o, ok := s.owner[u]; ok && o != pod.UID && !s.released[o] {
-			errs = append(errs, unsafe("%s granted to pod %s while pod %s holds it", u, pod.UID, o))
+		if o, ok := s.first[u]; ok && o != pod.UID {
+			errs = append(errs, unsafe("%s granted to pod %s, already granted to pod %s", u, pod.UID, o))
+		} else if !ok {
+			s.first[u] = pod.UID
 		}
 		switch {
 		case err != nil:
@@ -131,9 +134,8 @@ func entryMatches(allocs []reservation.Allocation, d realize.Device) bool {
 }
 
 // Release records that the pod is released: its devices may be destroyed
-// and granted again.
+// (never granted to another pod).
 func (s *Safety) Release(podUID string) {
-	s.released[podUID] = true
 	for _, g := range s.grants[podUID] {
 		if s.owner[g.migUUID] == podUID {
 			delete(s.owner, g.migUUID)
@@ -145,8 +147,7 @@ func (s *Safety) Release(podUID string) {
 // Forget stops protecting one device the plugin has knowingly given up
 // while its pod runs: for example after the pod's record was wiped and the
 // plugin restarted, nothing ties the device to the pod any more and a new
-// manager may reclaim it. The device may then be destroyed and granted
-// again.
+// manager may reclaim it. The device may then be destroyed.
 func (s *Safety) Forget(migUUID string) {
 	pod, ok := s.owner[migUUID]
 	if !ok {

@@ -180,6 +180,15 @@ func TestSafetyCatches(t *testing.T) {
 			t.Fatalf("Grant to a second owner = %v, want ErrUnsafe", err)
 		}
 	})
+	t.Run("second owner after release", func(t *testing.T) {
+		l, p, d := setup(t)
+		l.safety.Release(p.UID)
+		next := *p
+		next.UID = "b"
+		if err := l.safety.Grant(next, []realize.Device{d}); !errors.Is(err, realizetest.ErrUnsafe) {
+			t.Fatalf("Grant of a released pod's device to another pod = %v, want ErrUnsafe", err)
+		}
+	})
 	t.Run("untrusted record", func(t *testing.T) {
 		l, p, d := setup(t)
 		l.safety.Release(p.UID)
