@@ -13,6 +13,7 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/realize/realizetest"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -22,8 +23,9 @@ import (
 // injected faults, and checks after every step that
 //
 //   - the hardware never holds overlapping instances (fakehal's Check),
-//   - no instance of an active pod is ever destroyed,
-//   - no pod ever receives another pod's MIG UUID,
+//   - realizetest.Safety's invariants: no instance of an active pod (or
+//     one running processes) is ever destroyed, no pod ever receives
+//     another pod's MIG UUID, no untrusted or forged entry is granted,
 //   - a repeated Allocate returns the same MIG UUIDs,
 //   - an authorised reconcile leaves no instance of an ended pod, except
 //     those it reports kept (in use),
@@ -76,8 +78,9 @@ type machine struct {
 	profiles []capability.GIProfileInfo
 	pods     []*smPod
 	nextUID  int
-	// owners maps every MIG UUID ever handed out to the pod that got it.
-	owners map[string]string
+	// safety is realizetest's model of the manager's safety invariants:
+	// every grant, release and hardware state goes through it.
+	safety *realizetest.Safety
 	procs  map[uint32]string // pid -> pod UID
 	faults []*fakehal.Injected
 	clock  *fakeClock
@@ -98,7 +101,7 @@ func newMachine(t *rapid.T) *machine {
 	node := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(smGPUs, fakehal.DefaultModel), Seed: 11})
 	clock := newClock()
 	return &machine{node: node, m: realize.NewManager(node, realize.Options{Now: clock.Now}), profiles: profiles,
-		owners: map[string]string{}, procs: map[uint32]string{}, clock: clock}
+		safety: realizetest.NewSafety(), procs: map[uint32]string{}, clock: clock}
 }
 
 func (s *machine) gpuUUID(i int) string {
@@ -199,7 +202,13 @@ func (s *machine) wipe(t *rapid.T) {
 	p.pod.Annotations[reservation.AnnotationKey] = ""
 	// What the manager does not manage now (not adopted after a restart)
 	// is an unclaimed leftover to it from here on.
-	p.received = slices.DeleteFunc(p.received, func(u string) bool { return !s.managed(u) })
+	p.received = slices.DeleteFunc(p.received, func(u string) bool {
+		if s.managed(u) {
+			return false
+		}
+		s.safety.Forget(u)
+		return true
+	})
 }
 
 func (s *machine) doAllocate(t *rapid.T, p *smPod) {
@@ -212,14 +221,13 @@ func (s *machine) doAllocate(t *rapid.T, p *smPod) {
 		}
 		return
 	}
+	if err := s.safety.Grant(*p.pod, res.Devices); err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range res.Devices {
-		if owner, ok := s.owners[d.Runtime.MIGUUID]; ok && owner != p.pod.UID {
-			t.Fatalf("pod %s received %s, already handed to %s", p.pod.UID, d.Runtime.MIGUUID, owner)
-		}
 		if prev, ok := before[d.Index].Runtime(); ok && prev != d.Runtime {
 			t.Fatalf("repeated Allocate of %s device %d = %v, want %v", p.pod.UID, d.Entry.DeviceIndex, d.Runtime, prev)
 		}
-		s.owners[d.Runtime.MIGUUID] = p.pod.UID
 		if !slices.Contains(p.received, d.Runtime.MIGUUID) {
 			p.received = append(p.received, d.Runtime.MIGUUID)
 		}
@@ -232,6 +240,7 @@ func (s *machine) doAllocate(t *rapid.T, p *smPod) {
 func (s *machine) terminate(t *rapid.T) {
 	p := s.pick(t, "pod to end", func(p *smPod) bool { return p.active })
 	p.active = false
+	s.safety.Release(p.pod.UID)
 	if rapid.Bool().Draw(t, "deleting") {
 		// Deleted, and the kubelet reports its containers stopped.
 		p.pod.Deleting, p.pod.ContainersTerminated = true, true
@@ -312,6 +321,9 @@ func (s *machine) restart(t *rapid.T) {
 	// manager, which may clean them.
 	for _, p := range s.pods {
 		if p.wiped {
+			for _, u := range p.received {
+				s.safety.Forget(u)
+			}
 			p.received = nil
 		}
 	}
@@ -375,14 +387,14 @@ func (s *machine) forge(t *rapid.T) {
 	s.pods = append(s.pods, f)
 	res, err := s.m.Allocate(context.Background(), realize.AllocateRequest{Pod: *f.pod, Snapshot: s.snapshot()})
 	if err == nil {
+		if err := s.safety.Grant(*f.pod, res.Devices); err != nil {
+			t.Fatalf("forger: %v", err)
+		}
 		for _, d := range res.Devices {
-			if owner, ok := s.owners[d.Runtime.MIGUUID]; ok && owner != uid {
-				t.Fatalf("forger received %s of %s", d.Runtime.MIGUUID, owner)
-			}
-			s.owners[d.Runtime.MIGUUID] = uid
 			f.received = append(f.received, d.Runtime.MIGUUID)
 		}
 	}
+	s.safety.Release(uid)
 	// The forger is deleted; its instances, if any, are reclaimed later.
 	// Its pod object lingers for a while, or is gone at once.
 	f.active = false
@@ -451,16 +463,8 @@ func (s *machine) check(t *rapid.T) {
 	if err := s.node.Check(); err != nil {
 		t.Fatalf("hardware invariants: %v", err)
 	}
-	live := s.liveUUIDs()
-	for _, p := range s.pods {
-		if !p.active {
-			continue
-		}
-		for _, u := range p.received {
-			if !live[u] {
-				t.Fatalf("active pod %s's instance %s was destroyed", p.pod.UID, u)
-			}
-		}
+	if err := s.safety.Observe(context.Background(), s.node); err != nil {
+		t.Fatal(err)
 	}
 }
 
