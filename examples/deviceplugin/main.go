@@ -70,6 +70,7 @@ func main() {
 	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(names, ", "))
 	socketDir := flag.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
+	podResources := flag.String("pod-resources-socket", plugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
 	allowMM := flag.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -83,7 +84,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, open, plugin.Config{
 		Node: *node, ResourceName: *resource, SocketDir: *socketDir,
-		KubeletSocket: *socketDir + "/kubelet.sock", AllowMIGManager: *allowMM, Logger: log,
+		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, Logger: log,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
 		os.Exit(1)

@@ -8,26 +8,59 @@
 //
 // The kubelet's Allocate call names only device IDs from the plugin's
 // advertised list, not the pod. The plugin advertises interchangeable IDs
-// (the reservation, not the ID, decides the hardware) and maps a call to a
-// container like HAMi does: among the pods bound to this node that are
-// active and carry a reservation, it takes the earliest-bound pod
-// ([kube.BindTime]) that has a container whose reservation is not realized
-// yet and whose device count equals the number of IDs requested, and in
-// that pod the first such container (init containers first). Containers it
-// realized are remembered, so the next call moves to the next container
-// even before the cache sees the patched annotation. This is unambiguous
-// as long as at most one unrealized MIG pod is bound to a node at a time,
-// which the example scheduler enforces. The cache is consulted first; when
-// it has no candidate the API server is listed directly.
+// (the reservation, not the ID, decides the hardware) and chooses the
+// container from data only the API server and the kubelet set, as the
+// kubelet itself orders admission:
+//
+//   - a candidate is a container of a pod bound to this node that is not
+//     terminal, that requests the plugin's resource with a limit equal to
+//     the number of device IDs in the request, and that is neither
+//     realized (every entry carries a runtime identity) nor being realized
+//     by a concurrent call; a pod requesting none of the resource is never
+//     a candidate, whatever its annotations say;
+//   - the kubelet admits pods in creation-timestamp order, so the earliest
+//     created candidate pod wins, and in it the first candidate container
+//     (init containers first);
+//   - annotations never rank candidates (hami.io/bind-time is writable by
+//     anyone who can create a pod);
+//   - when several candidate pods share the earliest creation timestamp
+//     (it has one-second resolution), the Allocate fails with an
+//     [*AmbiguousError] naming them, and when the chosen container has no
+//     complete reservation (a pod bound without the scheduler) it fails
+//     with [ErrUnreserved]: the kubelet then reports an admission error for
+//     the pod, which is safe, rather than a guess handing one pod's device
+//     to another.
+//
+// Only entries that pass reservation's trust rule are realized: the
+// container must request exactly as many devices as its entries.
+//
+// Residual risk: the device plugin API does not say which pod is being
+// admitted. If the kubelet admits a later-created pod before an earlier
+// one this plugin already sees (the kubelet's own pod source lags the
+// plugin's), the two pods' devices are swapped. After the fact, every
+// maintenance pass lists the kubelet's PodResources API
+// ([Config.PodResourcesSocket], [Plugin.VerifyAssignments]) and logs and
+// counts ([MetricMismatches], [Plugin.Mismatches]) each device ID that went
+// to another container than the one it was realized for. What closes the
+// gap is an API that names the pod: the kubelet's Dynamic Resource
+// Allocation (a DRA driver is told the claim and pod it prepares), or
+// admitting at most one unrealized MIG pod per node at a time, which the
+// example scheduler enforces.
 //
 // # Failure semantics
 //
 //   - Startup refuses to run while NVIDIA MIG Manager owns the node
 //     (kube.OwnershipGuard) unless AllowMIGManager is set; Allocate and
 //     every reconcile pass re-check it and refuse likewise.
-//   - Startup waits for a complete pod listing before adoption; adoption and
-//     reconciliation only destroy instances when the snapshot is complete
-//     and every active reservation is valid (realize decides).
+//   - Startup waits for a complete pod listing, then runs the first
+//     maintenance pass (realize.Manager.Maintain) before serving: adoption,
+//     then, on every pass until adoption settles (authorised, nothing
+//     rejected or unverified), adoption again; reconcile; leak collection
+//     every Manager.LeakInterval. Adoption and reconciliation only destroy
+//     instances when the snapshot is complete and every reservation is
+//     valid (realize decides).
+//   - A deleting pod's instances are reclaimed only once every container
+//     is terminated or its grace period has passed (or it is gone).
 //   - Allocate realizes exactly the reserved placements or fails; instances
 //     created by a failed attempt are rolled back by the manager. If writing
 //     the runtime identity fails, the instances stay managed and the

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,8 +35,8 @@ import (
 // container runtime reads; the plugin sets it to the MIG UUIDs.
 const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 
-// ErrNoPendingPod: no pod on the node has an unrealized reservation for a
-// container with the requested number of devices.
+// ErrNoPendingPod: no pod on the node has a container, not realized yet,
+// that requests the number of devices in the Allocate.
 var ErrNoPendingPod = errors.New("plugin: no pending MIG pod matches the allocation")
 
 // Config configures a [Plugin].
@@ -58,12 +56,20 @@ type Config struct {
 	// KubeletSocket is the kubelet registration socket; "" skips
 	// registration (tests drive the plugin's socket directly).
 	KubeletSocket string
+	// PodResourcesSocket is the kubelet's PodResources API socket
+	// ([DefaultPodResourcesSocket] on a real node), used after the fact to
+	// check that each realized MIG device went to the container it was
+	// realized for ([Plugin.VerifyAssignments], run on every maintenance
+	// pass); "" skips the check.
+	PodResourcesSocket string
 	// Allowlist is the profile policy; nil means
 	// capability.DefaultAllowlist().
 	Allowlist capability.Allowlist
 	// AllowMIGManager overrides the MIG Manager ownership refusal.
 	AllowMIGManager bool
-	// ReconcileInterval is the reconcile period; 0 means kube's default.
+	// ReconcileInterval is the period of the maintenance pass
+	// (realize.Manager.Maintain: adoption until settled, reconcile, leak
+	// collection every Manager.LeakInterval); 0 means kube's default.
 	ReconcileInterval time.Duration
 	// SocketCheckInterval is how often the plugin checks that its socket
 	// still exists: a restarting kubelet removes every plugin socket, and
@@ -98,6 +104,8 @@ type Plugin struct {
 	mu     sync.Mutex // guards gpus and claims; held for container selection only
 	gpus   []capability.GPU
 	claims map[target]claim // containers this plugin realized or is realizing
+
+	verify *verifier // what was realized for which device IDs
 }
 
 type target struct {
@@ -164,6 +172,7 @@ func New(cfg Config) (*Plugin, error) {
 		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
 		ready:     make(chan struct{}),
 		claims:    map[target]claim{},
+		verify:    newVerifier(),
 	}
 	// A deleted or finished pod triggers a reconcile pass at once.
 	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
@@ -223,9 +232,15 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if _, err := p.publisher.PublishGPUs(ctx, gpus); err != nil {
 		return fmt.Errorf("plugin: publish node registration: %w", err)
 	}
-	rep, err := p.manager.Adopt(ctx, p.source.Snapshot())
-	p.log.Info("adoption", "authorized", rep.Authorized, "adopted", len(rep.Adopted), "pending", len(rep.Pending),
-		"rejected", len(rep.Rejected), "leaks", len(rep.Leaks), "err", err)
+	// The first maintenance pass adopts live instances before the socket
+	// is served; later passes (the runner's) adopt again until adoption
+	// settles, reconcile and collect leaks.
+	rep, err := p.manager.Maintain(ctx, p.source.Snapshot())
+	if rep.Adopt != nil {
+		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
+			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
+			"leaks", len(rep.Adopt.Leaks), "err", err)
+	}
 	wg.Go(func() { _ = p.runner.Run(ctx) })
 
 	srv, err := p.serve(&wg)
@@ -310,18 +325,31 @@ func (p *Plugin) register(ctx context.Context) error {
 	return nil
 }
 
-// reconcile is one reconcile pass: ownership check, then the manager.
+// reconcile is one maintenance pass: ownership check, then the manager's
+// Maintain (adoption until settled, reconcile, periodic leak collection),
+// then the after-the-fact check of the kubelet's assignments.
 func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error {
 	if err := p.guard.Check(ctx); err != nil {
 		return err
 	}
-	rep, err := p.manager.Reconcile(ctx, snap)
+	rep, err := p.manager.Maintain(ctx, snap)
 	level := slog.LevelDebug
-	if len(rep.Released)+len(rep.Kept)+len(rep.Vanished) > 0 || !rep.Authorized {
+	if len(rep.Reconcile.Released)+len(rep.Reconcile.Kept)+len(rep.Reconcile.Vanished) > 0 || !rep.Reconcile.Authorized || !rep.Settled {
 		level = slog.LevelInfo
 	}
-	p.log.Log(ctx, level, "reconcile", "pods", len(snap.Pods), "complete", snap.Complete, "report", rep.String(), "err", err)
+	p.log.Log(ctx, level, "maintenance", "pods", len(snap.Pods), "complete", snap.Complete, "settled", rep.Settled,
+		"reconcile", rep.Reconcile.String(), "leaks_collected", leaksCollected(rep.Leaks), "err", err)
+	if _, verr := p.VerifyAssignments(ctx); verr != nil {
+		p.log.WarnContext(ctx, "could not check the kubelet's device assignments", "err", verr)
+	}
 	return err
+}
+
+func leaksCollected(l *realize.LeakReport) int {
+	if l == nil {
+		return 0
+	}
+	return len(l.Collected)
 }
 
 // GetDevicePluginOptions reports that the plugin needs no PreStartContainer
@@ -377,12 +405,15 @@ func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v
 	}
 	resp := &v1beta1.AllocateResponse{}
 	for _, cr := range req.ContainerRequests {
-		uuids, err := p.allocateContainer(ctx, len(cr.DevicesIds))
+		uuids, err := p.allocateContainer(ctx, cr.DevicesIds)
 		if err != nil {
 			p.log.Warn("allocate failed", "devices", len(cr.DevicesIds), "err", err)
 			code := codes.Internal
-			if errors.Is(err, ErrNoPendingPod) {
+			switch {
+			case errors.Is(err, ErrNoPendingPod):
 				code = codes.NotFound
+			case errors.Is(err, ErrAmbiguous), errors.Is(err, ErrUnreserved):
+				code = codes.FailedPrecondition
 			}
 			return nil, status.Error(code, err.Error())
 		}
@@ -393,16 +424,17 @@ func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v
 	return resp, nil
 }
 
-func (p *Plugin) allocateContainer(ctx context.Context, n int) (_ []string, err error) {
+func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []string, err error) {
 	p.mu.Lock()
-	pod, ci, err := p.resolve(ctx, n)
+	c, err := p.resolve(ctx, len(ids))
 	if err == nil {
-		p.claims[target{pod.UID, ci}] = realizing // a concurrent call moves on
+		p.claims[target{c.pod.UID, c.container}] = realizing // a concurrent call moves on
 	}
 	p.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
+	pod, ci := c.pod, c.container
 	defer func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -413,7 +445,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, n int) (_ []string, err 
 		p.claims[target{pod.UID, ci}] = realized
 	}()
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
-		Pod: p.source.View(pod), ContainerIndex: ci, Snapshot: p.source.Snapshot(),
+		Pod: c.view, ContainerIndex: ci, Snapshot: p.source.Snapshot(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
@@ -427,23 +459,28 @@ func (p *Plugin) allocateContainer(ctx context.Context, n int) (_ []string, err 
 	if _, err := p.writer.WriteRuntime(ctx, pod, entries); err != nil {
 		return nil, err
 	}
-	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids)
+	name := ""
+	if cont := kube.ContainerAt(pod, ci); cont != nil {
+		name = cont.Name
+	}
+	p.verify.record(ids, assignment{namespace: pod.Namespace, name: pod.Name, container: name, migUUIDs: uuids})
+	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids, "device_ids", ids)
 	return uuids, nil
 }
 
 // resolve finds the container the kubelet is admitting: from the cache,
 // then from a direct listing. The caller holds p.mu.
-func (p *Plugin) resolve(ctx context.Context, n int) (*corev1.Pod, int, error) {
+func (p *Plugin) resolve(ctx context.Context, n int) (candidate, error) {
 	pods := p.source.Pods()
 	p.prune(pods)
-	if pod, ci, ok := p.pick(pods, n); ok {
-		return pod, ci, nil
+	if c, ok, err := p.choose(pods, n); err != nil || ok {
+		return c, err
 	}
 	list, err := p.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", p.cfg.Node).String(),
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("plugin: list pods of node %q: %w", p.cfg.Node, err)
+		return candidate{}, fmt.Errorf("plugin: list pods of node %q: %w", p.cfg.Node, err)
 	}
 	pods = pods[:0]
 	for i := range list.Items {
@@ -451,65 +488,10 @@ func (p *Plugin) resolve(ctx context.Context, n int) (*corev1.Pod, int, error) {
 			pods = append(pods, &list.Items[i])
 		}
 	}
-	if pod, ci, ok := p.pick(pods, n); ok {
-		return pod, ci, nil
+	if c, ok, err := p.choose(pods, n); err != nil || ok {
+		return c, err
 	}
-	return nil, 0, fmt.Errorf("%w: node %q, %d devices", ErrNoPendingPod, p.cfg.Node, n)
-}
-
-// pick applies the mapping rule of the package documentation.
-func (p *Plugin) pick(pods []*corev1.Pod, n int) (*corev1.Pod, int, bool) {
-	var best *corev1.Pod
-	bestCI := -1
-	for _, pod := range pods {
-		if kube.Terminal(pod) {
-			continue
-		}
-		allocs, err := kube.PodAllocations(pod)
-		if err != nil || len(allocs) == 0 {
-			continue
-		}
-		ci := p.pendingContainer(pod.UID, allocs, n)
-		if ci < 0 {
-			continue
-		}
-		if best == nil || earlier(pod, best) {
-			best, bestCI = pod, ci
-		}
-	}
-	return best, bestCI, best != nil
-}
-
-func earlier(a, b *corev1.Pod) bool {
-	return cmp.Or(
-		kube.BindTime(a).Compare(kube.BindTime(b)),
-		cmp.Compare(a.Namespace, b.Namespace),
-		cmp.Compare(a.Name, b.Name),
-	) < 0
-}
-
-// pendingContainer returns the first container of the pod with n entries
-// of which at least one lacks a runtime identity, that this plugin has not
-// realized yet; -1 when there is none.
-func (p *Plugin) pendingContainer(uid types.UID, allocs []reservation.Allocation, n int) int {
-	count := map[int]int{}
-	pending := map[int]bool{}
-	for _, a := range allocs {
-		count[a.ContainerIndex]++
-		if _, ok := a.Runtime(); !ok {
-			pending[a.ContainerIndex] = true
-		}
-	}
-	var cis []int
-	for ci := range pending {
-		if _, claimed := p.claims[target{uid, ci}]; count[ci] == n && !claimed {
-			cis = append(cis, ci)
-		}
-	}
-	if len(cis) == 0 {
-		return -1
-	}
-	return slices.Min(cis)
+	return candidate{}, fmt.Errorf("%w: node %q, %d devices", ErrNoPendingPod, p.cfg.Node, n)
 }
 
 // prune forgets realized containers of pods that are not in pods, the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,13 +85,18 @@ func start(t *testing.T, client *fake.Clientset, hw *fakehal.Node, options ...fu
 	return &running{p: p, client: v1beta1.NewDevicePluginClient(conn), stop: stop}
 }
 
+// created hands out distinct creation times, one second apart, in the
+// order pods are built: the API server's order of creation.
+var created atomic.Int64
+
 // boundPod is a MIG pod bound to n1 with the given reservation, whose
 // containers request (nvidia.com/gpu limit) as many devices as the
-// reservation gives each.
+// reservation gives each. Each pod is created a second after the last.
 func boundPod(name string, allocs ...reservation.Allocation) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "default", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
+			CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000+created.Add(1), 0)),
 			Annotations: map[string]string{
 				kube.VGPUModeAnnotation:   kube.VGPUModeMIG,
 				reservation.AnnotationKey: reservation.EncodeString(allocs),
