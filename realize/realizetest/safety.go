@@ -144,11 +144,15 @@ func (s *Safety) Release(podUID string) {
 	delete(s.grants, podUID)
 }
 
-// Forget stops protecting one device the plugin has knowingly given up
-// while its pod runs: for example after the pod's record was wiped and the
-// plugin restarted, nothing ties the device to the pod any more and a new
-// manager may reclaim it. The device may then be destroyed.
+// Forget stops protecting one device: the loop knowingly gave it up, and
+// nothing proves any more who owns it. The device may then be destroyed,
+// and granted to another pod without [ErrUnsafe]. Two cases call for it:
+// a running pod's record was wiped and the plugin restarted (a new manager
+// may reclaim the device), and the residual risk package realize
+// documents, where the owner ended and left the API and a restarted
+// plugin is shown a forged copy of its identity.
 func (s *Safety) Forget(migUUID string) {
+	delete(s.first, migUUID)
 	pod, ok := s.owner[migUUID]
 	if !ok {
 		return
