@@ -10,8 +10,9 @@
 //
 // The functions are the snippets' scaffolding: they declare what a snippet
 // takes from its surroundings (a client, a node name, a pod) and stand in
-// for "your code" with this module's own implementations. They are compiled,
-// not run, apart from the scheduler snippet in the Example. Nothing here is a model, so there are no
-// units or intervals; nothing starts goroutines except the device-plugin
-// snippet, whose goroutines end with its ctx.
+// for "your code" with this module's own implementations. They are
+// compiled; only the scheduler snippet also runs, in the Example. Nothing
+// here is a model, so there are no units or intervals; nothing starts
+// goroutines except the device-plugin snippet, whose goroutines end with
+// its ctx.
 package readme

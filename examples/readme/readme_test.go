@@ -144,26 +144,13 @@ func find(regs map[string]string, block string) (string, bool) {
 	return "", false
 }
 
-// closest names the region sharing the block's first line, if any, and
-// its first differing line.
+// closest shows the region that starts with the block's first line, if
+// any, for comparison.
 func closest(regs map[string]string, block string) string {
 	first, _, _ := strings.Cut(block, "\n")
 	for name, r := range regs {
-		if rf, _, _ := strings.Cut(r, "\n"); rf != first {
-			continue
-		}
-		bl, rl := strings.Split(block, "\n"), strings.Split(r, "\n")
-		for i := range max(len(bl), len(rl)) {
-			var b, r string
-			if i < len(bl) {
-				b = bl[i]
-			}
-			if i < len(rl) {
-				r = rl[i]
-			}
-			if b != r {
-				return fmt.Sprintf("region %q differs at line %d:\nREADME: %q\nregion: %q", name, i+1, b, r)
-			}
+		if rf, _, _ := strings.Cut(r, "\n"); rf == first {
+			return fmt.Sprintf("region %q starts the same way:\n%s", name, r)
 		}
 	}
 	return "no region starts with the same line"

@@ -35,7 +35,7 @@ func DevicePlugin(ctx context.Context, client kubernetes.Interface, node string,
 		if err := guard.Check(ctx); err != nil {
 			return err
 		}
-		_, err := mgr.Reconcile(ctx, s)
+		_, err := mgr.Maintain(ctx, s) // adopt until settled, reconcile, collect leaks
 		return err
 	}), kube.ReconcileRunnerOptions{})
 
@@ -53,12 +53,12 @@ func DevicePlugin(ctx context.Context, client kubernetes.Interface, node string,
 	if _, err := kube.NewRegistrationPublisher(client, node, kube.RegistrationPublisherOptions{}).PublishGPUs(ctx, gpus); err != nil {
 		return err
 	}
-	if _, err := mgr.Adopt(ctx, src.Snapshot()); err != nil { // restart recovery
+	if _, err := mgr.Maintain(ctx, src.Snapshot()); err != nil { // restart recovery: adoption (retried by later passes until it settles)
 		return err
 	}
-	go runner.Run(ctx) // on an interval with jitter, and on pod deletion
+	go runner.Run(ctx) // Maintain on an interval with jitter, and when a pod ends
 
-	// kubelet Allocate: find the pod and container ci (examples/deviceplugin), then
+	// kubelet Allocate: choose pod and container ci from server-set data (examples/deviceplugin), then
 	res, err := mgr.Allocate(ctx, realize.AllocateRequest{Pod: kube.PodView(pod), ContainerIndex: ci, Snapshot: src.Snapshot()})
 	if err != nil {
 		return err
