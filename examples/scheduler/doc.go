@@ -19,7 +19,9 @@
 // Flags: -addr (listen address, default :8888) and -lock-timeout; -help
 // lists them. Placements are half-open slot intervals [start, start+size)
 // and memory is MiB, as in package extender, which also states the failure
-// semantics and the concurrency contract: the command serves one
-// extender.Extender until SIGINT or SIGTERM, then shuts the HTTP server
-// down (10 s grace) and exits.
+// semantics and the concurrency contract: the command runs one
+// extender.Extender (its informers) and serves it until SIGINT or SIGTERM,
+// then shuts the HTTP server down (10 s grace), stops the informers and
+// exits. Its service account needs list and watch on nodes and pods, get,
+// patch and binding create on pods, and create on events.
 package main

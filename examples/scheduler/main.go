@@ -20,7 +20,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", ":8888", "listen address")
-	lock := flag.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node out of filter")
+	lock := flag.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node to itself before it is reported as stale")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(*addr, *lock, log); err != nil {
@@ -43,6 +43,12 @@ func run(addr string, lock time.Duration, log *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The informers run until the server has shut down: calls in flight
+	// during the shutdown still see a live view.
+	informers, stopInformers := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = ext.Run(informers); close(ran) }()
+	defer func() { stopInformers(); <-ran }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	log.Info("scheduler extender listening", "addr", addr)

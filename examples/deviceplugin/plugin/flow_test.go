@@ -37,6 +37,7 @@ func schedule(t *testing.T, client *fake.Clientset, ext *extender.Extender, pod 
 	ctx := context.Background()
 	pod, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
+	require.NoError(t, ext.Sync(ctx)) // the extender's informers have seen every write so far
 	nodes := []string{"n1"}
 	res := ext.Filter(ctx, extender.Args{Pod: pod, NodeNames: &nodes})
 	require.Empty(t, res.Error)
@@ -101,6 +102,10 @@ func TestWholeFlow(t *testing.T) {
 
 	// The scheduler sees the published registration.
 	ext := extender.New(client, extender.Options{})
+	extCtx, stopExt := context.WithCancel(ctx)
+	extDone := make(chan struct{})
+	go func() { _ = ext.Run(extCtx); close(extDone) }()
+	defer func() { stopExt(); <-extDone }()
 	require.NoError(t, ext.Sync(ctx))
 	_, ok := ext.Ledger().Node("n1")
 	require.True(t, ok, "node registration published and read")

@@ -45,6 +45,16 @@ func ExampleExtender() {
 	}
 
 	ext := extender.New(client, extender.Options{})
+	// The extender reads nodes and pods through informers, which run
+	// while Run does; Sync waits until they have caught up.
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { _ = ext.Run(runCtx); close(ran) }()
+	defer func() { stop(); <-ran }()
+	if err := ext.Sync(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
 	res := ext.Filter(ctx, extender.Args{Pod: pod, NodeNames: &[]string{"gpu-node", "cpu-node"}})
 	fmt.Println("fits:", *res.NodeNames)
 	if err := ext.Bind(ctx, extender.BindingArgs{PodNamespace: "default", PodName: "train", PodUID: pod.UID, Node: "gpu-node"}); err != nil {

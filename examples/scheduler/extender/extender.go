@@ -6,36 +6,46 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
-	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
 )
 
-// DefaultLockTimeout is how long a node stays locked by an unrealized pod.
+// DefaultLockTimeout is how long a node stays locked by an unrealized pod
+// before the claim is reported as stale.
 const DefaultLockTimeout = 2 * time.Minute
 
 // Options configures an [Extender]. The zero value works.
 type Options struct {
 	// Ledger options: placement policy, search bound, score mode.
 	Ledger placement.LedgerOptions
-	// LockTimeout bounds how long a bound but unrealized MIG pod keeps
-	// its node out of Filter; 0 means [DefaultLockTimeout].
+	// LockTimeout is how long a bound but unrealized MIG pod keeps its
+	// node to itself unconditionally; 0 means [DefaultLockTimeout]. After
+	// it the claim is reported (an event on the pod, the
+	// dynmig_scheduler_stale_claims_total counter) and blocks only pods
+	// the device plugin could not tell apart from it.
 	LockTimeout time.Duration
-	// Clock stamps bind times and ages locks; nil is the real clock.
+	// Resource is the device plugin's extended resource; empty means
+	// kube.ResourceGPU. It decides which reservation entries count.
+	Resource corev1.ResourceName
+	// Clock stamps bind times, ages locks and decides deletion deadlines;
+	// nil is the real clock.
 	Clock clock.PassiveClock
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -43,24 +53,36 @@ type Options struct {
 
 // Extender answers scheduler-extender calls for MIG pods.
 type Extender struct {
-	client kubernetes.Interface
-	ledger *placement.Ledger
-	opts   Options
-	log    *slog.Logger
+	client  kubernetes.Interface
+	factory informers.SharedInformerFactory
+	view    *kube.SchedulerView
+	opts    Options
+	log     *slog.Logger
+	stale   prometheus.Counter
+	running atomic.Bool
 
-	mu       sync.Mutex        // guards the maps below; serialises Sync
-	regs     map[string]string // node -> registration value the ledger holds
-	observed map[string]string // pod UID -> node+annotation the ledger holds
-	locked   map[string]string // node -> the bound, unrealized pod locking it (rebuilt by Sync)
-	binding  map[string]string // node -> the MIG pod a Bind call is binding to it now
+	mu       sync.Mutex
+	binding  map[string]string // node -> UID of the MIG pod a Bind call is binding to it now
+	inflight map[string]bool   // UIDs of pods a Bind call is binding now
+	reported map[string]bool   // UIDs whose stale claim was reported
 }
 
-// ErrNodeLocked: Bind refused a MIG pod because the node still waits for
-// the device plugin to realize another bound pod, or another Bind call is
-// binding a MIG pod to it (see the package documentation).
-var ErrNodeLocked = errors.New("extender: node is locked by an unrealized MIG pod")
+var (
+	// ErrNodeLocked: Bind refused a MIG pod because the node still waits
+	// for the device plugin to realize another bound pod, or another Bind
+	// call is binding a MIG pod to it (see the package documentation).
+	ErrNodeLocked = errors.New("extender: node is locked by an unrealized MIG pod")
+	// ErrNotSynced: the extender's informers have not applied their first
+	// listing, or Run is not running; nothing is decided from a partial
+	// view.
+	ErrNotSynced = errors.New("extender: pod and node view not synced")
+	// ErrBindInProgress: Bind was called again for a pod whose earlier
+	// Bind call is still running; the earlier call keeps its claim.
+	ErrBindInProgress = kube.ErrBindInProgress
+)
 
-// New returns an extender over client.
+// New returns an extender over client. It reads nodes and pods through
+// shared informers of its own, which run while [Extender.Run] does.
 func New(client kubernetes.Interface, opts Options) *Extender {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = DefaultLockTimeout
@@ -72,131 +94,79 @@ func New(client kubernetes.Interface, opts Options) *Extender {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	view := kube.NewSchedulerView(placement.NewLedger(opts.Ledger),
+		kube.SchedulerViewOptions{Resource: opts.Resource, Clock: opts.Clock, Logger: log})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	// Registering before the factory starts cannot fail.
+	_ = view.Register(factory)
 	return &Extender{
-		client: client, ledger: placement.NewLedger(opts.Ledger), opts: opts, log: log,
-		regs: map[string]string{}, observed: map[string]string{}, locked: map[string]string{},
-		binding: map[string]string{},
+		client: client, factory: factory, view: view, opts: opts, log: log,
+		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "dynmig_scheduler_stale_claims_total",
+			Help: "Bound MIG pods not realized within the lock timeout, reported once each."}),
+		binding: map[string]string{}, inflight: map[string]bool{}, reported: map[string]bool{},
 	}
 }
 
 // Ledger returns the extender's ledger, for inspection.
-func (e *Extender) Ledger() *placement.Ledger { return e.ledger }
+func (e *Extender) Ledger() *placement.Ledger { return e.view.Ledger() }
 
-// Sync brings the ledger up to date with the API server: node registrations
-// (SetNode when a value changed, with no GPUs when it is malformed or empty
-// so that the node's pods keep their slots; RemoveNode when the node
-// vanished) and the reservations of bound, active pods (AddPod when changed,
-// DeletePod when the pod is gone or terminal). Pods the ledger only assumed
-// and that are not bound yet are left alone. A production scheduler would
-// feed the same calls from informers; listing keeps the example short.
-func (e *Extender) Sync(ctx context.Context) error {
-	nodes, err := e.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("extender: list nodes: %w", err)
+// View returns the extender's view of nodes and pods, for inspection.
+func (e *Extender) View() *kube.SchedulerView { return e.view }
+
+// Collector returns the extender's metrics, for registration.
+func (e *Extender) Collector() prometheus.Collector { return e.stale }
+
+// Run runs the extender's informers until ctx is done, then stops them,
+// waits for their goroutines and returns ctx's error. Calls answer
+// [ErrNotSynced] until the first listings are applied.
+func (e *Extender) Run(ctx context.Context) error {
+	e.factory.Start(ctx.Done())
+	e.running.Store(true)
+	<-ctx.Done()
+	e.running.Store(false)
+	e.factory.Shutdown()
+	return ctx.Err()
+}
+
+func (e *Extender) synced() error {
+	if !e.running.Load() || !e.view.HasSynced() {
+		return ErrNotSynced
 	}
-	pods, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("extender: list pods: %w", err)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.syncNodes(nodes.Items)
-	e.syncPods(pods.Items)
+	e.view.Refresh()
 	return nil
 }
 
-func (e *Extender) syncNodes(nodes []corev1.Node) {
-	seen := map[string]bool{}
-	for i := range nodes {
-		n := &nodes[i]
-		seen[n.Name] = true
-		v := n.Annotations[capability.NodeRegisterAnnotation]
-		if prev, ok := e.regs[n.Name]; ok && prev == v {
-			continue
-		}
-		e.regs[n.Name] = v
-		gpus, err := kube.NodeGPUs(n)
+// Sync waits until the extender's view reflects the API server as listed
+// now: every pod and node at its current resourceVersion, and no pod the
+// listing lacks. Filter and Bind never need it (they decide on the view
+// the informers keep); callers that must read their own writes do.
+func (e *Extender) Sync(ctx context.Context) error {
+	for {
+		nodes, err := e.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			// No GPUs until the registration is usable again, but the
-			// node's pods stay in the ledger: their slots are still
-			// taken when the GPUs come back.
-			e.log.Warn("node registration unusable; node gets no MIG pods", "node", n.Name, "err", err)
-			gpus = nil
+			return fmt.Errorf("extender: list nodes: %w", err)
 		}
-		if len(gpus) == 0 {
-			// Without GPUs the pods' reservations do not resolve, which
-			// is expected and not worth a warning per pod.
-			_ = e.ledger.SetNode(n.Name, nil)
-			continue
+		pods, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("extender: list pods: %w", err)
 		}
-		if err := e.ledger.SetNode(n.Name, gpus); err != nil {
-			// Reservations that no longer resolve are reported, but the
-			// node is updated; a GPU that cannot be compiled is not.
-			e.log.Warn("node registration applied with problems", "node", n.Name, "err", err)
-		}
-	}
-	for name := range e.regs {
-		if !seen[name] {
-			e.ledger.RemoveNode(name)
-			delete(e.regs, name)
-			// RemoveNode forgot the node's pods; have syncPods record
-			// any that are still listed again.
-			for uid, key := range e.observed {
-				if strings.HasPrefix(key, name+"\x00") {
-					delete(e.observed, uid)
-				}
+		ok, changed := e.view.Reflects(pods.Items, nodes.Items)
+		var retry <-chan time.Time
+		if ok {
+			if e.synced() == nil {
+				return nil
 			}
+			// Applied, but the informers have not declared their
+			// first listing synced yet, or Run has not started.
+			retry = time.After(time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-retry:
 		}
 	}
-}
-
-func (e *Extender) syncPods(pods []corev1.Pod) {
-	now := e.opts.Clock.Now()
-	clear(e.locked)
-	seen := map[string]bool{}
-	for i := range pods {
-		p := &pods[i]
-		uid := string(p.UID)
-		if p.Spec.NodeName == "" || kube.Terminal(p) {
-			continue
-		}
-		v, ok := p.Annotations[reservation.AnnotationKey]
-		if !ok {
-			continue
-		}
-		seen[uid] = true
-		allocs, err := kube.PodAllocations(p)
-		if err != nil {
-			e.log.Warn("pod reservation unreadable; its slots are unknown", "pod", p.Namespace+"/"+p.Name, "err", err)
-			continue
-		}
-		if unrealized(allocs) && now.Sub(kube.BindTime(p)) < e.opts.LockTimeout {
-			e.locked[p.Spec.NodeName] = p.Namespace + "/" + p.Name
-		}
-		key := p.Spec.NodeName + "\x00" + v
-		if e.observed[uid] == key {
-			continue
-		}
-		if err := e.ledger.AddPod(p.Spec.NodeName, uid, kube.LedgerReservations(uid, allocs)); err != nil {
-			e.log.Warn("pod reservation recorded with problems", "pod", p.Namespace+"/"+p.Name, "err", err)
-		}
-		e.observed[uid] = key
-	}
-	for uid := range e.observed {
-		if !seen[uid] {
-			e.ledger.DeletePod(uid)
-			delete(e.observed, uid)
-		}
-	}
-}
-
-func unrealized(allocs []reservation.Allocation) bool {
-	for _, a := range allocs {
-		if _, ok := a.Runtime(); !ok {
-			return true
-		}
-	}
-	return false
 }
 
 // Filter keeps the nodes where the pod's MIG request fits now. Pods that
@@ -218,18 +188,17 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 		}
 		return res
 	}
-	if err := e.Sync(ctx); err != nil {
+	if err := e.synced(); err != nil {
 		return FilterResult{Error: err.Error()}
 	}
 	res := FilterResult{FailedNodes: map[string]string{}}
 	kept := []string{}
-	locked := e.locks()
 	for _, name := range names {
-		if who, ok := locked[name]; ok {
+		if who := e.blocker(ctx, name, string(args.Pod.UID), &req); who != "" {
 			res.FailedNodes[name] = "waiting for the device plugin to realize " + who
 			continue
 		}
-		if _, err := e.ledger.Evaluate(name, &req); err != nil {
+		if _, err := e.view.Ledger().Evaluate(name, &req); err != nil {
 			res.FailedNodes[name] = err.Error()
 			continue
 		}
@@ -247,32 +216,104 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 	return res
 }
 
-// locks returns, per locked node, the pod that locks it: a bound pod not
-// yet realized, or a MIG pod being bound right now.
-func (e *Extender) locks() map[string]string {
+// blocker returns the pod (namespace/name, or UID for a bind in flight)
+// that keeps the pod uid with request req off node, or "". A claim younger
+// than the lock timeout blocks every other MIG pod; an older one is
+// reported once and blocks only pods the device plugin could confuse with
+// it: pods with a container requesting as many devices as one of the
+// claim's unrealized containers holds, since the device plugin matches an
+// Allocate to the earliest-bound unrealized container of that size.
+func (e *Extender) blocker(ctx context.Context, node, uid string, req *placement.Request) string {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := maps.Clone(e.locked)
-	maps.Copy(out, e.binding)
-	return out
-}
-
-// lockNode claims node for binding pod (namespace/name) and returns the
-// release function, or [ErrNodeLocked] when another pod holds the node.
-func (e *Extender) lockNode(node, pod string) (release func(), err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, who := range []string{e.locked[node], e.binding[node]} {
-		if who != "" && who != pod {
-			return nil, fmt.Errorf("%w: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who)
+	inflight := e.binding[node]
+	e.mu.Unlock()
+	if inflight != "" && inflight != uid {
+		return "pod " + inflight + " (being bound)"
+	}
+	now := e.opts.Clock.Now()
+	for _, c := range e.view.Claims(node) {
+		if c.Pod.UID == uid {
+			continue
+		}
+		if now.Sub(c.Since) < e.opts.LockTimeout {
+			return c.Pod.String()
+		}
+		e.reportStale(ctx, node, c)
+		if confusable(c.Pending, req) {
+			return c.Pod.String()
 		}
 	}
-	e.binding[node] = pod
-	return func() {
+	return ""
+}
+
+func confusable(pending []int, req *placement.Request) bool {
+	for _, c := range req.Containers {
+		if c.Devices > 0 && slices.Contains(pending, c.Devices) {
+			return true
+		}
+	}
+	return false
+}
+
+// reportStale reports a claim past the lock timeout once: a warning event
+// on the pod and the stale-claims counter.
+func (e *Extender) reportStale(ctx context.Context, node string, c kube.NodeClaim) {
+	e.mu.Lock()
+	done := e.reported[c.Pod.UID]
+	e.reported[c.Pod.UID] = true
+	e.mu.Unlock()
+	if done {
+		return
+	}
+	e.stale.Inc()
+	msg := fmt.Sprintf("MIG reservation on node %s not realized within %v; it blocks only pods the device plugin cannot tell apart from it", node, e.opts.LockTimeout)
+	e.log.Warn("stale node claim", "pod", c.Pod.String(), "node", node, "since", c.Since)
+	now := metav1.NewTime(e.opts.Clock.Now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: c.Pod.Namespace, GenerateName: c.Pod.Name + "."},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: c.Pod.Namespace, Name: c.Pod.Name, UID: types.UID(c.Pod.UID)},
+		Reason:         StaleClaimReason, Message: msg, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "dynmig-scheduler-extender"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := e.client.CoreV1().Events(c.Pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		e.log.Warn("recording stale claim event", "pod", c.Pod.String(), "err", err)
+	}
+}
+
+// StaleClaimReason is the reason of the event recorded on a pod whose
+// reservation was not realized within the lock timeout.
+const StaleClaimReason = "MIGReservationNotRealized"
+
+// claimNode claims node for binding pod uid and returns the release
+// function. It fails with [ErrBindInProgress] when a Bind of the same pod
+// is running (whose claim it leaves alone) and [ErrNodeLocked] when
+// another pod holds the node.
+func (e *Extender) claimNode(ctx context.Context, node, uid string, req *placement.Request) (release func(), err error) {
+	e.mu.Lock()
+	if e.inflight[uid] {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: pod %s", ErrBindInProgress, uid)
+	}
+	if who := e.binding[node]; who != "" {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: node %s is binding pod %s", ErrNodeLocked, node, who)
+	}
+	e.binding[node], e.inflight[uid] = uid, true
+	e.mu.Unlock()
+	release = func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		delete(e.binding, node)
-	}, nil
+		if e.binding[node] == uid {
+			delete(e.binding, node)
+		}
+		delete(e.inflight, uid)
+	}
+	if who := e.blocker(ctx, node, uid, req); who != "" {
+		release()
+		return nil, fmt.Errorf("%w: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who)
+	}
+	return release, nil
 }
 
 // Prioritize scores each node with the ledger's node score, scaled to
@@ -290,20 +331,20 @@ func (e *Extender) Prioritize(ctx context.Context, args Args) ([]HostPriority, e
 	if err != nil {
 		return nil, err
 	}
-	if err := e.Sync(ctx); err != nil {
+	if err := e.synced(); err != nil {
 		return nil, err
 	}
 	for i, name := range names {
-		if score, err := e.ledger.Evaluate(name, &req); err == nil {
+		if score, err := e.view.Ledger().Evaluate(name, &req); err == nil {
 			out[i].Score = score * MaxExtenderPriority / placement.MaxNodeScore
 		}
 	}
 	return out, nil
 }
 
-// Bind reserves the pod's placements on the node, writes its allocation
-// annotation and binds it. See the package documentation for what happens
-// on each failure.
+// Bind reserves the pod's placements on the node against the current
+// view, writes its allocation annotation and binds it. See the package
+// documentation for what happens on each failure.
 func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	pod, err := e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
 	if err != nil {
@@ -312,6 +353,13 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	if args.PodUID != "" && pod.UID != args.PodUID {
 		return fmt.Errorf("extender: pod %s/%s has UID %s, not %s", pod.Namespace, pod.Name, pod.UID, args.PodUID)
 	}
+	if pod.Spec.NodeName != "" {
+		// A retried call after a bind that succeeded: nothing to do.
+		if pod.Spec.NodeName == args.Node {
+			return nil
+		}
+		return fmt.Errorf("extender: pod %s/%s is already bound to %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
 	req, err := kube.ParseRequest(pod)
 	if errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0) {
 		return e.bind(ctx, pod, args.Node)
@@ -319,41 +367,34 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := e.Sync(ctx); err != nil {
+	if err := e.synced(); err != nil {
 		return err
 	}
-	key := pod.Namespace + "/" + pod.Name
-	release, err := e.lockNode(args.Node, key)
+	release, err := e.claimNode(ctx, args.Node, string(pod.UID), &req)
 	if err != nil {
 		return err
 	}
 	defer release()
 	uid := string(pod.UID)
-	as, err := e.ledger.Reserve(args.Node, uid, &req)
+	as, err := e.view.Reserve(args.Node, pod, &req)
 	if err != nil {
 		return fmt.Errorf("extender: reserve pod %s/%s on %s: %w", pod.Namespace, pod.Name, args.Node, err)
 	}
 	value := reservation.EncodeString(kube.Allocations(as))
 	if err := e.annotate(ctx, pod, value); err != nil {
-		e.ledger.Forget(uid)
+		e.view.Forget(uid)
 		return fmt.Errorf("extender: annotate pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if err := e.bind(ctx, pod, args.Node); err != nil {
-		e.ledger.Forget(uid)
+		e.view.Forget(uid)
 		if uerr := e.unannotate(ctx, pod); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("extender: remove the annotation again: %w", uerr))
 		}
 		return err
 	}
-	// Bound and not realized: the node stays locked until a Sync sees
-	// the runtime identity.
-	e.mu.Lock()
-	e.locked[args.Node] = key
-	e.mu.Unlock()
-	// Observed now: the reservation is a fact, no longer an assumption.
-	if err := e.ledger.AddPod(args.Node, uid, placement.Reservations(uid, as)); err != nil {
-		e.log.Warn("confirming reservation", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-	}
+	// Recorded before the node claim is released: the pod holds the
+	// node's lock until the device plugin realized it.
+	e.view.Bound(pod, args.Node, as)
 	e.log.Info("bound MIG pod", "pod", pod.Namespace+"/"+pod.Name, "node", args.Node, "reservation", value)
 	return nil
 }

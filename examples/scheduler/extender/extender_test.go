@@ -7,10 +7,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -38,7 +41,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // cluster is a fake API server with node n1 (one registered A100) and n2
 // (no registration), which binds pods as the real one does.
-func cluster(t *testing.T) *fake.Clientset {
+func cluster(t testingT) *fake.Clientset {
 	t.Helper()
 	client := kubetest.NewClientset(
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
@@ -52,8 +55,17 @@ func cluster(t *testing.T) *fake.Clientset {
 	return client
 }
 
-func migPod(name string, gpumem string) *corev1.Pod {
-	limits := corev1.ResourceList{kube.ResourceGPU: resource.MustParse("1")}
+// testingT is what cluster needs of *testing.T and *rapid.T.
+type testingT interface {
+	require.TestingT
+	Helper()
+}
+
+func migPod(name string, gpumem string) *corev1.Pod { return migPodN(name, 1, gpumem) }
+
+// migPodN is a MIG pod whose one container requests n devices.
+func migPodN(name string, n int64, gpumem string) *corev1.Pod {
+	limits := corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(n, resource.DecimalSI)}
 	if gpumem != "" {
 		limits[kube.ResourceGPUMem] = resource.MustParse(gpumem)
 	}
@@ -78,6 +90,31 @@ func get(t *testing.T, client *fake.Clientset, name string) *corev1.Pod {
 	return p
 }
 
+// start runs an extender over client until the test ends, synced.
+func start(t *testing.T, client kubernetes.Interface, opts extender.Options) *extender.Extender {
+	t.Helper()
+	ext := extender.New(client, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ext.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.NoError(t, ext.Sync(ctx))
+	return ext
+}
+
+// catchUp waits until the extender has observed every write made so far.
+func catchUp(t *testing.T, ext *extender.Extender) {
+	t.Helper()
+	require.NoError(t, ext.Sync(context.Background()))
+}
+
+// bumped returns the resourceVersion after rv, for updates through the
+// fake's tracker, which keeps the version the caller sends.
+func bumped(rv string) string {
+	n, _ := strconv.Atoi(rv)
+	return strconv.Itoa(n + 1)
+}
+
 func bindArgs(pod *corev1.Pod, node string) extender.BindingArgs {
 	return extender.BindingArgs{PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: node}
 }
@@ -88,7 +125,7 @@ func TestFilterPrioritizeBind(t *testing.T) {
 	ctx := context.Background()
 	client := cluster(t)
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
-	ext := extender.New(client, extender.Options{Clock: clk})
+	ext := start(t, client, extender.Options{Clock: clk})
 	pod := create(t, client, migPod("a", "9000"))
 
 	res := ext.Filter(ctx, extender.Args{Pod: pod, NodeNames: names("n1", "n2")})
@@ -124,28 +161,40 @@ func TestFilterPrioritizeBind(t *testing.T) {
 	realized := allocs[0].WithRuntime(reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 3})
 	_, err = kube.NewAnnotationWriter(client, kube.AnnotationWriterOptions{}).WriteRuntime(ctx, bound, []reservation.Allocation{realized})
 	require.NoError(t, err)
+	catchUp(t, ext)
 	res = ext.Filter(ctx, extender.Args{Pod: other, NodeNames: names("n1")})
 	assert.Equal(t, []string{"n1"}, *res.NodeNames)
 
-	// A stuck pod stops locking the node after the timeout.
+	// A stuck pod is reported after the timeout; it still blocks pods the
+	// device plugin would confuse with it (same device count), not others.
 	third := create(t, client, migPod("c", "5000"))
 	require.NoError(t, ext.Bind(ctx, bindArgs(other, "n1")))
 	res = ext.Filter(ctx, extender.Args{Pod: third, NodeNames: names("n1")})
 	assert.Empty(t, *res.NodeNames)
 	clk.SetTime(clk.Now().Add(extender.DefaultLockTimeout))
 	res = ext.Filter(ctx, extender.Args{Pod: third, NodeNames: names("n1")})
-	assert.Equal(t, []string{"n1"}, *res.NodeNames)
+	assert.Empty(t, *res.NodeNames, "one device, like the stuck pod's container")
+	assert.Equal(t, 1.0, testutil.ToFloat64(ext.Collector()))
+	events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, events.Items, 1)
+	assert.Equal(t, extender.StaleClaimReason, events.Items[0].Reason)
+	assert.Equal(t, "b", events.Items[0].InvolvedObject.Name)
+	two := create(t, client, migPodN("d", 2, "4000"))
+	res = ext.Filter(ctx, extender.Args{Pod: two, NodeNames: names("n1")})
+	assert.Equal(t, []string{"n1"}, *res.NodeNames, "two devices: the device plugin tells it apart from the stuck pod: %v", res.FailedNodes)
+	assert.Equal(t, 1.0, testutil.ToFloat64(ext.Collector()), "reported once")
 
-	// Deleting a pod frees its slots in the ledger on the next sync.
+	// Deleting a pod frees its slots in the ledger once observed.
 	require.NoError(t, client.CoreV1().Pods("default").Delete(ctx, "a", metav1.DeleteOptions{}))
-	require.NoError(t, ext.Sync(ctx))
+	catchUp(t, ext)
 	_, _, ok = ext.Ledger().Pod("uid-a")
 	assert.False(t, ok)
 }
 
 func TestFilterMalformedRequest(t *testing.T) {
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	pod := migPod("bad", "")
 	pod.Spec.Containers[0].Resources.Limits[kube.ResourceGPUMemPercentage] = resource.MustParse("250")
 	res := ext.Filter(context.Background(), extender.Args{Pod: pod, NodeNames: names("n1", "n2")})
@@ -157,7 +206,7 @@ func TestFilterMalformedRequest(t *testing.T) {
 
 func TestFilterNonMIGPod(t *testing.T) {
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	pod := create(t, client, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain", UID: "u"}})
 	res := ext.Filter(context.Background(), extender.Args{Pod: pod, NodeNames: names("n1", "n2")})
 	assert.Equal(t, []string{"n1", "n2"}, *res.NodeNames)
@@ -170,7 +219,7 @@ func TestFilterNonMIGPod(t *testing.T) {
 // binding, so exactly one wins.
 func TestConcurrentBindsNeverShareSlots(t *testing.T) {
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	pods := []*corev1.Pod{create(t, client, migPod("x", "")), create(t, client, migPod("y", ""))}
 	errs := make([]error, len(pods))
 	var wg sync.WaitGroup
@@ -201,7 +250,7 @@ func TestBindFailuresForget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			client := cluster(t)
-			ext := extender.New(client, extender.Options{})
+			ext := start(t, client, extender.Options{})
 			pod := create(t, client, migPod("a", "9000"))
 			client.PrependReactor(tt.verb, "pods", tt.reactor)
 			require.Error(t, ext.Bind(context.Background(), bindArgs(pod, "n1")))
@@ -211,7 +260,7 @@ func TestBindFailuresForget(t *testing.T) {
 			assert.Empty(t, after.Spec.NodeName)
 			assert.NotContains(t, after.Annotations, reservation.AnnotationKey, "no reservation is left on an unbound pod")
 			// The slots are free again.
-			require.NoError(t, ext.Sync(context.Background()))
+			catchUp(t, ext)
 			_, err := ext.Ledger().Evaluate("n1", mustRequest(t, migPod("z", "")))
 			assert.NoError(t, err)
 		})
@@ -227,7 +276,7 @@ func mustRequest(t *testing.T, pod *corev1.Pod) *placement.Request {
 
 func TestHandler(t *testing.T) {
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	srv := httptest.NewServer(ext.Handler())
 	defer srv.Close()
 	pod := create(t, client, migPod("a", "9000"))
@@ -263,7 +312,7 @@ func TestHandler(t *testing.T) {
 // whole nodes back.
 func TestFilterNodeObjects(t *testing.T) {
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	pod := create(t, client, migPod("a", "9000"))
 	nodes := &corev1.NodeList{Items: []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "n2"}}}}
 	res := ext.Filter(context.Background(), extender.Args{Pod: pod, Nodes: nodes})
@@ -279,7 +328,7 @@ func TestFilterNodeObjects(t *testing.T) {
 func TestBindRefusesLockedNode(t *testing.T) {
 	ctx := context.Background()
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	a := create(t, client, migPod("a", "5000"))
 	b := create(t, client, migPod("b", "5000"))
 	require.NoError(t, ext.Bind(ctx, bindArgs(a, "n1")))
@@ -298,7 +347,7 @@ func TestBindRefusesLockedNode(t *testing.T) {
 // there.
 func TestConcurrentBindsLockTheNode(t *testing.T) {
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	pods := []*corev1.Pod{create(t, client, migPod("x", "5000")), create(t, client, migPod("y", "5000"))}
 	errs := make([]error, len(pods))
 	var wg sync.WaitGroup
@@ -321,7 +370,7 @@ func TestConcurrentBindsLockTheNode(t *testing.T) {
 func TestUnusableRegistrationKeepsRunningPods(t *testing.T) {
 	ctx := context.Background()
 	client := cluster(t)
-	ext := extender.New(client, extender.Options{})
+	ext := start(t, client, extender.Options{})
 	a := create(t, client, migPod("a", ""))
 	require.NoError(t, ext.Bind(ctx, bindArgs(a, "n1")))
 	allocs, err := kube.PodAllocations(get(t, client, "a"))
@@ -337,6 +386,7 @@ func TestUnusableRegistrationKeepsRunningPods(t *testing.T) {
 	setRegistration := func(v string) {
 		t.Helper()
 		n1.Annotations[capability.NodeRegisterAnnotation] = v
+		n1.ResourceVersion = bumped(n1.ResourceVersion) // as a real API server would
 		_, err := client.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		require.NoError(t, ext.Sync(ctx))
