@@ -11,15 +11,20 @@
 // A pgregory.net/rapid state machine plays every actor of a node: the
 // scheduler (pods arrive with memory requests and are placed and assumed
 // through a placement.Ledger; the informer confirms and forgets them), the
-// API server (pods end as Succeeded, Failed or deleting, or vanish; listings
-// fail or lag), kubelet (Allocate, repeated Allocate, lost annotation
-// patches, processes on the exposed MIG devices), the device plugin
+// API server (pods end as Succeeded, Failed, deleted with a grace period
+// while their containers still run, or vanish; listings fail or lag),
+// kubelet (Allocate, repeated Allocate, two Allocates for the same container
+// at once, lost annotation patches, processes on the exposed MIG devices,
+// containers of a deleting pod reported terminated), the device plugin
 // (reconcile, leak collection, restarts between any two steps followed by
 // startup adoption, deaths in the middle of a hardware call, two Allocates
 // and a reconcile served concurrently) and an
 // adversary (forged annotations that copy another pod's placement or MIG
 // UUID, truncated JSON, partial runtime identity, garbage, placements the
-// scheduler never chose, a second pod duplicating a placement). NVML faults
+// scheduler never chose, a second pod duplicating a placement, pods bound
+// without the scheduler with spec.nodeName preset, a forged
+// hami.io/bind-time and a spec that really requests the devices; forgers'
+// specs request what their records reserve, or nothing). NVML faults
 // (failed create and destroy calls, a crash between GPU instance and compute
 // instance creation, stale listings) are injected at random. Each sequence
 // draws one GPU model for a 2-GPU node: A100-SXM4-40GB (8-slot grid), A30
@@ -31,8 +36,10 @@
 // # Invariants
 //
 // After every step: the hardware holds no overlapping or otherwise illegal
-// instances (fakehal's Check); no active pod's realized instance has been
-// destroyed or moved; no MIG UUID was handed to two pods; every live
+// instances (fakehal's Check); no realized instance of a pod whose
+// containers may still run (active, or deleting and not yet
+// reservation.Pod.Released) has been destroyed or moved, also when two
+// Allocates for its container raced; no MIG UUID was handed to two pods; every live
 // instance sits at a placement that some validated reservation named; the
 // scheduler ledger maintained incrementally equals one rebuilt from the
 // pods' annotations, and covers every realized instance. After a restart,

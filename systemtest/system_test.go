@@ -31,6 +31,8 @@ func TestSystem(t *testing.T) {
 			"arrive":         s.arrive,
 			"allocate":       s.allocate,
 			"repeatAllocate": s.repeatAllocate,
+			"raceAllocate":   s.raceAllocate,
+			"stopContainers": s.stopContainers,
 			"end":            s.end,
 			"vanish":         s.vanish,
 			"reconcile":      s.reconcile,
@@ -62,6 +64,10 @@ func (st *runStats) String() string {
 		st.sequences, st.steps, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual)
 }
 
+// bindTimeAnnotation is kube.BindTimeAnnotation, which anyone who can
+// create a pod may write.
+const bindTimeAnnotation = "hami.io/bind-time"
+
 const (
 	nodeName = "mig-node-a"
 	numGPUs  = 2
@@ -75,13 +81,16 @@ type devKey struct{ c, d int }
 
 // simPod is one pod the API server holds (or held).
 type simPod struct {
-	pod      *reservation.Pod
-	attack   string // "" for a pod the scheduler placed, else the kind of forgery
-	active   bool   // not ended
-	gone     bool   // removed from the API entirely
-	epoch    int    // clock epoch of its creation, for informer lag
-	seen     bool   // listed complete by the current plugin's informer
-	received map[devKey]string
+	pod    *reservation.Pod
+	attack string // "" for a pod the scheduler placed, else the kind of forgery
+	active bool   // not ended
+	// terminating is set for a pod deleted while its containers may still
+	// run: until reservation.Pod.Released, its devices must stay live.
+	gone        bool // removed from the API entirely
+	terminating bool
+	epoch       int  // clock epoch of its creation, for informer lag
+	seen        bool // listed complete by the current plugin's informer
+	received    map[devKey]string
 	// saved is the annotation a corrupt action replaced; "" when intact.
 	saved string
 	// informed is the last annotation value the scheduler's informer
@@ -90,6 +99,13 @@ type simPod struct {
 }
 
 func (p *simPod) uid() string { return p.pod.UID }
+
+// holds reports whether p's containers may still use its devices at now:
+// it is active, or deleting and not yet released (containers running,
+// grace period not over) and still in the API.
+func (p *simPod) holds(now time.Time) bool {
+	return p.active || p.terminating && !p.gone && !p.pod.Released(now)
+}
 
 func (p *simPod) annotation() string { return p.pod.Annotations[reservation.AnnotationKey] }
 
@@ -281,7 +297,7 @@ func (s *system) checkAdoption(t *rapid.T, snap reservation.Snapshot, rep realiz
 	live := s.liveByMIG()
 	for _, a := range rep.Adopted {
 		p := s.byUID[a.Owner.PodUID]
-		if p == nil || !p.active {
+		if p == nil || !p.holds(s.clock.now) {
 			t.Fatalf("adopted %s for %s, which is not an active pod", a.Runtime.MIGUUID, a.Owner)
 		}
 		e, ok := want.Lookup(a.Owner.PodUID, a.Owner.ContainerIndex, a.Owner.DeviceIndex)
@@ -373,7 +389,7 @@ func (s *system) withheldOverlap(want *reservation.DesiredSet, e reservation.Ent
 // lag by less than the manager's grace). forced asks for a complete,
 // current listing.
 func (s *system) listing(t *rapid.T, label string, forced bool) reservation.Snapshot {
-	snap := reservation.Snapshot{Complete: true}
+	snap := reservation.Snapshot{Complete: true, Now: s.clock.now}
 	partial, lag := false, false
 	if !forced {
 		snap.Complete = rapid.IntRange(0, 4).Draw(t, label+" listing complete") > 0
@@ -841,11 +857,63 @@ func (s *system) endPod(p *simPod, how int) {
 	case 1:
 		p.pod.Phase = reservation.PodFailed
 	case 2:
-		p.pod.Deleting, p.pod.ContainersTerminated = true, true
+		// Deleted with a grace period: its containers may run until they
+		// stop or the grace period ends, and its slots stay taken.
+		p.pod.Deleting, p.terminating = true, true
+		p.pod.DeletionDeadline = s.clock.now.Add(30 * time.Second)
+		return
 	default:
 		p.gone = true
 	}
 	s.ledger.DeletePod(p.uid())
+}
+
+// releaseEnded frees the scheduler's slots of deleting pods that are
+// released now (containers stopped, grace period over, or gone).
+func (s *system) releaseEnded() {
+	for _, p := range s.pods {
+		if p.terminating && !p.holds(s.clock.now) {
+			s.ledger.DeletePod(p.uid())
+		}
+	}
+}
+
+// stopContainers is the kubelet reporting every container of a deleting
+// pod terminated: the pod is released.
+func (s *system) stopContainers(t *rapid.T) {
+	p := s.pick(t, "terminating pod", func(p *simPod) bool { return p.holds(s.clock.now) && !p.active })
+	s.stopProcesses(t, p.uid())
+	p.pod.ContainersTerminated = true
+	s.releaseEnded()
+}
+
+// raceAllocate runs kubelet's Allocate twice at once for the same
+// container (a retry after a timeout, or two plugin processes during a
+// rolling update), then handles both results: whatever one call's
+// rollback destroys, the other must not have handed out.
+func (s *system) raceAllocate(t *rapid.T) {
+	s.plugin(t)
+	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone })
+	container := s.drawContainer(t, p)
+	armed := s.armed()
+	calls := make([]allocateCall, 2)
+	for k := range calls {
+		calls[k] = allocateCall{snap: s.listing(t, "race allocate", false), armed: armed}
+		calls[k].before, _ = reservation.DecodeString(p.annotation())
+	}
+	var wg sync.WaitGroup
+	for k := range calls {
+		req := realize.AllocateRequest{Pod: *p.pod, ContainerIndex: container, Snapshot: calls[k].snap}
+		wg.Go(func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
+	}
+	wg.Wait()
+	if s.hw.dead.Load() {
+		s.startPlugin(t, false)
+		return
+	}
+	for k := range calls {
+		s.allocated(t, p, container, false, calls[k])
+	}
 }
 
 func (s *system) stopProcesses(t *rapid.T, uid string) {
@@ -863,6 +931,7 @@ func (s *system) stopProcesses(t *rapid.T, uid string) {
 func (s *system) vanish(t *rapid.T) {
 	p := s.pick(t, "ended pod", func(p *simPod) bool { return !p.active && !p.gone })
 	p.gone = true
+	s.releaseEnded()
 }
 
 func (s *system) reconcile(t *rapid.T) {
@@ -893,6 +962,7 @@ func (s *system) reconcile(t *rapid.T) {
 func (s *system) advance() {
 	s.clock.now = s.clock.now.Add(time.Hour)
 	s.epoch++
+	s.releaseEnded()
 }
 
 func (s *system) collectLeaks(t *rapid.T) {
@@ -961,10 +1031,16 @@ func (s *system) fault(t *rapid.T) {
 // attack adds a pod with an adversarial annotation and may allocate it at
 // once.
 func (s *system) attack(t *rapid.T) {
-	kind := rapid.SampledFrom([]string{"copy", "duplicate", "stealMIG", "staleGI", "truncated", "partial", "garbage", "rogue"}).Draw(t, "attack")
+	kind := rapid.SampledFrom([]string{"copy", "duplicate", "stealMIG", "staleGI", "truncated", "partial", "garbage", "rogue", "unscheduled"}).Draw(t, "attack")
 	value := s.forge(t, kind)
 	p := s.newPod(kind)
-	if rapid.IntRange(0, 3).Draw(t, "forger requests its record") > 0 {
+	if kind == "unscheduled" {
+		// Bound without the scheduler (spec.nodeName preset): a pod whose
+		// spec really requests the devices, with a forged early
+		// hami.io/bind-time that the plugin must never rank by.
+		p.pod.Annotations = map[string]string{bindTimeAnnotation: "1"}
+	}
+	if kind == "unscheduled" || rapid.IntRange(0, 3).Draw(t, "forger requests its record") > 0 {
 		// The strongest forger: its spec requests exactly what its record
 		// reserves, so the trust rule passes and only the manager's
 		// ownership rules protect the victim.
@@ -1038,6 +1114,16 @@ func (s *system) forge(t *rapid.T, kind string) string {
 		return reservation.EncodeString([]reservation.Allocation{a})
 	case "garbage":
 		return rapid.StringOf(rapid.SampledFrom([]rune(`[]{}":,0123456789 abcGPU-MIG-containerIndexplacement`))).Draw(t, "garbage")
+	case "unscheduled": // a valid record of one or two devices, placed by no scheduler
+		a := s.drawPlacement(t)
+		if rapid.Bool().Draw(t, "two devices") {
+			b := s.drawPlacement(t)
+			b.DeviceIndex = 1
+			if b.GPUUUID != a.GPUUUID || !b.Placement.Overlaps(a.Placement) {
+				return reservation.EncodeString([]reservation.Allocation{a, b})
+			}
+		}
+		return reservation.EncodeString([]reservation.Allocation{a})
 	default: // "rogue": a valid record at a placement the scheduler never chose
 		return reservation.EncodeString([]reservation.Allocation{s.drawPlacement(t)})
 	}
@@ -1236,14 +1322,15 @@ func (s *system) check(t *rapid.T) {
 	}
 	occ := s.ledgerOccupancy(t)
 	for _, p := range s.pods {
-		if !p.active {
-			continue
+		if !p.holds(s.clock.now) {
+			continue // an ended pod's devices may be reclaimed
 		}
 		entries, _ := reservation.DecodeString(p.informed)
 		for k, mig := range p.received {
 			in, ok := live[mig]
 			if !ok {
-				t.Fatalf("active pod %s's instance %s (device %v) was destroyed", p.uid(), mig, k)
+				t.Fatalf("pod %s's instance %s (device %v) was destroyed while its containers may run (active %t, deleting %t)",
+					p.uid(), mig, k, p.active, p.pod.Deleting)
 			}
 			for _, e := range entries {
 				if e.ContainerIndex == k.c && e.DeviceIndex == k.d &&
@@ -1272,7 +1359,7 @@ func (s *system) ledgerOccupancy(t *rapid.T) map[string]placement.Occupancy {
 		t.Fatalf("SetNode: %v", err)
 	}
 	for _, p := range s.pods {
-		if !p.active || p.informed == "" {
+		if !p.holds(s.clock.now) || p.informed == "" {
 			continue
 		}
 		entries, err := reservation.DecodeString(p.informed)
