@@ -214,3 +214,15 @@ func (s *HealthState) Why(gpu int) (HealthEvent, bool) {
 	e, ok := s.gpus[gpu]
 	return e, ok
 }
+
+// UnhealthyMIGDevices counts the MIG devices of the GPU that are marked
+// unhealthy on their own (not through their GPU).
+func (s *HealthState) UnhealthyMIGDevices(gpu int) int {
+	n := 0
+	for k := range s.migs {
+		if k.gpu == gpu {
+			n++
+		}
+	}
+	return n
+}

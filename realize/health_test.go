@@ -50,6 +50,9 @@ func TestHealthStateTransitions(t *testing.T) {
 			if got := s.GPUHealthy(0); got != tt.wantGPU0 {
 				t.Errorf("GPUHealthy(0) = %v, want %v", got, tt.wantGPU0)
 			}
+			if got, want := s.UnhealthyMIGDevices(1) > 0, tt.wantGPU1 && !tt.wantMIG; got != want {
+				t.Errorf("UnhealthyMIGDevices(1) > 0 = %v, want %v", got, want)
+			}
 			if _, bad := s.Why(1); bad == tt.wantGPU1 {
 				t.Errorf("Why(1) reports unhealthy %v, want %v", bad, !tt.wantGPU1)
 			}

@@ -14,8 +14,9 @@
 // NODE_NAME and the kubelet's device-plugin directory mounted.
 //
 // Flags: -node (default $NODE_NAME), -backend (fake or, with cgo, nvml),
-// -fake-gpus, -socket-dir, -resource and -allow-mig-manager; -help lists
-// them. Placements are half-open slot intervals [start, start+size) and
+// -fake-gpus, -socket-dir, -resource, -allow-mig-manager and
+// -metrics-addr (serves the per-GPU health gauge dynmig_gpu_healthy at
+// /metrics); -help lists them. Placements are half-open slot intervals [start, start+size) and
 // memory is MiB, as in package plugin, which also states the failure
 // semantics and the concurrency contract: the command runs one
 // plugin.Plugin until SIGINT or SIGTERM and exits when every goroutine has

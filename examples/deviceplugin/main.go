@@ -2,16 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -27,6 +32,8 @@ type backend func(ctx context.Context, log *slog.Logger) (realize.Realizer, func
 // backends maps -backend values to constructors; backend_nvml.go adds
 // "nvml" when built with cgo.
 var backends = map[string]backend{"fake": fakeBackend}
+
+var metricsAddr = flag.String("metrics-addr", "", `serve Prometheus metrics (dynmig_gpu_healthy per GPU) on this address, e.g. ":9400"; "" serves none`)
 
 var fakeGPUs = flag.String("fake-gpus", "2x"+fakehal.DefaultModel, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 
@@ -109,5 +116,32 @@ func run(ctx context.Context, open backend, cfg plugin.Config) error {
 	if err != nil {
 		return err
 	}
+	if *metricsAddr != "" {
+		stop := serveMetrics(*metricsAddr, p, cfg.Logger)
+		defer stop()
+	}
 	return p.Run(ctx)
+}
+
+// serveMetrics serves the plugin's GPU health gauge on addr until the
+// returned func is called; that func waits for the server to stop.
+func serveMetrics(addr string, p *plugin.Plugin, log *slog.Logger) func() {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.HealthCollector())
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "addr", addr, "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}
 }

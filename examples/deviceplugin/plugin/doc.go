@@ -73,6 +73,21 @@
 //     within SocketCheckInterval, serves a new socket and registers again
 //     (retrying until the kubelet answers). Realized instances are
 //     untouched by this.
+//   - GPU health: when the backend is a realize.HealthWatcher (fakehal,
+//     nvmlhal) the plugin follows its transitions. A GPU with a critical
+//     Xid, an uncorrectable ECC error or a driver-reported need for a reset
+//     is published without "health" in the node registration (the
+//     scheduler then places nothing new on it), all its device IDs turn
+//     Unhealthy in ListAndWatch, Allocate refuses a reservation that would
+//     create an instance on it ([ErrUnhealthyGPU], FailedPrecondition), a
+//     GPUUnhealthy Event is recorded on the node and
+//     dynmig_gpu_healthy ([Plugin.HealthCollector]) drops to 0. Instances
+//     already running there stay until their pods end: health alone never
+//     destroys one, nor withholds one already realized. An Xid on one MIG
+//     device turns one of its GPU's IDs Unhealthy (MIGDeviceUnhealthy) and
+//     leaves the GPU schedulable. Recovery reported by the driver undoes
+//     all of it (GPUHealthy). A registration update the API server refuses
+//     is retried every few seconds.
 //
 // # Model and units
 //
@@ -87,7 +102,7 @@
 // # Concurrency
 //
 // A [Plugin] is safe for concurrent use; the kubelet may call Allocate
-// concurrently. [Plugin.Run] starts the pod source, the reconcile runner
-// and the gRPC server(s), and every one of those goroutines has stopped
-// when it returns. No other method leaves a goroutine running.
+// concurrently. [Plugin.Run] starts the pod source, the reconcile runner,
+// the health watch and the gRPC server(s), and every one of those
+// goroutines has stopped when it returns. No other method leaves a goroutine running.
 package plugin

@@ -106,6 +106,8 @@ type Plugin struct {
 	claims map[target]claim // containers this plugin realized or is realizing
 
 	verify *verifier // what was realized for which device IDs
+
+	health healthTracker // GPU health from the backend (health.go)
 }
 
 type target struct {
@@ -229,9 +231,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.gpus = gpus
 	p.mu.Unlock()
-	if _, err := p.publisher.PublishGPUs(ctx, gpus); err != nil {
-		return fmt.Errorf("plugin: publish node registration: %w", err)
+	if err := p.publish(ctx); err != nil {
+		return err
 	}
+	wg.Go(func() { p.watchHealth(ctx) })
 	// The first maintenance pass adopts live instances before the socket
 	// is served; later passes (the runner's) adopt again until adoption
 	// settles, reconcile and collect leaks.
@@ -358,18 +361,26 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *v1beta1.Empty) (*v1bet
 	return &v1beta1.DevicePluginOptions{}, nil
 }
 
-// ListAndWatch sends the advertised devices once and then holds the stream
-// open until the kubelet or the plugin closes it.
+// ListAndWatch sends the advertised devices, and again whenever a GPU's or
+// MIG device's health changes, until the kubelet or the plugin closes the
+// stream.
 func (p *Plugin) ListAndWatch(_ *v1beta1.Empty, stream grpc.ServerStreamingServer[v1beta1.ListAndWatchResponse]) error {
-	if err := stream.Send(&v1beta1.ListAndWatchResponse{Devices: p.devices()}); err != nil {
-		return err
+	for {
+		changed := p.health.watch() // before reading, so no change is missed
+		if err := stream.Send(&v1beta1.ListAndWatchResponse{Devices: p.devices()}); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
 	}
-	<-stream.Context().Done()
-	return nil
 }
 
 // devices advertises, per MIG GPU, as many interchangeable device IDs as
-// the GPU can hold instances: the largest MaxInstances among its profiles.
+// the GPU can hold instances: the largest MaxInstances among its profiles,
+// each with its health ([Plugin.deviceHealth]).
 func (p *Plugin) devices() []*v1beta1.Device {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -385,7 +396,7 @@ func (p *Plugin) devices() []*v1beta1.Device {
 		for k := range n {
 			out = append(out, &v1beta1.Device{
 				ID:       g.UUID + "::" + strconv.FormatUint(uint64(k), 10),
-				Health:   v1beta1.Healthy,
+				Health:   p.deviceHealth(&g, k, n),
 				Topology: &v1beta1.TopologyInfo{Nodes: []*v1beta1.NUMANode{{ID: int64(g.NUMA)}}},
 			})
 		}
@@ -412,7 +423,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v
 			switch {
 			case errors.Is(err, ErrNoPendingPod):
 				code = codes.NotFound
-			case errors.Is(err, ErrAmbiguous), errors.Is(err, ErrUnreserved):
+			case errors.Is(err, ErrAmbiguous), errors.Is(err, ErrUnreserved), errors.Is(err, ErrUnhealthyGPU):
 				code = codes.FailedPrecondition
 			}
 			return nil, status.Error(code, err.Error())
@@ -444,6 +455,9 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 		}
 		p.claims[target{pod.UID, ci}] = realized
 	}()
+	if err := p.refuseUnhealthy(pod, ci); err != nil {
+		return nil, err
+	}
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
 		Pod: c.view, ContainerIndex: ci, Snapshot: p.source.Snapshot(),
 	})
