@@ -19,6 +19,14 @@
 // physical GPU (nvidia.com/gpumem-percentage). Placements are half-open slot
 // intervals [start, start+size), as everywhere in dynmig.
 //
+// [PodView] and [PodViewFor] fill the fields reservation's trust and release
+// rules need from data only the API server and the kubelet set:
+// creationTimestamp, deletionTimestamp (the end of the grace period),
+// container statuses and each container's limit of the MIG resource
+// (nvidia.com/gpu by default, [ResourceGPU]). [Snapshot] stamps the listing
+// with the time it was taken. Annotations are user-writable and never rank
+// or authorise anything by themselves.
+//
 // # Failure semantics
 //
 // Anything that authorises destroying hardware state is conservative:
@@ -26,7 +34,10 @@
 //   - A [NodePodSource] snapshot is Complete only while the source runs,
 //     after its first full listing, and while its last list or watch call
 //     succeeded. Otherwise reservation and realize skip destructive
-//     reconciliation.
+//     reconciliation. A deleting pod's reservations stay in the desired set
+//     until reservation.Pod.Released; the source's OnInactive fires when a
+//     pod is deleted, becomes terminal, or reports every container
+//     terminated, so reclamation follows at once.
 //   - The [AnnotationWriter] patches the runtime identity with a
 //     resourceVersion precondition; on a conflict it re-reads the pod and
 //     re-validates the reservation, and refuses (without writing) when the

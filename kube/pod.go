@@ -215,9 +215,10 @@ func SnapshotFor(pods []*corev1.Pod, complete bool, now time.Time, resource core
 }
 
 // BindTimeAnnotation records when a scheduler bound the pod, in Unix
-// seconds, as HAMi's scheduler writes it. Device plugins use it to find the
-// pod the kubelet is admitting: the earliest-bound pod whose reservation is
-// not yet realized.
+// seconds, as HAMi's scheduler writes it. Anyone who may create or update
+// the pod can write it too, so it must never decide which pod a device
+// plugin serves: the kubelet admits pods in creation-timestamp order
+// ([reservation.Pod.Created]), and the example plugin chooses by that.
 const BindTimeAnnotation = "hami.io/bind-time"
 
 // BindTime returns the pod's [BindTimeAnnotation] time, falling back to its

@@ -28,7 +28,10 @@ type NodeReservations struct {
 	// label. Reservations on a GPU missing here produce no series.
 	DeviceIndex map[string]int
 	// Allocations are the node's reservations. Only entries with a
-	// complete runtime identity produce series.
+	// complete runtime identity produce series. Take them from
+	// [Desired]'s Active entries, so that a deleting pod keeps its series
+	// until it is released ([Pod.Released]) and its instance reclaimed, as
+	// the deployed scheduler exports terminating pods.
 	Allocations []Allocation
 }
 
