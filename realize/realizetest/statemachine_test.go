@@ -69,7 +69,7 @@ func (r *recorder) Failed() bool {
 // file written and shrinking kept short, and reports whether it failed.
 func failsUnderRapid(t *testing.T, prop func(*rapid.T)) (bool, string) {
 	t.Helper()
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "2s"} {
+	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "50ms"} {
 		old := flag.Lookup(name).Value.String()
 		if err := flag.Set(name, v); err != nil {
 			t.Fatal(err)
