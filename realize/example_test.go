@@ -81,3 +81,40 @@ func ExampleManager_Reconcile_unauthorised() {
 	// reservation: incomplete pod listing
 	// skipped: 1
 }
+
+// Maintain is the one periodic call besides Allocate: while a malformed
+// record elsewhere withholds authorisation, adoption waits; once it is
+// gone, the next pass adopts the instance, and when its pod ends a later
+// pass reclaims it.
+func ExampleManager_Maintain() {
+	ctx := context.Background()
+	node := fakehal.MustNew(fakehal.Options{Seed: 1})
+	gpu, _ := node.Device(0)
+	pod := reservation.Pod{UID: "uid-a", Namespace: "default", Name: "trainer", Phase: reservation.PodRunning,
+		Annotations: map[string]string{reservation.AnnotationKey: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` +
+			gpu.UUID + `","profile":"1g.5gb","placement":{"start":0,"size":1}}]`},
+		DeviceRequests: []int{1}}
+	first := realize.NewManager(node, realize.Options{})
+	res, err := first.Allocate(ctx, realize.AllocateRequest{Pod: pod, Snapshot: reservation.Snapshot{Pods: []reservation.Pod{pod}, Complete: true}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pod.Annotations[reservation.AnnotationKey] = res.Annotation
+
+	// The plugin restarts while another pod's record is malformed.
+	broken := reservation.Pod{UID: "uid-b", Namespace: "default", Name: "broken", Phase: reservation.PodRunning,
+		Annotations: map[string]string{reservation.AnnotationKey: `[{`}}
+	m := realize.NewManager(node, realize.Options{})
+	for _, pods := range [][]reservation.Pod{{pod, broken}, {pod}} {
+		rep, _ := m.Maintain(ctx, reservation.Snapshot{Pods: pods, Complete: true})
+		fmt.Println("authorised:", rep.Adopt.Authorized, "adopted:", len(rep.Adopt.Adopted), "settled:", rep.Settled)
+	}
+	pod.Phase = reservation.PodSucceeded
+	rep, _ := m.Maintain(ctx, reservation.Snapshot{Pods: []reservation.Pod{pod}, Complete: true})
+	fmt.Println("adoption ran:", rep.Adopt != nil, "released:", len(rep.Reconcile.Released), "live:", len(node.Snapshot()))
+	// Output:
+	// authorised: false adopted: 0 settled: false
+	// authorised: true adopted: 1 settled: true
+	// adoption ran: false released: 1 live: 0
+}

@@ -183,3 +183,21 @@ func ExampleDesiredSet_Verdict() {
 	// Output:
 	// true true
 }
+
+// The trust rule: an entry counts only for a container that requests the
+// MIG resource with the matching device count.
+func ExampleValidateRequests() {
+	allocs := []reservation.Allocation{
+		{ContainerIndex: 0, DeviceIndex: 0, GPUUUID: "GPU-a", Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}},
+		{ContainerIndex: 1, DeviceIndex: 0, GPUUUID: "GPU-a", Profile: "1g.5gb", Placement: capability.Placement{Start: 1, Size: 1}},
+	}
+	// Container 0 requests one nvidia.com/gpu; container 1 requests none.
+	err := reservation.ValidateRequests(allocs, []int{1, 0})
+	fmt.Println(errors.Is(err, reservation.ErrNotRequested))
+	fmt.Println(err)
+	fmt.Println(reservation.ValidateRequests(allocs, []int{1, 1}))
+	// Output:
+	// true
+	// reservation: invalid allocation: entry 1 field "containerIndex": device not requested by the container: container 1 requests no MIG device
+	// <nil>
+}
