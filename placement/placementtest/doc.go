@@ -23,6 +23,13 @@
 //     UUID and type constraints, each valid per [placement.Request.Validate];
 //   - [CaseGen] draws a node and a pod together.
 //
+// Media engines are a per-GPU budget independent of slots (on an A30 one
+// +me instance excludes the other; on an RTX PRO 6000 a +me.all instance
+// excludes every engine-bearing one). The registration carries no engine
+// counts, so [Occupied] and the oracle take each profile's engines from the
+// placement package's documented rules ([placement.Grid.EnginesOf]) and
+// only add them up.
+//
 // [Oracle] decides by exhaustive search whether a pod fits and, when it does
 // not, why: [placement.ErrExcluded], [placement.ErrNoProfile],
 // [placement.ErrCapacity] or [placement.ErrFragmented], by the rules the

@@ -14,8 +14,8 @@ const DefaultOracleSteps = 2_000_000
 // Verdict is the oracle's answer for one pod on one node.
 type Verdict struct {
 	// Fits reports that every device of the pod has a free published
-	// placement, all at once; Witness is one such placement, in
-	// (container, device) order.
+	// placement whose media engines are free, all at once; Witness is one
+	// such placement, in (container, device) order.
 	Fits    bool
 	Witness []placement.Assignment
 	// Unknown reports that the search bound was reached before an answer;
@@ -29,10 +29,12 @@ type Verdict struct {
 	// one (in container, device order) and the reason is ErrCapacity when,
 	// on every allowed GPU, every covering profile has fewer free slots in
 	// the union of its placements than its smallest placement needs, else
-	// ErrFragmented. When every device fits alone but not all together,
-	// Container and Device are -1 and the reason is ErrCapacity when the
-	// devices' smallest sizes add up to more than the free slots of the
-	// allowed GPUs' profile grids, else ErrFragmented.
+	// ErrFragmented; a covering profile with a free placement whose media
+	// engines are taken counts as no room (ErrCapacity: the GPU lacks the
+	// resource however it is arranged). When every device fits alone but
+	// not all together, Container and Device are -1 and the reason is
+	// ErrCapacity when the devices' smallest sizes add up to more than the
+	// free slots of the allowed GPUs' profile grids, else ErrFragmented.
 	Reason            error
 	Container, Device int
 	// Smallest is, for a pod of exactly one device that fits, the profile
