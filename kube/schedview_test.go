@@ -27,12 +27,13 @@ import (
 
 // registeredNode returns node n1 as its device plugin publishes it: one
 // fake A100-SXM4-40GB.
-func registeredNode(t *testing.T) (*corev1.Node, string) {
+func registeredNode(t testing.TB) (*corev1.Node, string) {
 	t.Helper()
 	ctx := context.Background()
 	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	gpus := discovered(t, fakehal.Options{})
-	_, err := kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(ctx, gpus)
+	gpus, _, err := capability.Discover(ctx, fakehal.MustNew(fakehal.Options{}), capability.DefaultAllowlist())
+	require.NoError(t, err)
+	_, err = kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(ctx, gpus)
 	require.NoError(t, err)
 	node, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -73,7 +74,7 @@ func wholeGPU() *placement.Request {
 	return &placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Profile: "7g.40gb"}}}
 }
 
-func newView(t *testing.T, clk *clocktesting.FakePassiveClock) (*kube.SchedulerView, cache.ResourceEventHandler, string) {
+func newView(t testing.TB, clk *clocktesting.FakePassiveClock) (*kube.SchedulerView, cache.ResourceEventHandler, string) {
 	t.Helper()
 	node, gpu := registeredNode(t)
 	v := kube.NewSchedulerView(placement.NewLedger(placement.LedgerOptions{}), kube.SchedulerViewOptions{Clock: clk})

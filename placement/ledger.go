@@ -107,8 +107,13 @@ func NewLedger(opts LedgerOptions) *Ledger {
 // identical profile tables share one compiled table. It fails, changing
 // nothing, with a [*GridError] when a GPU cannot be compiled or two GPUs
 // share a UUID; reservations
-// that no longer resolve (unknown GPU or profile, unpublished placement) are
-// returned as joined [*ReservationError]s, but the node is updated.
+// that no longer resolve (unknown GPU or profile, unpublished placement,
+// outside the grid) are returned as joined [*ReservationError]s, but the
+// node is updated. Occupancy comes from what pods hold, never from the
+// table: a reservation on one of the node's GPUs keeps its slots however
+// the table changed (an allowlist that drops its profile, a grid narrower
+// than its placement), until the pod is deleted; [Ledger.Conflicts] lists
+// it meanwhile.
 func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
 	states := make([]GPUState, len(gpus))
 	for i := range gpus {
