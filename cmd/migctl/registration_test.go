@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -162,4 +165,48 @@ func realizedEntry(t *testing.T, entry string) reservation.Allocation {
 		t.Fatalf("entry %s: %v", entry, err)
 	}
 	return allocs[0]
+}
+
+// FuzzStatusRegistration feeds arbitrary registration values to migctl
+// status and place: they must never panic, and must answer with one of
+// their documented exit codes.
+func FuzzStatusRegistration(f *testing.F) {
+	value := func(edit func(string) string) string {
+		var n corev1.Node
+		if err := json.Unmarshal([]byte(readTestdataF(f, "node.json")), &n); err != nil {
+			f.Fatal(err)
+		}
+		return edit(n.Annotations[capability.NodeRegisterAnnotation])
+	}
+	same := func(v string) string { return v }
+	f.Add(value(same))
+	f.Add(value(unhealthy(0)))
+	f.Add(value(unhealthy(1)))
+	f.Add(value(func(v string) string {
+		return strings.Replace(v, `"placements":[{"start":0,"size":8}]`, `"placements":null`, 1)
+	}))
+	f.Add(`[{"id":"GPU-00000000-0000-0000-0000-000000000001","count":10,"devmem":15360,"devcore":100,"type":"Tesla T4","mode":"hami-core"}]`)
+	f.Add(`[{"id":"GPU-a"},{"id":"GPU-a","mode":"mig","devcore":100}]`)
+	pod := readTestdataF(f, "pod.json")
+	path := writeTempF(f, "pod.json", pod)
+	f.Fuzz(func(t *testing.T, reg string) {
+		var out, errOut bytes.Buffer
+		code := run(t.Context(), []string{"status", "--node", "-"}, strings.NewReader(reg), &out, &errOut)
+		if code != exitOK && code != exitInvalid {
+			t.Fatalf("status: exit code %d for %q\nstderr: %s", code, reg, errOut.String())
+		}
+		code = run(t.Context(), []string{"place", "--node", "-", "--pod", path}, strings.NewReader(reg), &out, &errOut)
+		if code != exitOK && code != exitInvalid && code != exitUnschedulable {
+			t.Fatalf("place: exit code %d for %q\nstderr: %s", code, reg, errOut.String())
+		}
+	})
+}
+
+func writeTempF(f *testing.F, name, content string) string {
+	f.Helper()
+	p := filepath.Join(f.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	return p
 }
