@@ -1,6 +1,9 @@
 package fakehal_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/dynmig/dynmig/capability"
@@ -224,4 +227,35 @@ func TestEveryModelPublishesThroughDefaultAllowlist(t *testing.T) {
 			}
 		}
 	}
+}
+
+// An A30 has one JPEG/OFA set: its two +me profiles exclude each other
+// although their slots do not overlap, and the driver answers
+// INSUFFICIENT_RESOURCES, as for an occupied range.
+func ExampleEngines() {
+	n := fakehal.MustNew(fakehal.Options{GPUs: []string{"A30"}})
+	m, _ := fakehal.LookupModel("A30")
+	fmt.Println("GPU:", m.Engines)
+	fmt.Println("1g.6gb+me:", m.EnginesOf(capability.GIProfile1SliceRev1))
+	_, err := n.CreateInstance(context.Background(), 0, capability.GIProfile1SliceRev1, capability.Placement{Start: 0, Size: 1})
+	fmt.Println(err)
+	_, err = n.CreateInstance(context.Background(), 0, capability.GIProfile2SliceRev1, capability.Placement{Start: 2, Size: 2})
+	fmt.Println(errors.Is(err, realize.ErrOccupied), errors.Is(err, fakehal.ReturnInsufficientResources))
+	// Output:
+	// GPU: 4 NVDEC / 0 NVENC / 1 JPEG / 1 OFA
+	// 1g.6gb+me: 1 NVDEC / 0 NVENC / 1 JPEG / 1 OFA
+	// <nil>
+	// true true
+}
+
+// Options.Driver picks the table a driver generation reports.
+func ExampleDriver() {
+	for _, drv := range []fakehal.Driver{fakehal.DriverCurrent, fakehal.DriverEarly} {
+		n := fakehal.MustNew(fakehal.Options{GPUs: []string{"GB200"}, Driver: drv})
+		ps, _ := n.GIProfiles(context.Background(), 0)
+		fmt.Println(drv, ps[0].Name, ps[len(ps)-1].Name)
+	}
+	// Output:
+	// current 1g.23gb 7g.186gb
+	// early 1g.24gb 7g.189gb
 }

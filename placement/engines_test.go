@@ -3,6 +3,7 @@ package placement_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/dynmig/dynmig/capability"
@@ -201,4 +202,19 @@ func TestEnginesAddSub(t *testing.T) {
 	if got := a.String(); got != "2 dec, 1 ofa" {
 		t.Errorf("String = %q", got)
 	}
+}
+
+// The scheduler derives media engines from the profile names: on an
+// RTX PRO 6000 a +me.all instance takes every decoder, so a plain 1g no
+// longer fits beside it, a -me one does.
+func ExampleGrid_EnginesOf() {
+	m, _ := fakehal.LookupModel("RTX PRO 6000")
+	gpu, _ := capability.GPUFromDevice(capability.DeviceInfo{UUID: "GPU-x", Name: m.Name, MemoryMB: m.MemoryMB, MIGMode: capability.MIGEnabled}, m.Profiles)
+	g, _ := placement.NewGrid(&gpu)
+	used := g.EnginesOf("1g.24gb+me.all")
+	fmt.Println("budget", g.EngineBudget(), "| +me.all takes", used)
+	fmt.Println(g.EnginesFit(used, "1g.24gb"), g.EnginesFit(used, "2g.48gb-me"))
+	// Output:
+	// budget 4 dec, 1 ofa | +me.all takes 4 dec, 1 ofa
+	// false true
 }
