@@ -38,10 +38,11 @@
 // slots, from the guide's per-profile engine columns: on an A30 only one
 // GPU instance holds the JPEG/OFA engines, so 1g.6gb+me and 2g.12gb+me
 // exclude each other; on an RTX PRO 6000 a +me.all instance takes all four
-// NVDEC/NVENC and excludes every other instance but -me ones. An unsupported profile index is ErrNotSupported,
-// MIG disabled ErrMIGDisabled; with MIG disabled Instances is
-// ErrMIGDisabled too and GIProfiles lists nothing, as NVML answers GPU
-// instance queries only in MIG mode. Destroying a GPU instance with compute
+// NVDEC/NVENC and excludes every other instance but -me ones. An
+// unsupported profile index is ErrNotSupported, MIG disabled
+// ErrMIGDisabled; with MIG disabled Instances is ErrMIGDisabled too and
+// GIProfiles lists nothing, as drivers that answer profile queries only
+// in MIG mode do (the strictest case). Destroying a GPU instance with compute
 // instances, or a compute instance with processes, is ErrInUse; unknown
 // GPUs, GPU instances and compute instances are ErrNotFound. Every error is
 // a [*realize.HardwareError] whose Kind is the realize sentinel and whose

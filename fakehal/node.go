@@ -261,9 +261,10 @@ func (n *Node) Devices(ctx context.Context) ([]capability.DeviceInfo, error) {
 
 // GIProfiles lists the GPU instance profiles the GPU supports with their
 // possible placements, in the model's table order. A GPU whose MIG mode is
-// not enabled lists none (and no error), as nvmlhal reports it: NVML's
-// profile queries answer NOT_SUPPORTED there, and a caller must not rely on
-// a table it could not get from real hardware.
+// not enabled lists none (and no error), as nvmlhal reports it on drivers
+// whose profile queries answer NOT_SUPPORTED there (the strictest case;
+// newer drivers answer them with MIG off too), so a caller must not rely
+// on a table it could not get from every driver.
 func (n *Node) GIProfiles(ctx context.Context, gpu int) ([]capability.GIProfileInfo, error) {
 	if _, err := n.enter(ctx, OpGIProfiles, gpu); err != nil {
 		return nil, err
