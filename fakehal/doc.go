@@ -54,8 +54,8 @@
 // grid that its placement covers, the upper half first on 8-slot grids as
 // the A100 driver numbers them (7g 0; 3g/4g [4,8) 1, [0,4) 2; 2g and
 // 1g.10gb 3..6 from slot 4; 1g [4,5) 7 .. [3,4) 14), compute instances the
-// lowest free ID from 0 within their GPU instance. GPU UUIDs ("GPU-<uuid>") derive from [Options.Seed] and the
-// index; MIG UUIDs ("MIG-<uuid>") from the seed, the GPU and how many
+// lowest free ID from 0 within their GPU instance. GPU UUIDs
+// ("GPU-<uuid>") derive from [Options.Seed] and the index; MIG UUIDs ("MIG-<uuid>") from the seed, the GPU and how many
 // compute instances the GPU has created, so they are stable while the
 // instance lives, differ when it is recreated, and repeat exactly for the
 // same per-GPU call sequence.
