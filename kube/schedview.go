@@ -82,8 +82,10 @@ type SchedulerView struct {
 	nodes map[string]*viewNode // by name
 	regs  []cache.ResourceEventHandlerRegistration
 
-	seen    map[string]string // by UID: resourceVersion of every pod's last event
-	changed chan struct{}     // closed and replaced on every event
+	byNode   map[string]map[string]*viewPod // pods by node, then UID
+	deadline map[string]time.Time           // by UID: deletion deadlines still to pass
+	seen     map[string]string              // by UID: resourceVersion of every pod's last event
+	changed  chan struct{}                  // closed and replaced on every event
 }
 
 // bindState is where a pod stands with the scheduler's own bind.
@@ -106,6 +108,7 @@ type viewPod struct {
 	ours     bool        // bound through Bound
 	since    time.Time   // when bound through Bound or first seen unrealized
 	deleting time.Time   // deletion deadline still to pass; zero when none
+	indexed  string      // node it is indexed under in byNode
 	entries  []reservation.Allocation
 	untrust  bool // some entries failed the trust rule
 }
@@ -132,7 +135,8 @@ func NewSchedulerView(ledger *placement.Ledger, opts SchedulerViewOptions) *Sche
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &SchedulerView{ledger: ledger, resource: opts.Resource, clock: opts.Clock, log: log,
-		pods: map[string]*viewPod{}, nodes: map[string]*viewNode{}, seen: map[string]string{}, changed: make(chan struct{})}
+		pods: map[string]*viewPod{}, nodes: map[string]*viewNode{}, seen: map[string]string{}, changed: make(chan struct{}),
+		byNode: map[string]map[string]*viewPod{}, deadline: map[string]time.Time{}}
 }
 
 // Ledger returns the ledger the view keeps current.
@@ -272,7 +276,7 @@ func (v *SchedulerView) deletePodEvent(obj any) {
 		p.gone, p.held = true, nil
 		return
 	}
-	delete(v.pods, uid)
+	v.drop(uid)
 }
 
 // applyPod applies one observed version of a pod. v.mu is held.
@@ -299,7 +303,7 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	if pod.Spec.NodeName == "" || !annotated || view.Released(now) {
 		if p != nil {
 			v.ledger.DeletePod(uid)
-			delete(v.pods, uid)
+			v.drop(uid)
 		}
 		return
 	}
@@ -319,7 +323,6 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	}
 	if p == nil {
 		p = &viewPod{}
-		v.pods[uid] = p
 	}
 	if p.node != pod.Spec.NodeName || len(kept) > 0 && unrealizedCounts(kept) == nil {
 		p.since = time.Time{}
@@ -333,6 +336,7 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	if view.Deleting {
 		p.deleting = view.DeletionDeadline
 	}
+	v.put(uid, p)
 	if err := v.ledger.UpdatePod(p.node, uid, LedgerReservations(uid, kept)); err != nil {
 		v.log.Warn("pod reservation recorded with problems", "pod", view.Ref().String(), "err", err)
 	}
@@ -419,12 +423,49 @@ func (v *SchedulerView) Refresh() {
 	now := v.clock.Now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for uid, p := range v.pods {
-		if !p.deleting.IsZero() && !now.Before(p.deleting) {
+	for uid, d := range v.deadline {
+		if !now.Before(d) {
 			v.ledger.DeletePod(uid)
-			delete(v.pods, uid)
+			v.drop(uid)
 		}
 	}
+}
+
+// put records p as the pod uid and indexes it by node and deadline.
+// v.mu is held.
+func (v *SchedulerView) put(uid string, p *viewPod) {
+	if old := v.pods[uid]; old != nil && old != p {
+		v.unindex(uid, old)
+	}
+	v.unindex(uid, p)
+	v.pods[uid] = p
+	ps := v.byNode[p.node]
+	if ps == nil {
+		ps = map[string]*viewPod{}
+		v.byNode[p.node] = ps
+	}
+	ps[uid], p.indexed = p, p.node
+	if !p.deleting.IsZero() {
+		v.deadline[uid] = p.deleting
+	}
+}
+
+// drop forgets the pod uid. v.mu is held.
+func (v *SchedulerView) drop(uid string) {
+	if p := v.pods[uid]; p != nil {
+		v.unindex(uid, p)
+	}
+	delete(v.pods, uid)
+}
+
+func (v *SchedulerView) unindex(uid string, p *viewPod) {
+	if ps := v.byNode[p.indexed]; ps[uid] == p {
+		delete(ps, uid)
+		if len(ps) == 0 {
+			delete(v.byNode, p.indexed)
+		}
+	}
+	delete(v.deadline, uid)
 }
 
 // Reserve chooses placements for pod on node and assumes them in the
@@ -450,7 +491,7 @@ func (v *SchedulerView) Reserve(node string, pod *corev1.Pod, req *placement.Req
 	if prev != nil {
 		p.version = prev.version
 	}
-	v.pods[uid] = p
+	v.put(uid, p)
 	return as, nil
 }
 
@@ -464,7 +505,7 @@ func (v *SchedulerView) Forget(uid string) {
 		return
 	}
 	v.ledger.Forget(uid)
-	delete(v.pods, uid)
+	v.drop(uid)
 	if p.held != nil && !p.gone {
 		v.applyPod(p.held)
 	}
@@ -484,7 +525,7 @@ func (v *SchedulerView) Bound(pod *corev1.Pod, node string, as []placement.Assig
 		return
 	}
 	if p.gone {
-		delete(v.pods, uid)
+		v.drop(uid)
 		return
 	}
 	held := p.held
@@ -525,8 +566,8 @@ func (v *SchedulerView) Claims(node string) []NodeClaim {
 	defer v.mu.Unlock()
 	var out []NodeClaim
 	gpus := v.nodes[node]
-	for _, p := range v.pods {
-		if p.node != node || p.state == binding {
+	for _, p := range v.byNode[node] {
+		if p.state == binding {
 			continue
 		}
 		pending := unrealizedCounts(p.entries)
