@@ -153,8 +153,9 @@ func (s *Selector) reset(gpus []GPUState, req *Request) {
 	for i := range gpus {
 		s.used = append(s.used, gpus[i].Used)
 		s.eng = append(s.eng, gpus[i].Engines)
-		s.allowed = append(s.allowed, selectable(&gpus[i], req))
-		if g := gpus[i].Grid; g != nil && !g.Healthy() && req.Allows(g) {
+		allowed, healthy := selectable(&gpus[i], req)
+		s.allowed = append(s.allowed, allowed && healthy)
+		if allowed && !healthy {
 			s.unhealthy++
 		}
 	}
@@ -169,10 +170,14 @@ func (s *Selector) reset(gpus []GPUState, req *Request) {
 }
 
 // selectable reports whether new devices of req may go on g: it has a
-// grid, is healthy ([Grid.Healthy]; an unhealthy GPU's reservations still
-// count in its Used) and the request's constraints allow it.
-func selectable(g *GPUState, req *Request) bool {
-	return g.Grid != nil && g.Grid.Healthy() && req.Allows(g.Grid)
+// grid and the request's constraints allow it (allowed), and it is healthy
+// ([Grid.Healthy]; an unhealthy GPU's reservations still count in its
+// Used). Both must hold.
+func selectable(g *GPUState, req *Request) (allowed, healthy bool) {
+	if g.Grid == nil || !req.Allows(g.Grid) {
+		return false, true
+	}
+	return true, g.Grid.Healthy()
 }
 
 func (s *Selector) assignment(gpus []GPUState, i int) Assignment {
