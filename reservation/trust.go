@@ -38,7 +38,8 @@ func ValidateRequests(allocs []Allocation, deviceRequests []int) error {
 		return nil
 	}
 	var errs []error
-	var matches map[int]containerMatch // per container, computed once
+	var small [8]containerMatch // per container, computed once: most pods have few containers
+	var more map[int]containerMatch
 	for i := range allocs {
 		c := allocs[i].ContainerIndex
 		n := 0
@@ -50,13 +51,22 @@ func ValidateRequests(allocs []Allocation, deviceRequests []int) error {
 			err = &ValidationError{Index: i, Other: -1, Field: "containerIndex", Problem: ErrNotRequested,
 				Detail: "container " + strconv.Itoa(c) + " requests no MIG device"}
 		} else {
-			m, ok := matches[c]
-			if !ok {
+			var m containerMatch
+			switch {
+			case c < len(small) && small[c].known:
+				m = small[c]
+			case c < len(small):
 				m = matchContainer(allocs, c, n)
-				if matches == nil {
-					matches = make(map[int]containerMatch)
+				small[c] = m
+			default:
+				var ok bool
+				if m, ok = more[c]; !ok {
+					m = matchContainer(allocs, c, n)
+					if more == nil {
+						more = make(map[int]containerMatch)
+					}
+					more[c] = m
 				}
-				matches[c] = m
 			}
 			if !m.ok {
 				err = &ValidationError{Index: i, Other: -1, Field: "deviceIndex", Problem: ErrNotRequested,
@@ -76,12 +86,13 @@ func ValidateRequests(allocs []Allocation, deviceRequests []int) error {
 type containerMatch struct {
 	entries int  // entries of the container
 	ok      bool // they are exactly device indexes 0..n-1
+	known   bool // computed
 }
 
 // matchContainer checks container c's entries against its request of n
 // devices. Its memory is bounded by the number of entries, whatever n.
 func matchContainer(allocs []Allocation, c, n int) containerMatch {
-	var m containerMatch
+	m := containerMatch{known: true}
 	for _, a := range allocs {
 		if a.ContainerIndex == c {
 			m.entries++
@@ -90,7 +101,13 @@ func matchContainer(allocs []Allocation, c, n int) containerMatch {
 	if m.entries != n {
 		return m
 	}
-	seen := make([]bool, n)
+	var stack [16]bool
+	seen := stack[:0]
+	if n <= len(stack) {
+		seen = stack[:n]
+	} else {
+		seen = make([]bool, n)
+	}
 	for _, a := range allocs {
 		if a.ContainerIndex != c {
 			continue

@@ -172,3 +172,17 @@ func TestDesiredTrustRule(t *testing.T) {
 		t.Fatalf("an entry the container does not request is active")
 	}
 }
+
+// The trust rule runs on every pod of every listing: on a valid record of
+// a pod with few containers it does not allocate.
+func TestValidateRequestsDoesNotAllocate(t *testing.T) {
+	allocs := []reservation.Allocation{alloc(0, 0, gpuA, "1g.5gb", 0, 1), alloc(0, 1, gpuA, "1g.5gb", 1, 1), alloc(2, 0, gpuB, "2g.10gb", 2, 2)}
+	requests := []int{2, 0, 1}
+	if got := testing.AllocsPerRun(100, func() {
+		if reservation.ValidateRequests(allocs, requests) != nil {
+			t.Fatal("valid record refused")
+		}
+	}); got != 0 {
+		t.Fatalf("ValidateRequests allocates %.0f times per call, want 0", got)
+	}
+}
