@@ -226,3 +226,26 @@ func (s *HealthState) UnhealthyMIGDevices(gpu int) int {
 	}
 	return n
 }
+
+// UnhealthyMIG returns the events that marked the GPU's MIG devices
+// unhealthy on their own, in no particular order.
+func (s *HealthState) UnhealthyMIG(gpu int) []HealthEvent {
+	var out []HealthEvent
+	for k, e := range s.migs {
+		if k.gpu == gpu {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Forget drops the unhealthy mark of MIG device gi/ci of the GPU, for a
+// device that no longer exists (its instance was destroyed when its pod
+// ended), and reports whether there was one. A new instance that gets the
+// same IDs then starts healthy.
+func (s *HealthState) Forget(gpu int, gi, ci uint32) bool {
+	k := migKey{gpu, gi, ci}
+	_, was := s.migs[k]
+	delete(s.migs, k)
+	return was
+}

@@ -111,3 +111,24 @@ func ExampleHealthState() {
 	// GPU 0 takes new instances: true MIG 1/0 usable: false
 	// GPU 1 takes new instances: false
 }
+
+func TestHealthStateForget(t *testing.T) {
+	var s realize.HealthState
+	s.Apply(migEvent(1, 2, 0, false))
+	s.Apply(migEvent(1, 3, 0, false))
+	if got := len(s.UnhealthyMIG(1)); got != 2 {
+		t.Fatalf("UnhealthyMIG(1) has %d events, want 2", got)
+	}
+	if !s.Forget(1, 2, 0) {
+		t.Error("Forget(1, 2, 0) = false, want true")
+	}
+	if s.Forget(1, 2, 0) {
+		t.Error("second Forget(1, 2, 0) = true, want false")
+	}
+	if !s.MIGHealthy(1, 2, 0) || s.MIGHealthy(1, 3, 0) {
+		t.Errorf("MIGHealthy(2/0, 3/0) = %v, %v; want true, false", s.MIGHealthy(1, 2, 0), s.MIGHealthy(1, 3, 0))
+	}
+	if got := s.UnhealthyMIGDevices(1); got != 1 {
+		t.Errorf("UnhealthyMIGDevices(1) = %d, want 1", got)
+	}
+}

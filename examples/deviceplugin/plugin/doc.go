@@ -85,7 +85,8 @@
 //     already running there stay until their pods end: health alone never
 //     destroys one, nor withholds one already realized. An Xid on one MIG
 //     device turns one of its GPU's IDs Unhealthy (MIGDeviceUnhealthy) and
-//     leaves the GPU schedulable. Recovery reported by the driver undoes
+//     leaves the GPU schedulable; the ID comes back once that device's
+//     instance is gone (checked every 30 s while any is marked). Recovery reported by the driver undoes
 //     all of it (GPUHealthy). A registration update the API server refuses
 //     is retried every few seconds.
 //

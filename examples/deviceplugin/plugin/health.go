@@ -62,6 +62,7 @@ type healthTracker struct {
 	state   realize.HealthState
 	changed chan struct{} // closed and replaced on every transition
 	seq     uint64        // transitions so far: makes Event names unique
+	bad     map[int]bool  // GPUs that ever had a transition: where to look for MIG marks
 }
 
 // watch returns a channel closed at the next transition.
@@ -82,12 +83,50 @@ func (h *healthTracker) apply(e realize.HealthEvent) (seq uint64, changed bool) 
 	if !h.state.Apply(e) {
 		return h.seq, false
 	}
+	if h.bad == nil {
+		h.bad = map[int]bool{}
+	}
+	h.bad[e.GPU] = true
 	h.seq++
 	if h.changed != nil {
 		close(h.changed)
 		h.changed = nil
 	}
 	return h.seq, true
+}
+
+// anyBadMIG reports whether some MIG device is marked unhealthy on its own.
+func (h *healthTracker) anyBadMIG() bool { return len(h.gpusWithBadMIG()) > 0 }
+
+// gpusWithBadMIG lists the GPUs with MIG devices unhealthy on their own.
+func (h *healthTracker) gpusWithBadMIG() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []int
+	for gpu := range h.bad {
+		if h.state.UnhealthyMIGDevices(gpu) > 0 {
+			out = append(out, gpu)
+		}
+	}
+	return out
+}
+
+// forgetGone drops the marks of the GPU's MIG devices not in live (GI, CI)
+// and wakes ListAndWatch when it dropped any.
+func (h *healthTracker) forgetGone(gpu int, live map[[2]uint32]bool) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	changed := false
+	for _, e := range h.state.UnhealthyMIG(gpu) {
+		if !live[[2]uint32{e.GI, e.CI}] && h.state.Forget(gpu, e.GI, e.CI) {
+			changed = true
+		}
+	}
+	if changed && h.changed != nil {
+		close(h.changed)
+		h.changed = nil
+	}
+	return changed
 }
 
 // gpu reports whether the GPU takes new instances, with the event that
@@ -134,6 +173,10 @@ func (p *Plugin) publish(ctx context.Context) error {
 // after the API server refused a registration update.
 const publishRetry = 5 * time.Second
 
+// pruneInterval is how often the health loop looks for unhealthy MIG
+// devices that no longer exist, while there are any.
+var pruneInterval = 30 * time.Second
+
 // watchHealth follows the backend's health events until ctx is done, when
 // the backend is a [realize.HealthWatcher]; otherwise every GPU stays
 // healthy. Each transition is logged, recorded as an Event on the node,
@@ -162,7 +205,11 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil || errors.Is(err, realize.ErrWatchClosed):
 			return
-		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish
+		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish or prune
+			p.pruneMIGHealth(ctx)
+			if !unpublished {
+				continue
+			}
 		case err != nil:
 			p.log.Error("waiting for GPU health events", "err", err) // the watch reports the GPUs next
 			continue
@@ -183,14 +230,46 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 }
 
 // nextHealth waits for the next event, no longer than publishRetry while a
-// publish is owed.
+// publish is owed and pruneInterval while MIG devices are marked unhealthy.
 func (p *Plugin) nextHealth(ctx context.Context, w realize.HealthWatch, unpublished bool) (realize.HealthEvent, error) {
-	if !unpublished {
+	wait := time.Duration(0)
+	if p.health.anyBadMIG() {
+		wait = pruneInterval
+	}
+	if unpublished && (wait == 0 || publishRetry < wait) {
+		wait = publishRetry
+	}
+	if wait == 0 {
 		return w.Next(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, publishRetry)
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	return w.Next(ctx)
+}
+
+// pruneMIGHealth forgets unhealthy marks of MIG devices whose instance is
+// gone, so that a device ID taken out for a failed MIG device returns once
+// the device's pod has ended and its instance was reclaimed. A listing that
+// fails keeps the marks.
+func (p *Plugin) pruneMIGHealth(ctx context.Context) {
+	changed := false
+	for _, gpu := range p.health.gpusWithBadMIG() {
+		insts, err := p.cfg.Hardware.Instances(ctx, gpu)
+		if err != nil {
+			p.log.Warn("listing instances to prune MIG device health", "gpu", gpu, "err", err)
+			continue
+		}
+		live := map[[2]uint32]bool{}
+		for _, in := range insts {
+			for _, ci := range in.ComputeInstances {
+				live[[2]uint32{in.GIID, ci.ID}] = true
+			}
+		}
+		changed = p.health.forgetGone(gpu, live) || changed
+	}
+	if changed {
+		p.log.Info("unhealthy MIG devices that no longer exist are forgotten")
+	}
 }
 
 // recordHealthEvent creates an Event on the node for one transition.

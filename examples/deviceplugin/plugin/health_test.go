@@ -209,3 +209,34 @@ func ExamplePlugin_HealthCollector() {
 	// unhealthy IDs 0 of 7, dynmig_gpu_healthy 1
 	// unhealthy IDs 7 of 7, dynmig_gpu_healthy 0
 }
+
+// A MIG device marked unhealthy is forgotten once its instance is gone
+// (its pod ended and the instance was reclaimed), so the GPU's device IDs
+// all come back.
+func TestPluginForgetsVanishedUnhealthyMIGDevice(t *testing.T) {
+	t.Cleanup(plugin.SetPruneInterval(time.Millisecond)) // registered first: restored after the plugin stops
+	hw := fakehal.MustNew(fakehal.Options{})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	r := start(t, client, hw)
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	inst, err := hw.AddInstance(0, capability.GIProfile1Slice, capability.Placement{Start: 0, Size: 1})
+	require.NoError(t, err)
+	stream, err := r.client.ListAndWatch(ctx, &v1beta1.Empty{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	require.NoError(t, err)
+
+	require.NoError(t, hw.InjectXid(0, inst.ComputeInstances[0].MIGUUID, 94))
+	list, err := stream.Recv()
+	require.NoError(t, err)
+	gpu := gpuOf(t, hw, 0).UUID
+	assert.Equal(t, map[string]int{gpu: 1}, unhealthyIDs(list))
+	assert.Len(t, hw.Snapshot(), 1, "the failed MIG device stays while in use")
+
+	require.NoError(t, hw.DestroyComputeInstance(ctx, 0, inst.GIID, inst.ComputeInstances[0].ID))
+	require.NoError(t, hw.DestroyGPUInstance(ctx, 0, inst.GIID))
+	list, err = stream.Recv()
+	require.NoError(t, err)
+	assert.Empty(t, unhealthyIDs(list))
+}
