@@ -108,15 +108,25 @@ func (d *desiredSet) wants(r *record) bool {
 	return ok && e.GPUUUID == r.GPUUUID && e.Profile == r.Key.Profile && e.Placement == r.Key.Placement
 }
 
-// rival returns another owner's active or withheld entry on gpuUUID that
-// overlaps at, if any.
+// rival returns another owner's active entry, or withheld entry of an
+// untrusted pod, on gpuUUID that overlaps at, if any. Entries withheld only
+// by the trust rule (their container does not request them) are no rival:
+// the scheduler ignores them too, so letting them block a placement would
+// let any pod creator deny others' devices. They still cannot obtain or
+// destroy anything: they are never realized, and a live instance they name
+// is never handed out or collected.
 func (d *desiredSet) rival(gpuUUID string, at capability.Placement, self Owner) (reservation.Entry, bool) {
-	for _, list := range [][]reservation.Entry{d.Active, d.Withheld} {
-		for i := range list {
-			e := &list[i]
-			if e.GPUUUID == gpuUUID && e.Placement.Overlaps(at) && entryOwner(e) != self {
-				return *e, true
-			}
+	overlaps := func(e *reservation.Entry) bool {
+		return e.GPUUUID == gpuUUID && e.Placement.Overlaps(at) && entryOwner(e) != self
+	}
+	for i := range d.Active {
+		if overlaps(&d.Active[i]) {
+			return d.Active[i], true
+		}
+	}
+	for i := range d.Withheld {
+		if e := &d.Withheld[i]; overlaps(e) && d.IsUnknown(e.PodUID) {
+			return *e, true
 		}
 	}
 	return reservation.Entry{}, false

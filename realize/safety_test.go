@@ -201,3 +201,25 @@ func TestMaintainCollectsLeaksPeriodically(t *testing.T) {
 		t.Fatalf("leak collection per pass = %v, want %v", collected, want)
 	}
 }
+
+// An entry for a container that requests no device (a forged annotation on
+// a pod that asks for no GPU) is never realized, and does not block the
+// reservation it overlaps: the scheduler ignores it too.
+func TestUnrequestedEntryNeitherRealizedNorBlocking(t *testing.T) {
+	f := newFixture(t, 1)
+	f.schedule("victim", ent(0, 0, f.gpuUUID(0), "2g.10gb", 0, 2))
+	squatter := f.schedule("squatter", ent(0, 0, f.gpuUUID(0), "1g.5gb", 1, 1))
+	squatter.DeviceRequests = nil // its spec requests no device
+	ctx := context.Background()
+	if _, err := f.allocate(ctx, "squatter", 0); !errors.Is(err, reservation.ErrNotRequested) {
+		t.Fatalf("squatter's Allocate = %v, want reservation.ErrNotRequested", err)
+	}
+	res := f.mustAllocate("victim", 0)
+	if got := res.Devices[0].Key.Placement; got.Start != 0 || got.Size != 2 {
+		t.Fatalf("victim got %v, want [0,2)", got)
+	}
+	rep, err := f.m.Reconcile(ctx, f.snapshot())
+	if err != nil || !rep.Authorized {
+		t.Fatalf("Reconcile = %v, %v; the unrequested entry must not withhold authorisation", rep, err)
+	}
+}
