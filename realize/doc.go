@@ -47,8 +47,9 @@
 //   - Only entries that pass reservation's trust rule
 //     (reservation.ValidateRequests: the container requests the resource
 //     with the matching device count) are realized or adopted; the others
-//     are claims that are respected (never destroyed under) but never
-//     granted.
+//     are claims that are respected (nothing they name or overlap is
+//     destroyed or collected) but never granted, and, like the scheduler,
+//     Allocate and Adopt do not let them refuse another pod's reservation.
 //   - Allocate checks the reserved profile and placement against the GPU's
 //     capability before creating anything, and creates only the reserved
 //     placement.
