@@ -17,6 +17,7 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
 )
 
 // discovered returns the capability of a fake node's GPUs.
@@ -217,4 +218,32 @@ func TestRegistrationPublisherPatchFails(t *testing.T) {
 	changed, err := kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(context.Background(), gpus)
 	assert.True(t, apierrors.IsForbidden(err), "got %v", err)
 	assert.False(t, changed)
+}
+
+// TestSchedulerViewKeepsTheOtherGPUs: in the scheduler's view, a malformed
+// registration entry takes out its GPU only, and an unhealthy GPU keeps its
+// place in the ledger but gets no new pods.
+func TestSchedulerViewKeepsTheOtherGPUs(t *testing.T) {
+	gpus := discovered(t, fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
+	gpus[0].Unhealthy = true
+	devs, skipped := kube.MIGNodeDevices(gpus)
+	require.Empty(t, skipped)
+	value, err := capability.EncodeNodeRegistration(devs)
+	require.NoError(t, err)
+	broken := `{"id":"GPU-broken","index":2,"count":"7","devcore":100,"mode":"mig","health":true}`
+	n := node("n1", nil)
+	n.Annotations = map[string]string{capability.NodeRegisterAnnotation: string(value[:len(value)-1]) + "," + broken + "]"}
+
+	v := kube.NewSchedulerView(placement.NewLedger(placement.LedgerOptions{}), kube.SchedulerViewOptions{})
+	v.NodeHandler().OnAdd(n, true)
+	states, ok := v.Ledger().Node("n1")
+	require.True(t, ok)
+	require.Len(t, states, 2, "the malformed entry's GPU is left out, the other two stay")
+	assert.False(t, states[0].Grid.Healthy())
+	assert.True(t, states[1].Grid.Healthy())
+
+	req := &placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.MiB(4000)}}}
+	as, err := v.Ledger().Reserve("n1", "uid-new", req)
+	require.NoError(t, err)
+	assert.Equal(t, gpus[1].UUID, as[0].GPUUUID, "placed on the healthy GPU")
 }

@@ -222,10 +222,12 @@ func (v *SchedulerView) applyNode(obj any, deleted bool) {
 	n.applied = !deleted
 	n.reg, n.gpus = reg, nil
 	gpus, err := NodeGPUs(node)
-	if deleted || err != nil {
-		if err != nil {
-			v.log.Warn("node registration unusable; node gets no MIG pods", "node", node.Name, "err", err)
-		}
+	if err != nil {
+		// A malformed entry takes out its GPU only: gpus holds the
+		// others (none when the value as a whole is unusable).
+		v.log.Warn("node registration partly unusable; those GPUs get no MIG pods", "node", node.Name, "usable", len(gpus), "err", err)
+	}
+	if deleted {
 		gpus = nil
 	}
 	for _, g := range gpus {
