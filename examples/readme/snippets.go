@@ -80,8 +80,8 @@ func Scheduler(node *corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) (string,
 	// readme:begin scheduler
 	ledger := placement.NewLedger(placement.LedgerOptions{})
 	gpus, err := kube.NodeGPUs(node) // decodes hami.io/node-nvidia-register
-	if err != nil {
-		return "", err
+	if err != nil && gpus == nil {
+		return "", err // with gpus, err names the entries left out: log it
 	}
 	if err := ledger.SetNode(node.Name, gpus); err != nil {
 		return "", err
