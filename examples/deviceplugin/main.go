@@ -33,7 +33,7 @@ type backend func(ctx context.Context, log *slog.Logger) (realize.Realizer, func
 // "nvml" when built with cgo.
 var backends = map[string]backend{"fake": fakeBackend}
 
-var metricsAddr = flag.String("metrics-addr", "", `serve Prometheus metrics (dynmig_gpu_healthy per GPU) on this address, e.g. ":9400"; "" serves none`)
+var metricsAddr = flag.String("metrics-addr", "", `serve Prometheus metrics (dynmig_gpu_healthy per GPU, dynmig_deviceplugin_allocation_mismatches_total) on this address, e.g. ":9400"; "" serves none`)
 
 var fakeGPUs = flag.String("fake-gpus", "2x"+fakehal.DefaultModel, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 
@@ -123,11 +123,13 @@ func run(ctx context.Context, open backend, cfg plugin.Config) error {
 	return p.Run(ctx)
 }
 
-// serveMetrics serves the plugin's GPU health gauge on addr until the
-// returned func is called; that func waits for the server to stop.
+// serveMetrics serves the plugin's GPU health gauge and its assignment
+// mismatch counter on addr until the returned func is called; that func
+// waits for the server to stop.
 func serveMetrics(addr string, p *plugin.Plugin, log *slog.Logger) func() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(p.HealthCollector())
+	reg.MustRegister(p.Collectors()...) // dynmig_deviceplugin_allocation_mismatches_total
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
