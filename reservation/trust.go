@@ -102,7 +102,7 @@ func matchContainer(allocs []Allocation, c, n int) containerMatch {
 		return m
 	}
 	var stack [16]bool
-	seen := stack[:0]
+	var seen []bool
 	if n <= len(stack) {
 		seen = stack[:n]
 	} else {
