@@ -39,8 +39,8 @@
 //     gets [ErrBindInProgress] and leaves the first call's claim alone; a
 //     Bind of a pod already bound to the node succeeds without doing
 //     anything. The device plugin identifies the pod the kubelet admits as
-//     the earliest-bound unrealized one with a container of the requested
-//     device count, so this keeps that unambiguous.
+//     the earliest-created unrealized one with a container whose resource
+//     limit is the requested device count, so this keeps that unambiguous.
 //   - A claim not realized within [Options.LockTimeout] (counted from the
 //     extender's own bind or first sight, never from pod-written data) is
 //     reported once, with a [StaleClaimReason] event on the pod and the

@@ -222,7 +222,8 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 // reported once and blocks only pods the device plugin could confuse with
 // it: pods with a container requesting as many devices as one of the
 // claim's unrealized containers holds, since the device plugin matches an
-// Allocate to the earliest-bound unrealized container of that size.
+// Allocate to the earliest-created pod's unrealized container of that
+// size (by resource limit; creation time is server-set).
 func (e *Extender) blocker(ctx context.Context, node, uid string, req *placement.Request) string {
 	e.mu.Lock()
 	inflight := e.binding[node]
