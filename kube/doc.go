@@ -6,7 +6,10 @@
 // guards a node against concurrent mutation by NVIDIA MIG Manager. For
 // schedulers it decodes node registrations ([NodeGPUs]) and pod records
 // ([PodAllocations]) and converts between those records and the placement
-// ledger ([LedgerReservations], [Allocations]). It is the only package of
+// ledger ([LedgerReservations], [Allocations]); a [SchedulerView] keeps a
+// scheduler's ledger current from shared informers and the scheduler's own
+// binds, applying events in order and freeing a pod's slots by the same
+// release rule the device plugin reclaims by. It is the only package of
 // the library (examples aside) that imports Kubernetes; its subpackage
 // kubetest is a fake API server for tests.
 //
