@@ -213,6 +213,7 @@ func (w *HealthWatch) wait(ctx context.Context) ([]nvml.EventData, error) {
 	}
 	defer leave()
 	if err := w.b.ready("EventSetWait", -1); err != nil {
+		w.failed = true // shut down under the watch: pause before the next try
 		return nil, err
 	}
 	data, ret := w.set.Wait(uint32(w.poll.Milliseconds()))

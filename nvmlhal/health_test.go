@@ -224,3 +224,13 @@ func ExampleBackend_WatchHealth() {
 	// Output:
 	// GPU 6 unhealthy (xid 79)
 }
+
+// A backend that makes its own library refuses a watch before Init
+// instead of calling into a library that is not loaded.
+func TestHealthWatchOwnedLibraryNeedsInit(t *testing.T) {
+	b := nvmlhal.New(nvmlhal.Options{})
+	_, err := b.WatchHealth(context.Background())
+	if !errors.Is(err, nvml.ERROR_UNINITIALIZED) {
+		t.Fatalf("WatchHealth on an owned, uninitialised library = %v, want ERROR_UNINITIALIZED", err)
+	}
+}
