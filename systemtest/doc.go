@@ -9,8 +9,11 @@
 // # Model
 //
 // A pgregory.net/rapid state machine plays every actor of a node: the
-// scheduler (pods arrive with memory requests and are placed and assumed
-// through a placement.Ledger; the informer confirms and forgets them), the
+// scheduler (pods arrive with requests drawn by placementtest.RequestGen
+// over the node's registration: several containers and devices, MiB,
+// percent, whole-GPU and exact-profile demands, preferences, UUID and type
+// constraints; they are placed and assumed through a placement.Ledger, or
+// stay pending; the informer confirms and forgets them), the
 // API server (pods end as Succeeded, Failed, deleted with a grace period
 // while their containers still run, or vanish; listings fail or lag),
 // kubelet (Allocate, repeated Allocate, two Allocates for the same container
@@ -35,11 +38,19 @@
 //
 // # Invariants
 //
+// Device ownership is asserted through realizetest.Safety, the exported
+// model of the manager's safety invariants: every device a container
+// receives is granted there (against the record the Allocate saw), a pod
+// is released once its containers can no longer run, and the model
+// observes the hardware after every step and every process change.
+//
 // After every step: the hardware holds no overlapping or otherwise illegal
-// instances (fakehal's Check); no realized instance of a pod whose
+// instances (fakehal's Check); no device granted to a pod whose
 // containers may still run (active, or deleting and not yet
 // reservation.Pod.Released) has been destroyed or moved, also when two
-// Allocates for its container raced; no MIG UUID was handed to two pods; every live
+// Allocates for its container raced, and no GPU instance that ran
+// processes has been destroyed; no MIG UUID was handed to two pods, and
+// none to a pod whose own trusted record does not name it; every live
 // instance sits at a placement that some validated reservation named; the
 // scheduler ledger maintained incrementally equals one rebuilt from the
 // pods' annotations, and covers every realized instance. After a restart,
@@ -68,10 +79,12 @@
 // The model follows the manager's documented failure semantics: a plugin
 // whose Adopt had no authorised snapshot (or rejected a reservation) calls
 // Adopt again before its next call, and kubelet retries a failed Allocate.
-// One documented residual risk is counted rather than failed: after a
-// restart, a forger's copy of the record of a pod that has ended and left no
-// evidence (gone from the API, or its record no longer decodes) cannot be
-// told from the original.
+// One documented residual risk is counted rather than failed, through
+// realizetest.Safety.Forget and for exactly that case: after a restart (the
+// ended pod received the device from an earlier plugin process), a forger's
+// copy of the record of a pod that has ended and left no trace in the API
+// (gone from it, or its record no longer decodes and so names nothing)
+// cannot be told from the original.
 //
 // # Concurrency
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -14,7 +15,9 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/placement"
+	"github.com/dynmig/dynmig/placement/placementtest"
 	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/realize/realizetest"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -55,13 +58,14 @@ func TestSystem(t *testing.T) {
 
 // runStats counts what the sequences exercised, for the test log.
 type runStats struct {
-	sequences, steps, allocations, handOuts, restarts, faults, attacks, forgerRefusals, residual int
+	sequences, steps, placed, multiDevice, pending, allocations, handOuts, restarts, faults, attacks, forgerRefusals, residual int
 }
 
 func (st *runStats) String() string {
-	return fmt.Sprintf("sequences %d (shrinking included), steps %d, successful Allocates %d, devices handed out %d, "+
+	return fmt.Sprintf("sequences %d (shrinking included), steps %d, pods placed %d (multi-device %d, unschedulable %d), "+
+		"successful Allocates %d, devices handed out %d, "+
 		"plugin restarts %d, faults injected %d, forged records %d, forger Allocates refused %d, residual-risk hand-outs %d",
-		st.sequences, st.steps, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual)
+		st.sequences, st.steps, st.placed, st.multiDevice, st.pending, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual)
 }
 
 // bindTimeAnnotation is kube.BindTimeAnnotation, which anyone who can
@@ -91,6 +95,8 @@ type simPod struct {
 	epoch       int  // clock epoch of its creation, for informer lag
 	seen        bool // listed complete by the current plugin's informer
 	received    map[devKey]string
+	// gen is the plugin process that last handed p a device.
+	gen int
 	// saved is the annotation a corrupt action replaced; "" when intact.
 	saved string
 	// informed is the last annotation value the scheduler's informer
@@ -134,19 +140,22 @@ type armedFault struct {
 
 // system is the state machine: every actor of one node.
 type system struct {
-	ctx     context.Context
-	model   string
-	node    *fakehal.Node
-	hw      *mortal
-	mgr     *realize.Manager
-	ledger  *placement.Ledger
-	sched   []capability.GPU // the scheduler's view, from the node registration
-	profile map[string]capability.Profile
-	pods    []*simPod
-	byUID   map[string]*simPod
-	next    int
-	// owners maps every MIG UUID ever handed to a container to its pod.
-	owners map[string]string
+	ctx    context.Context
+	model  string
+	node   *fakehal.Node
+	hw     *mortal
+	mgr    *realize.Manager
+	ledger *placement.Ledger
+	sched  []capability.GPU // the scheduler's view, from the node registration
+	pods   []*simPod
+	byUID  map[string]*simPod
+	next   int
+	// safety is the exported model of the manager's safety invariants:
+	// every device a container received is granted there, released with
+	// its pod, and checked against the hardware after every step.
+	safety *realizetest.Safety
+	// gen counts device-plugin processes: a restart starts a new one.
+	gen int
 	// claims holds every (GPU UUID, placement) a validated annotation ever
 	// named: the only places an instance may be created.
 	claims map[claim]bool
@@ -162,7 +171,8 @@ type system struct {
 	synced bool
 	stats  *runStats
 	// residual counts hand-outs of a vanished pod's instance to a forger
-	// after a restart: the residual risk the realize package documents.
+	// after a restart: the residual risk the realize package documents,
+	// which the model accepts through Safety.Forget.
 	residual int
 }
 
@@ -182,8 +192,8 @@ func newSystem(t *rapid.T) *system {
 		t.Fatalf("fakehal.New(%s): %v", model, err)
 	}
 	s := &system{ctx: context.Background(), model: model, node: node, byUID: map[string]*simPod{},
-		owners: map[string]string{}, claims: map[claim]bool{}, procs: map[uint32]proc{},
-		clock: &clock{now: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}, profile: map[string]capability.Profile{}}
+		safety: realizetest.NewSafety(), claims: map[claim]bool{}, procs: map[uint32]proc{},
+		clock: &clock{now: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}}
 	s.register(t)
 	s.startPlugin(t, true)
 	return s
@@ -217,9 +227,6 @@ func (s *system) register(t *rapid.T) {
 			t.Fatalf("%s (%s) publishes no MIG profile under the default allowlist", s.model, g.Name)
 		}
 		s.sched = append(s.sched, g)
-		for _, p := range g.Profiles {
-			s.profile[p.Name] = p
-		}
 	}
 	if len(s.sched) != numGPUs {
 		t.Fatalf("registration lists %d GPUs, want %d", len(s.sched), numGPUs)
@@ -236,6 +243,7 @@ func (s *system) startPlugin(t *rapid.T, complete bool) realize.AdoptReport {
 	if s.stats != nil {
 		s.stats.restarts++
 	}
+	s.gen++
 	s.hw = &mortal{Node: s.node}
 	s.mgr = realize.NewManager(s.hw, realize.Options{Now: s.clock.Now})
 	s.synced = false
@@ -527,8 +535,9 @@ func (s *system) arrive(t *rapid.T) {
 	as, err := s.ledger.Reserve(nodeName, uid, req)
 	if err != nil {
 		if !errors.Is(err, placement.ErrUnschedulable) {
-			t.Fatalf("Reserve(%+v): %v", req, err)
+			t.Fatalf("Reserve(%s): %v", placementtest.FormatRequest(req), err)
 		}
+		s.stats.pending++
 		return // stays Pending
 	}
 	if rapid.IntRange(0, 9).Draw(t, "bind fails") == 0 {
@@ -557,39 +566,27 @@ func (s *system) arrive(t *rapid.T) {
 		t.Fatalf("AddPod confirming %s: %v", uid, err)
 	}
 	s.setAnnotation(p, reservation.EncodeString(entries))
+	s.stats.placed++
+	if len(entries) > 1 {
+		s.stats.multiDevice++
+	}
 }
 
+// drawRequest draws a pod's MIG demand with placementtest's generator
+// over the scheduler's view of the node (several containers and devices,
+// MiB, percent, whole-GPU and exact-profile demands, preferences, UUID and
+// type constraints), at most three devices so that two GPUs hold several
+// pods. A pod that requests no device is not a MIG pod: it gets one.
 func (s *system) drawRequest(t *rapid.T) *placement.Request {
-	var profiles []capability.Profile
-	for _, p := range s.profile {
-		profiles = append(profiles, p)
-	}
-	slices.SortFunc(profiles, func(a, b capability.Profile) int { return capability.CompareProfiles(&a, &b) })
-	req := &placement.Request{}
-	containers := rapid.IntRange(1, 2).Draw(t, "containers")
+	req := placementtest.RequestGen(placementtest.Node{GPUs: s.sched}, 3).Draw(t, "request")
 	total := 0
-	for range containers {
-		n := rapid.IntRange(0, 2).Draw(t, "devices")
-		if total+n > 3 {
-			n = 0
-		}
-		total += n
-		var mem placement.Memory
-		switch rapid.IntRange(0, 5).Draw(t, "memory kind") {
-		case 0:
-			mem = placement.Memory{} // whole GPU
-		case 1:
-			mem = placement.Percent(uint32(rapid.IntRange(1, 100).Draw(t, "percent")))
-		default:
-			prof := rapid.SampledFrom(profiles).Draw(t, "profile")
-			mem = placement.MiB(rapid.Uint64Range(max(1, prof.MemoryMB/2), prof.MemoryMB).Draw(t, "MiB"))
-		}
-		req.Containers = append(req.Containers, placement.ContainerRequest{Devices: n, Memory: mem})
+	for _, c := range req.Containers {
+		total += c.Devices
 	}
 	if total == 0 {
 		req.Containers[0].Devices = 1
 	}
-	return req
+	return &req
 }
 
 func (s *system) allocate(t *rapid.T) {
@@ -626,16 +623,18 @@ func (s *system) doAllocate(t *rapid.T, p *simPod, container int, must bool) {
 	armed := s.armed()
 	snap := s.listing(t, "allocate", must)
 	before, _ := reservation.DecodeString(p.annotation())
-	res, err := s.mgr.Allocate(s.ctx, realize.AllocateRequest{Pod: *p.pod, ContainerIndex: container, Snapshot: snap})
+	pod := *p.pod
+	res, err := s.mgr.Allocate(s.ctx, realize.AllocateRequest{Pod: pod, ContainerIndex: container, Snapshot: snap})
 	if s.hw.dead.Load() {
 		s.startPlugin(t, false)
 		return
 	}
-	s.allocated(t, p, container, must, allocateCall{snap: snap, armed: armed, before: before, res: res, err: err})
+	s.allocated(t, p, container, must, allocateCall{pod: pod, snap: snap, armed: armed, before: before, res: res, err: err})
 }
 
 // allocateCall is one Allocate and what it was called with.
 type allocateCall struct {
+	pod    reservation.Pod // the pod as the call saw it
 	snap   reservation.Snapshot
 	armed  bool
 	before []reservation.Allocation
@@ -660,9 +659,6 @@ func (s *system) allocated(t *rapid.T, p *simPod, container int, must bool, c al
 		return
 	}
 	s.stats.allocations++
-	if p.attack != "" && p.attack != "rogue" && p.attack != "staleGI" {
-		s.checkForgerResult(t, p, res)
-	}
 	if !must && rapid.IntRange(0, 7).Draw(t, "patch lost") == 0 {
 		return
 	}
@@ -676,9 +672,7 @@ func (s *system) allocated(t *rapid.T, p *simPod, container int, must bool, c al
 	if res.Patch != nil {
 		s.setAnnotation(p, res.Annotation)
 	}
-	for _, d := range res.Devices {
-		s.handOut(t, p, d, c.before)
-	}
+	s.handOut(t, p, c)
 }
 
 // burst runs kubelet's Allocate for two different pods and a reconcile
@@ -705,15 +699,15 @@ func (s *system) burst(t *rapid.T) {
 	armed := s.armed()
 	calls := make([]allocateCall, 2)
 	for k, p := range chosen {
-		calls[k] = allocateCall{snap: s.listing(t, "burst allocate", false), armed: armed}
+		calls[k] = allocateCall{pod: *p.pod, snap: s.listing(t, "burst allocate", false), armed: armed}
 		calls[k].before, _ = reservation.DecodeString(p.annotation())
 	}
 	rsnap := s.listing(t, "burst reconcile", false)
 	before := s.node.Snapshot()
 	var rerr error
 	var wg sync.WaitGroup
-	for k, p := range chosen {
-		req := realize.AllocateRequest{Pod: *p.pod, ContainerIndex: containers[k], Snapshot: calls[k].snap}
+	for k := range chosen {
+		req := realize.AllocateRequest{Pod: calls[k].pod, ContainerIndex: containers[k], Snapshot: calls[k].snap}
 		wg.Go(func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
 	}
 	wg.Go(func() { _, rerr = s.mgr.Reconcile(s.ctx, rsnap) })
@@ -750,67 +744,64 @@ func (s *system) createdOnly(before []realize.Instance) bool {
 	return true
 }
 
-// handOut records that p's container received d and checks that no other
-// pod ever received it and that a repeated Allocate returns the annotated
-// instance.
-func (s *system) handOut(t *rapid.T, p *simPod, d realize.Device, before []reservation.Allocation) {
+// handOut is p's container receiving the devices of a successful
+// Allocate: they are granted in the safety model, which fails when one was
+// ever granted to another pod or is not backed by a trusted entry of the
+// record the call saw. A repeated Allocate must return the annotated
+// instance while it is live.
+func (s *system) handOut(t *rapid.T, p *simPod, c allocateCall) {
+	for _, d := range c.res.Devices {
+		s.forgetResidual(p, c.pod, d)
+	}
+	if err := s.safety.Grant(c.pod, c.res.Devices); err != nil {
+		t.Fatalf("Allocate(%s, %s): %v", p.uid(), p.attack, err)
+	}
+	live := s.liveByMIG()
+	for _, d := range c.res.Devices {
+		mig := d.Runtime.MIGUUID
+		if d.Index < len(c.before) {
+			if prev, ok := c.before[d.Index].Runtime(); ok && prev != d.Runtime {
+				if holder, held := s.safety.Holder(prev.MIGUUID); held && holder == p.uid() {
+					if _, isLive := live[prev.MIGUUID]; isLive {
+						t.Fatalf("Allocate of %s entry %d returned %v while the annotated %v is live", p.uid(), d.Index, d.Runtime, prev)
+					}
+				}
+			}
+		}
+		k := devKey{d.Entry.ContainerIndex, d.Entry.DeviceIndex}
+		if old, ok := p.received[k]; ok && old != mig {
+			if _, isLive := live[old]; isLive {
+				t.Fatalf("pod %s device %v got %s while its earlier %s is live", p.uid(), k, mig, old)
+			}
+		}
+		p.received[k] = mig
+		p.gen = s.gen
+		s.stats.handOuts++
+	}
+}
+
+// forgetResidual calls Safety.Forget for exactly the residual risk the
+// realize package documents: after a restart, a pod whose record is a
+// forged copy naming an ended pod's device, where the ended pod left no
+// trace in the API (it is gone, or its record no longer decodes, so it
+// names nothing), cannot be told from the original. The earlier owner must
+// have received the device from an earlier plugin process (the current
+// one remembers whom it handed it to); a process still running on the
+// device proves nothing, since the true owner's processes run on adopted
+// devices too. Such hand-outs are counted, not failed.
+func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device) {
 	mig := d.Runtime.MIGUUID
-	if owner, ok := s.owners[mig]; ok && owner != p.uid() {
-		prev := s.byUID[owner]
-		if !s.unprovable(owner) {
-			t.Fatalf("pod %s received %s (%v), already handed to %s (active %t, gone %t)", p.uid(), mig, d.Key, owner, prev.active, prev.gone)
+	entries, err := reservation.DecodeString(pod.Annotations[reservation.AnnotationKey])
+	if err != nil || d.Index < 0 || d.Index >= len(entries) || entries[d.Index].MIGUUID != mig {
+		return // not a copy of the device's identity
+	}
+	for _, o := range s.pods {
+		if o == p || o.active || o.gen >= s.gen || !slices.Contains(slices.Collect(maps.Values(o.received)), mig) {
+			continue
 		}
-		s.residual++
-	}
-	if d.Index < len(before) {
-		if prev, ok := before[d.Index].Runtime(); ok && prev != d.Runtime && s.owners[prev.MIGUUID] == p.uid() {
-			if _, live := s.liveByMIG()[prev.MIGUUID]; live {
-				t.Fatalf("Allocate of %s entry %d returned %v while the annotated %v is live", p.uid(), d.Index, d.Runtime, prev)
-			}
-		}
-	}
-	k := devKey{d.Entry.ContainerIndex, d.Entry.DeviceIndex}
-	if old, ok := p.received[k]; ok && old != mig {
-		if _, live := s.liveByMIG()[old]; live {
-			t.Fatalf("pod %s device %v got %s while its earlier %s is live", p.uid(), k, mig, old)
-		}
-	}
-	in, live := s.liveByMIG()[mig]
-	if !live || s.gpuUUID(in.GPU) != d.Entry.GPUUUID || in.Placement != d.Entry.Placement {
-		t.Fatalf("pod %s got %s for %v, which is not live there (%+v)", p.uid(), mig, d.Entry, in)
-	}
-	s.owners[mig] = p.uid()
-	p.received[k] = mig
-	s.stats.handOuts++
-}
-
-// unprovable reports whether the earlier owner of a device left the
-// manager no evidence of its ownership: it has ended and is gone from the
-// API, or its record no longer decodes. Handing its device to a forger
-// that copied its identity, after a restart, is the residual risk the
-// realize package documents (a process still running on the device proves
-// nothing: the true owner's processes run on adopted devices too); it is
-// counted, not failed.
-func (s *system) unprovable(uid string) bool {
-	p := s.byUID[uid]
-	if p == nil || p.active {
-		return false
-	}
-	if p.gone {
-		return true
-	}
-	_, err := reservation.DecodeString(p.annotation())
-	return err != nil
-}
-
-// checkForgerResult: a forged record that names another pod's placement or
-// identity must not yield that pod's instance.
-func (s *system) checkForgerResult(t *rapid.T, p *simPod, res realize.AllocateResult) {
-	for _, d := range res.Devices {
-		if owner, ok := s.owners[d.Runtime.MIGUUID]; ok && owner != p.uid() {
-			if !s.unprovable(owner) {
-				t.Fatalf("forger %s (%s) obtained %s of %s", p.uid(), p.attack, d.Runtime.MIGUUID, owner)
-			}
+		if _, err := reservation.DecodeString(o.annotation()); o.gone || err != nil {
+			s.safety.Forget(mig)
+			s.residual++
 		}
 	}
 }
@@ -898,12 +889,12 @@ func (s *system) raceAllocate(t *rapid.T) {
 	armed := s.armed()
 	calls := make([]allocateCall, 2)
 	for k := range calls {
-		calls[k] = allocateCall{snap: s.listing(t, "race allocate", false), armed: armed}
+		calls[k] = allocateCall{pod: *p.pod, snap: s.listing(t, "race allocate", false), armed: armed}
 		calls[k].before, _ = reservation.DecodeString(p.annotation())
 	}
 	var wg sync.WaitGroup
 	for k := range calls {
-		req := realize.AllocateRequest{Pod: *p.pod, ContainerIndex: container, Snapshot: calls[k].snap}
+		req := realize.AllocateRequest{Pod: calls[k].pod, ContainerIndex: container, Snapshot: calls[k].snap}
 		wg.Go(func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
 	}
 	wg.Wait()
@@ -917,13 +908,18 @@ func (s *system) raceAllocate(t *rapid.T) {
 }
 
 func (s *system) stopProcesses(t *rapid.T, uid string) {
+	stopped := false
 	for pid, pr := range s.procs {
 		if pr.uid == uid {
 			if err := s.node.StopProcess(pid); err != nil {
 				t.Fatalf("StopProcess(%d): %v", pid, err)
 			}
 			delete(s.procs, pid)
+			stopped = true
 		}
+	}
+	if stopped {
+		s.observe(t)
 	}
 }
 
@@ -1320,24 +1316,14 @@ func (s *system) check(t *rapid.T) {
 			t.Fatalf("GPU %d holds GI %d at %v, which no validated reservation ever named", in.GPU, in.GIID, in.Placement)
 		}
 	}
+	s.observe(t)
 	occ := s.ledgerOccupancy(t)
 	for _, p := range s.pods {
 		if !p.holds(s.clock.now) {
-			continue // an ended pod's devices may be reclaimed
+			continue
 		}
-		entries, _ := reservation.DecodeString(p.informed)
-		for k, mig := range p.received {
-			in, ok := live[mig]
-			if !ok {
-				t.Fatalf("pod %s's instance %s (device %v) was destroyed while its containers may run (active %t, deleting %t)",
-					p.uid(), mig, k, p.active, p.pod.Deleting)
-			}
-			for _, e := range entries {
-				if e.ContainerIndex == k.c && e.DeviceIndex == k.d &&
-					(e.GPUUUID != s.gpuUUID(in.GPU) || e.Placement != in.Placement) {
-					t.Fatalf("pod %s's instance %s is at GPU %d %v, reserved %s %v", p.uid(), mig, in.GPU, in.Placement, e.GPUUUID, e.Placement)
-				}
-			}
+		for _, mig := range p.received {
+			in := live[mig]
 			if p.attack == "" && occ[s.gpuUUID(in.GPU)]&placement.Occupancy(in.Placement.Mask()) != placement.Occupancy(in.Placement.Mask()) {
 				t.Fatalf("the ledger does not count pod %s's realized instance at GPU %d %v", p.uid(), in.GPU, in.Placement)
 			}
@@ -1347,6 +1333,22 @@ func (s *system) check(t *rapid.T) {
 		if s.byUID[c.PodUID].attack == "" && s.byUID[c.Other].attack == "" {
 			t.Fatalf("the ledger holds overlapping reservations of two scheduled pods: %v", c)
 		}
+	}
+}
+
+// observe releases in the safety model every pod whose containers can no
+// longer run and has it check the hardware: no device of a pod that is not
+// released, and no GPU instance that ran processes at the last
+// observation, destroyed or moved. It runs after every step and after
+// every change of processes.
+func (s *system) observe(t *rapid.T) {
+	for _, p := range s.pods {
+		if !p.holds(s.clock.now) {
+			s.safety.Release(p.uid()) // an ended pod's devices may be reclaimed
+		}
+	}
+	if err := s.safety.Observe(s.ctx, observer{s}); err != nil {
+		t.Fatalf("safety: %v", err)
 	}
 }
 
