@@ -60,8 +60,9 @@
 //     instance it would hand out belongs to an ended pod. A forged
 //     annotation therefore cannot obtain another pod's device. Residual
 //     risk: after a restart, an annotation that copies the identity of a
-//     pod that has vanished from the API entirely cannot be told from the
-//     original.
+//     pod that has vanished from the API entirely, or whose own record no
+//     longer decodes (an ended pod's record is the only trace of what it
+//     held), cannot be told from the original.
 //   - An unmanaged instance is handed out only when the pod's own
 //     annotation names it exactly (profile, placement, GI ID, CI ID, MIG
 //     UUID) and nothing runs on it. Any other unmanaged instance at a
