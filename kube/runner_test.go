@@ -41,7 +41,7 @@ func waitPass(t *testing.T, passes <-chan reservation.Snapshot) reservation.Snap
 	select {
 	case s := <-passes:
 		return s
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("no reconcile pass")
 		return reservation.Snapshot{}
 	}
@@ -59,7 +59,7 @@ func assertNoPass(t *testing.T, passes <-chan reservation.Snapshot) {
 // waitTimer waits until the runner blocks on its timer.
 func waitTimer(t *testing.T, clk *clocktesting.FakeClock) {
 	t.Helper()
-	require.Eventually(t, clk.HasWaiters, 10*time.Second, time.Millisecond)
+	require.Eventually(t, clk.HasWaiters, eventually, time.Millisecond)
 }
 
 func TestReconcileRunnerTicksAndTriggers(t *testing.T) {

@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"net"
 	"os"
@@ -29,14 +30,21 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
 	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/internal/testwait"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/reservation"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	eventually = testwait.Bound()
+	goleak.VerifyTestMain(m)
+}
 
-const eventually = 20 * time.Second // bounds a hung test; never a timing assertion
+// eventually bounds a wait for an event: it ends only shortly before the
+// binary's -timeout, so it catches a hung test and never fails a slow one.
+var eventually time.Duration
 
 // running is a plugin started for a test.
 type running struct {

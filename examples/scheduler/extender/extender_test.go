@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -31,13 +32,22 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/examples/scheduler/extender"
 	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/internal/testwait"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	eventually = testwait.Bound()
+	goleak.VerifyTestMain(m)
+}
+
+// eventually bounds a wait for an event: it ends only shortly before the
+// binary's -timeout, so it catches a hung test and never fails a slow one.
+var eventually time.Duration
 
 // cluster is a fake API server with node n1 (one registered A100) and n2
 // (no registration), which binds pods as the real one does.

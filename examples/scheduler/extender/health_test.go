@@ -37,7 +37,7 @@ func runPlugin(t *testing.T, client *fake.Clientset, hw *fakehal.Node) *plugin.P
 	case <-p.Ready():
 	case err := <-done:
 		t.Fatalf("plugin stopped: %v", err)
-	case <-time.After(20 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("plugin not ready")
 	}
 	return p
@@ -62,7 +62,7 @@ func waitRegistered(t *testing.T, client *fake.Clientset, ext *extender.Extender
 			}
 		}
 		return true
-	}, 20*time.Second, time.Millisecond)
+	}, eventually, time.Millisecond)
 	catchUp(t, ext)
 }
 
