@@ -11,13 +11,14 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/internal/testwait"
 	"github.com/dynmig/dynmig/realize"
 )
 
-// nextWithin reads the next event, failing the test if none comes soon.
+// nextWithin reads the next event, failing the test if none comes before the binary's timeout.
 func nextWithin(t *testing.T, w realize.HealthWatch) realize.HealthEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound())
 	defer cancel()
 	e, err := w.Next(ctx)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/goleak"
 
+	"github.com/dynmig/dynmig/internal/testwait"
 	"github.com/dynmig/dynmig/nvmlhal"
 	"github.com/dynmig/dynmig/nvmlhal/nvmlmock"
 	"github.com/dynmig/dynmig/realize"
@@ -37,10 +38,10 @@ func openWatch(t *testing.T, b *nvmlhal.Backend, srv *nvmlmock.Server, opts nvml
 	return w
 }
 
-// next waits for the next transition, failing after a few seconds.
+// next waits for the next transition, failing shortly before the binary's timeout.
 func next(t *testing.T, w realize.HealthWatch) realize.HealthEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound())
 	defer cancel()
 	e, err := w.Next(ctx)
 	if err != nil {

@@ -251,18 +251,7 @@ func (s *Server) StartProcess(gpu int, pid uint32) error {
 // StartMIGProcess starts a compute process in compute instance ci of GPU
 // instance gi.
 func (s *Server) StartMIGProcess(gpu int, gi, ci, pid uint32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, err := s.gpu(gpu)
-	if err != nil {
-		return err
-	}
-	g := d.gis[gi]
-	if g == nil || g.cis[ci] == nil {
-		return fmt.Errorf("nvmlmock: GPU %d has no compute instance %d/%d", gpu, gi, ci)
-	}
-	d.procs = append(d.procs, process{pid: pid, gi: gi, ci: ci})
-	return nil
+	return s.startKind(gpu, gi, ci, pid, kindCompute)
 }
 
 // StartGraphicsProcess starts a graphics client in compute instance ci of
