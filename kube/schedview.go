@@ -215,6 +215,12 @@ func (v *SchedulerView) applyNode(obj any, deleted bool) {
 	n.version = node.ResourceVersion
 	if deleted {
 		n.version = ""
+		if len(v.byNode[node.Name]) == 0 {
+			// Nothing to keep: node names come and go (autoscaling).
+			delete(v.nodes, node.Name)
+			v.ledger.RemoveNode(node.Name)
+			return
+		}
 	}
 	if n.applied && n.reg == reg && !deleted {
 		return
@@ -454,10 +460,19 @@ func (v *SchedulerView) put(uid string, p *viewPod) {
 
 // drop forgets the pod uid. v.mu is held.
 func (v *SchedulerView) drop(uid string) {
-	if p := v.pods[uid]; p != nil {
-		v.unindex(uid, p)
-	}
+	p := v.pods[uid]
 	delete(v.pods, uid)
+	if p == nil {
+		return
+	}
+	v.unindex(uid, p)
+	// A node only pods named (spec.nodeName is written by the pod's
+	// creator) is forgotten with its last pod, or every name ever used
+	// would stay in the ledger.
+	if n := v.nodes[p.indexed]; len(v.byNode[p.indexed]) == 0 && (n == nil || !n.applied) {
+		delete(v.nodes, p.indexed)
+		v.ledger.RemoveNode(p.indexed)
+	}
 }
 
 func (v *SchedulerView) unindex(uid string, p *viewPod) {

@@ -308,3 +308,26 @@ func TestSchedulerViewTrustRule(t *testing.T) {
 	gs, _ := v.Ledger().Node("n1")
 	assert.Zero(t, gs[0].Used, "one device requested, two entries: neither counts")
 }
+
+// Pods created with spec.nodeName naming nodes that do not exist leave
+// nothing behind once deleted: neither a ledger node per name (which
+// would grow without bound with user-created objects) nor a view entry.
+// A deleted node without pods is forgotten too.
+func TestSchedulerViewForgetsNodesOnlyPodsNamed(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	v, pods, gpu := newView(t, clk)
+	for i := range 50 {
+		p := reserved(gpuPod("ghost-"+strconv.Itoa(i), 1, 1), "ghost-node-"+strconv.Itoa(i), 2, alloc(gpu, "1g.5gb", 0, 1))
+		pods.OnAdd(p, false)
+		pods.OnDelete(p)
+	}
+	assert.Equal(t, []string{"n1"}, v.Ledger().Nodes())
+
+	node, _ := registeredNode(t)
+	node.Name = "n2"
+	v.NodeHandler().OnAdd(node, false)
+	v.NodeHandler().OnDelete(node)
+	assert.Equal(t, []string{"n1"}, v.Ledger().Nodes())
+	ok, _ := v.Reflects(nil, []corev1.Node{})
+	assert.True(t, ok)
+}
