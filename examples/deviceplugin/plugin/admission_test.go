@@ -191,3 +191,29 @@ func TestVerifyAssignmentsReportsMismatch(t *testing.T) {
 		})
 	}
 }
+
+// A pod creator can write a runtime identity into its own record so that
+// the record looks realized. The earliest pod, the one the kubelet is
+// admitting, must not be skipped for that: the Allocate would then hand
+// the next pod's reservation, realized as a MIG device, to the forger's
+// container. Only what the plugin realized itself, or a container the
+// kubelet already started, counts as done.
+func TestAllocateIgnoresForgedRuntimeIdentity(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	forged := oneGPU(hw, t, 1)
+	forged.MIGUUID = "MIG-00000000-0000-0000-0000-000000000000"
+	forged.GPUInstanceID, forged.ComputeInstanceID = reservation.SomeID(9), reservation.SomeID(0)
+	forger := boundPod("forger", forged)
+	victim := boundPod("victim", oneGPU(hw, t, 0))
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, forger, victim)
+	r := start(t, client, hw)
+
+	resp, err := allocate(context.Background(), r.client, "id-0")
+	_, ok := runtimeOf(t, client, "victim")
+	assert.False(t, ok, "the victim's reservation was realized for the forger's Allocate")
+	if err == nil {
+		id, ok := runtimeOf(t, client, "forger")
+		require.True(t, ok)
+		assert.Equal(t, id.MIGUUID, resp.ContainerResponses[0].Envs[plugin.VisibleDevicesEnv], "the forger gets its own reservation")
+	}
+}

@@ -15,9 +15,12 @@
 //   - a candidate is a container of a pod bound to this node that is not
 //     terminal, that requests the plugin's resource with a limit equal to
 //     the number of device IDs in the request, and that is neither
-//     realized (every entry carries a runtime identity) nor being realized
-//     by a concurrent call; a pod requesting none of the resource is never
-//     a candidate, whatever its annotations say;
+//     realized (every entry carries a runtime identity, and the kubelet
+//     has created the container or the manager manages an instance under
+//     each of those identities for it: the pod's creator can write the
+//     identities) nor being realized by a concurrent call; a pod
+//     requesting none of the resource is never a candidate, whatever its
+//     annotations say;
 //   - the kubelet admits pods in creation-timestamp order, so the earliest
 //     created candidate pod wins, and in it the first candidate container
 //     (init containers first);

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
@@ -96,6 +97,7 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 	view := p.source.View(pod)
 	allocs, err := reservation.DecodeString(view.Annotations[reservation.AnnotationKey])
 	trusted := err == nil && reservation.Validate(allocs) == nil
+	var managed map[managedRef]string // the manager's instances, read when needed
 	for c, want := range view.DeviceRequests {
 		if want != n {
 			continue
@@ -112,7 +114,7 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 				}
 			}
 		}
-		if entries > 0 && realized == entries && trusted {
+		if entries > 0 && realized == entries && trusted && p.done(pod, c, allocs, &managed) {
 			continue // done: the kubelet does not allocate a running container again
 		}
 		reserved := trusted && entries == n &&
@@ -139,4 +141,60 @@ func requestOnly(c, n int) []int {
 	out := make([]int, c+1)
 	out[c] = n
 	return out
+}
+
+// done reports whether container c, whose record names a runtime identity
+// for each of its devices, is realized. The pod's creator can write such a
+// record, so it counts only when the kubelet already created the container
+// or the manager manages an instance under each named identity for it.
+// managed caches the manager's instances across calls.
+func (p *Plugin) done(pod *corev1.Pod, c int, allocs []reservation.Allocation, managed *map[managedRef]string) bool {
+	if started(pod, c) {
+		return true
+	}
+	if *managed == nil {
+		*managed = p.managedFor()
+	}
+	for _, a := range allocs {
+		if id, ok := a.Runtime(); ok && a.ContainerIndex == c && (*managed)[managedRef{pod.UID, c, a.DeviceIndex}] != id.MIGUUID {
+			return false
+		}
+	}
+	return true
+}
+
+// managedRef names one device of one container, as the manager owns it.
+type managedRef struct {
+	pod       types.UID
+	container int
+	device    int
+}
+
+// managedFor returns the MIG UUID of every instance the manager manages,
+// by owner.
+func (p *Plugin) managedFor() map[managedRef]string {
+	out := map[managedRef]string{}
+	for _, in := range p.manager.Managed() {
+		out[managedRef{types.UID(in.Owner.PodUID), in.Owner.ContainerIndex, in.Owner.DeviceIndex}] = in.Runtime.MIGUUID
+	}
+	return out
+}
+
+// started reports whether the kubelet has created container c of the pod:
+// its status, which only the kubelet writes, names a container ID.
+func started(pod *corev1.Pod, c int) bool {
+	cont := kube.ContainerAt(pod, c)
+	if cont == nil {
+		return false
+	}
+	statuses := pod.Status.ContainerStatuses
+	if c < len(pod.Spec.InitContainers) {
+		statuses = pod.Status.InitContainerStatuses
+	}
+	for _, st := range statuses {
+		if st.Name == cont.Name {
+			return st.ContainerID != ""
+		}
+	}
+	return false
 }
