@@ -18,7 +18,8 @@
 //     realized (every entry carries a runtime identity, and the kubelet
 //     has created the container or the manager manages an instance under
 //     each of those identities for it: the pod's creator can write the
-//     identities) nor being realized by a concurrent call; a pod
+//     identities; when nothing confirms them the Allocate fails with
+//     [ErrAmbiguous]) nor being realized by a concurrent call; a pod
 //     requesting none of the resource is never a candidate, whatever its
 //     annotations say;
 //   - the kubelet admits pods in creation-timestamp order, so the earliest

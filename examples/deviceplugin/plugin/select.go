@@ -45,6 +45,7 @@ type candidate struct {
 	view      reservation.Pod
 	container int
 	reserved  bool // its record holds exactly n valid entries for it
+	unsure    bool // its record says realized, but nothing server-set confirms it
 }
 
 // choose applies the package's admission rule to pods, for a request of n
@@ -81,6 +82,14 @@ func (p *Plugin) choose(pods []*corev1.Pod, n int) (candidate, bool, error) {
 	if len(tied) > 1 {
 		return candidate{}, false, &AmbiguousError{Devices: n, Candidates: tied}
 	}
+	if first.unsure {
+		// It may be a container the kubelet admitted before a restart of
+		// this plugin (handing its device out again would share it) or a
+		// forged record (choosing the next pod would hand that pod's
+		// device to this one): refuse rather than guess.
+		return candidate{}, false, fmt.Errorf("%w: pod %s/%s container %d: its record names runtime identities that neither the kubelet's container status nor the manager confirms",
+			ErrAmbiguous, first.pod.Namespace, first.pod.Name, first.container)
+	}
 	if !first.reserved {
 		return candidate{}, false, fmt.Errorf("%w: pod %s/%s container %d requests %d devices of %s",
 			ErrUnreserved, first.pod.Namespace, first.pod.Name, first.container, n, p.cfg.ResourceName)
@@ -91,8 +100,7 @@ func (p *Plugin) choose(pods []*corev1.Pod, n int) (candidate, bool, error) {
 // firstPending returns the pod's first container, in kubelet's order (init
 // containers, then regular containers), that requests exactly n devices of
 // the plugin's resource and that this plugin has neither realized nor is
-// realizing, and whose record does not hold a runtime identity for each of
-// its devices.
+// realizing, and that is not done ([Plugin.done]).
 func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 	view := p.source.View(pod)
 	allocs, err := reservation.DecodeString(view.Annotations[reservation.AnnotationKey])
@@ -114,12 +122,13 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 				}
 			}
 		}
-		if entries > 0 && realized == entries && trusted && p.done(pod, c, allocs, &managed) {
+		unsure := entries > 0 && realized == entries && trusted
+		if unsure && p.done(pod, c, allocs, &managed) {
 			continue // done: the kubelet does not allocate a running container again
 		}
 		reserved := trusted && entries == n &&
 			reservation.ValidateRequests(containerOnly(allocs, c), requestOnly(c, n)) == nil
-		return candidate{pod: pod, view: view, container: c, reserved: reserved}, true
+		return candidate{pod: pod, view: view, container: c, reserved: reserved, unsure: unsure}, true
 	}
 	return candidate{}, false
 }
