@@ -214,3 +214,34 @@ func TestAllocateIgnoresForgedRuntimeIdentity(t *testing.T) {
 	assert.False(t, ok, "the victim's reservation was realized for the forger's Allocate")
 	assert.Empty(t, hw.Snapshot(), "nothing is created")
 }
+
+// hungPodResources is a kubelet whose PodResources List never answers.
+type hungPodResources struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+}
+
+func (hungPodResources) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// The after-the-fact check runs in the maintenance pass; a kubelet whose
+// PodResources API does not answer must not stop later passes, which
+// reclaim the devices of ended pods.
+func TestHungPodResourcesDoesNotStallMaintenance(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pr.sock")
+	lis, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, hungPodResources{})
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(lis); close(done) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+
+	hw := fakehal.MustNew(fakehal.Options{})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	r := start(t, client, hw, func(c *plugin.Config) { c.PodResourcesSocket = path; c.ReconcileInterval = 20 * time.Millisecond })
+	before := r.p.Reconciles()
+	assert.Eventually(t, func() bool { return r.p.Reconciles() >= before+3 }, 5*time.Second, 5*time.Millisecond,
+		"maintenance passes stopped behind a hung PodResources List")
+}

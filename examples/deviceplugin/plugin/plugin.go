@@ -60,7 +60,7 @@ type Config struct {
 	// ([DefaultPodResourcesSocket] on a real node), used after the fact to
 	// check that each realized MIG device went to the container it was
 	// realized for ([Plugin.VerifyAssignments], run on every maintenance
-	// pass); "" skips the check.
+	// pass, each bounded by ReconcileInterval); "" skips the check.
 	PodResourcesSocket string
 	// Allowlist is the profile policy; nil means
 	// capability.DefaultAllowlist().
@@ -342,7 +342,14 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 	}
 	p.log.Log(ctx, level, "maintenance", "pods", len(snap.Pods), "complete", snap.Complete, "settled", rep.Settled,
 		"reconcile", rep.Reconcile.String(), "leaks_collected", leaksCollected(rep.Leaks), "err", err)
-	if _, verr := p.VerifyAssignments(ctx); verr != nil {
+	// A kubelet that does not answer must not hold up later passes.
+	bound := p.cfg.ReconcileInterval
+	if bound <= 0 {
+		bound = kube.DefaultReconcileInterval
+	}
+	vctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	if _, verr := p.VerifyAssignments(vctx); verr != nil {
 		p.log.WarnContext(ctx, "could not check the kubelet's device assignments", "err", verr)
 	}
 	return err
