@@ -129,6 +129,11 @@ func (l Leak) String() string {
 // as a whole only when the GPUs cannot be listed or ctx ends.
 func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptReport, error) {
 	want := desired(snap, nil)
+	return m.adopt(ctx, &want)
+}
+
+// adopt runs adoption against a desired set, from either protocol.
+func (m *Manager) adopt(ctx context.Context, want *desiredSet) (AdoptReport, error) {
 	rep := AdoptReport{Authorized: want.Authorized, Reasons: want.Reasons}
 	devs, err := m.hw.Devices(ctx)
 	if err != nil {
@@ -136,7 +141,7 @@ func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptRe
 	}
 	var errs []error
 	for _, dev := range devs {
-		g, err := m.adoptGPU(ctx, &want, dev, &rep)
+		g, err := m.adoptGPU(ctx, want, dev, &rep)
 		if err != nil {
 			g.Err = err
 			errs = append(errs, fmt.Errorf("realize: adopt GPU %d (%s): %w", dev.Index, dev.UUID, err))
@@ -148,7 +153,7 @@ func (m *Manager) Adopt(ctx context.Context, snap reservation.Snapshot) (AdoptRe
 	}
 	if ctx.Err() == nil {
 		m.stats.leaks.Store(int64(len(rep.Leaks)))
-		m.reportOffNode(ctx, &want, devs, &rep)
+		m.reportOffNode(ctx, want, devs, &rep)
 	}
 	m.log.InfoContext(ctx, "adoption finished", "authorized", rep.Authorized, "adopted", len(rep.Adopted),
 		"pending", len(rep.Pending), "unverified", len(rep.Unverified), "rejected", len(rep.Rejected), "leaks", len(rep.Leaks))
@@ -202,6 +207,18 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 	for _, e := range active {
 		rt, ok := e.Runtime()
 		switch {
+		case !ok && want.atPlacement && want.Authorized && dev.MIGMode == capability.MIGEnabled:
+			if gpu == nil {
+				if gpu, err = m.capabilityOf(ctx, dev); err != nil {
+					return g, err
+				}
+			}
+			rec, pending, err := m.adoptAt(want, dev, gpu, insts, e)
+			m.noteAdoption(ctx, rep, e, rec, err)
+			if pending {
+				rep.Pending = append(rep.Pending, e)
+			}
+			continue
 		case !ok:
 			rep.Pending = append(rep.Pending, e)
 			continue
@@ -214,20 +231,93 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 				return g, err
 			}
 		}
-		if rec, err := m.adoptEntry(want, dev, gpu, insts, e, rt); err != nil {
-			rep.Rejected = append(rep.Rejected, Rejection{Entry: e, Err: err})
-			if errors.Is(err, ErrConflict) {
-				m.stats.conflicts.Add(1)
-			}
-			m.log.WarnContext(ctx, "reservation not adopted", "entry", e.String(), "err", err)
-		} else if rec != nil {
-			rep.Adopted = append(rep.Adopted, rec.ManagedInstance)
-			m.stats.adoptions.Add(1)
-			m.log.InfoContext(ctx, "adopted instance", instanceAttrs(rec)...)
-		}
+		rec, err := m.adoptEntry(want, dev, gpu, insts, e, rt)
+		m.noteAdoption(ctx, rep, e, rec, err)
 	}
 	rep.Leaks = append(rep.Leaks, m.leaksOn(want, dev, insts, procs)...)
 	return g, nil
+}
+
+// noteAdoption reports one entry's adoption: rejected with err, adopted as
+// rec, or neither (already managed, or pending).
+func (m *Manager) noteAdoption(ctx context.Context, rep *AdoptReport, e reservation.Entry, rec *record, err error) {
+	switch {
+	case err != nil:
+		rep.Rejected = append(rep.Rejected, Rejection{Entry: e, Err: err})
+		if errors.Is(err, ErrConflict) {
+			m.stats.conflicts.Add(1)
+		}
+		m.log.WarnContext(ctx, "reservation not adopted", "entry", e.String(), "err", err)
+	case rec != nil:
+		rep.Adopted = append(rep.Adopted, rec.ManagedInstance)
+		m.stats.adoptions.Add(1)
+		m.log.InfoContext(ctx, "adopted instance", instanceAttrs(rec)...)
+	}
+}
+
+// adoptAt adopts, for an active entry without runtime identity from a
+// source whose placements only a trusted allocator writes
+// (Demand.AdoptAtPlacement), the live instance at exactly its placement
+// when it has the entry's profile and one compute instance, and no ended
+// holder, other entry or managed record names or overlaps it. pending is
+// true when nothing is there to adopt yet (or only a GI without a CI, the
+// remnant of a create that crashed, which Prepare replaces): the entry is
+// left to Prepare. The caller holds the GPU's lock and has checked that the
+// set is authorised.
+func (m *Manager) adoptAt(want *desiredSet, dev capability.DeviceInfo, gpu *capability.GPU, insts []Instance, e reservation.Entry) (rec *record, pending bool, err error) {
+	owner := entryOwner(&e)
+	key := Key{GPU: dev.Index, Profile: e.Profile, Placement: e.Placement}
+	if r := m.lookup(key); r != nil {
+		if r.Owner == owner {
+			return nil, false, nil
+		}
+		return nil, false, &ConflictError{Key: key, Owner: owner, Holder: r.Owner, Reason: "key is managed for another reservation"}
+	}
+	gi, ok := findAt(insts, e.Placement)
+	if !ok || len(gi.ComputeInstances) == 0 {
+		return nil, true, nil
+	}
+	prof := gpu.Profile(e.Profile)
+	if prof == nil {
+		return nil, false, fmt.Errorf("%w: GPU %d does not support %q", reservation.ErrUnknownProfile, gpu.Index, e.Profile)
+	}
+	if gi.Profile != prof.GIProfileIndex || len(gi.ComputeInstances) != 1 {
+		return nil, false, fmt.Errorf("%w: GI %d at %v has profile index %d and %d compute instances, want %d with one",
+			ErrHardwareMismatch, gi.GIID, gi.Placement, gi.Profile, len(gi.ComputeInstances), prof.GIProfileIndex)
+	}
+	ci := gi.ComputeInstances[0]
+	rt := reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: gi.GIID, ComputeInstanceID: ci.ID}
+	if o, ok := want.endedOwner(ci.MIGUUID, owner); ok {
+		return nil, false, &ConflictError{Key: key, Owner: owner, Holder: o, Reason: "the live instance " + ci.MIGUUID + " belongs to an ended holder"}
+	}
+	if o, ok := want.namedByOther(ci.MIGUUID, owner); ok {
+		return nil, false, &ConflictError{Key: key, Owner: owner, Holder: o, Reason: "another holder names the live instance " + ci.MIGUUID}
+	}
+	if err := m.adoptable(want, key, owner, e, rt); err != nil {
+		return nil, false, err
+	}
+	rec = &record{ManagedInstance: ManagedInstance{Key: key, Owner: owner, GPUUUID: e.GPUUUID,
+		GIIndex: gi.Profile, Runtime: rt, Origin: OriginAdopted}}
+	m.store(rec)
+	return rec, false, nil
+}
+
+// adoptable checks that no managed record other than one at key names rt or
+// overlaps key, and that no other active or untrusted holder's entry
+// overlaps it.
+func (m *Manager) adoptable(want *desiredSet, key Key, owner Owner, e reservation.Entry, rt reservation.RuntimeIdentity) error {
+	if rec := m.recordByMIG(rt.MIGUUID); rec != nil {
+		return &ConflictError{Key: key, Owner: owner, Holder: rec.Owner, Reason: "runtime identity names managed instance " + rec.Key.String()}
+	}
+	for _, r := range m.records() {
+		if r.Key.GPU == key.GPU && r.Key.Placement.Overlaps(key.Placement) {
+			return &ConflictError{Key: key, Owner: owner, Holder: r.Owner, Reason: "overlaps managed instance " + r.Key.String()}
+		}
+	}
+	if c, ok := want.rival(e.GPUUUID, e.Placement, owner); ok {
+		return &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&c), Reason: "overlaps reservation " + c.String()}
+	}
+	return nil
 }
 
 // claimsAny reports whether a reservation names a MIG device of insts,
@@ -335,16 +425,8 @@ func (m *Manager) adoptEntry(want *desiredSet, dev capability.DeviceInfo, gpu *c
 	if o, ok := want.endedOwner(rt.MIGUUID, owner); ok {
 		return nil, &ConflictError{Key: key, Owner: owner, Holder: o, Reason: "runtime identity " + rt.MIGUUID + " belongs to an ended pod"}
 	}
-	if rec := m.recordByMIG(rt.MIGUUID); rec != nil {
-		return nil, &ConflictError{Key: key, Owner: owner, Holder: rec.Owner, Reason: "runtime identity names managed instance " + rec.Key.String()}
-	}
-	for _, r := range m.records() {
-		if r.Key.GPU == key.GPU && r.Key.Placement.Overlaps(key.Placement) {
-			return nil, &ConflictError{Key: key, Owner: owner, Holder: r.Owner, Reason: "overlaps managed instance " + r.Key.String()}
-		}
-	}
-	if c, ok := want.rival(e.GPUUUID, e.Placement, owner); ok {
-		return nil, &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&c), Reason: "overlaps reservation " + c.String()}
+	if err := m.adoptable(want, key, owner, e, rt); err != nil {
+		return nil, err
 	}
 	prof := gpu.Profile(e.Profile)
 	if prof == nil {
@@ -422,6 +504,12 @@ type LeakReport struct {
 // plugin own MIG mutation on its GPUs (stop MIG Manager first).
 func (m *Manager) CollectLeaks(ctx context.Context, snap reservation.Snapshot) (LeakReport, error) {
 	want := desired(snap, nil)
+	return m.collectLeaks(ctx, &want)
+}
+
+// collectLeaks runs leak collection against a desired set, from either
+// protocol.
+func (m *Manager) collectLeaks(ctx context.Context, want *desiredSet) (LeakReport, error) {
 	rep := LeakReport{Authorized: want.Authorized, Reasons: want.Reasons}
 	if !want.Authorized {
 		m.stats.skippedReconciles.Add(1)
@@ -434,7 +522,7 @@ func (m *Manager) CollectLeaks(ctx context.Context, snap reservation.Snapshot) (
 	}
 	var errs []error
 	for _, dev := range devs {
-		if err := m.collectOn(ctx, &want, dev, &rep); err != nil {
+		if err := m.collectOn(ctx, want, dev, &rep); err != nil {
 			errs = append(errs, err)
 			if ctx.Err() != nil {
 				break

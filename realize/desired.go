@@ -1,6 +1,7 @@
 package realize
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 
@@ -22,6 +23,29 @@ type desiredSet struct {
 	// (reservation.Pod.Released at the snapshot's time): its containers
 	// may still run.
 	active map[string]bool
+	// atPlacement: Demand.AdoptAtPlacement. Adoption may take over a live
+	// instance at exactly an active entry's placement when the entry
+	// records no runtime identity.
+	atPlacement bool
+}
+
+// sortSet orders a desired set built outside reservation.Desired as
+// reservation.Desired does.
+func sortSet(s *reservation.DesiredSet) {
+	slices.SortFunc(s.Unknown, func(a, b reservation.PodRef) int { return cmp.Compare(a.UID, b.UID) })
+	slices.SortFunc(s.Active, compareEntries)
+	slices.SortFunc(s.Withheld, compareEntries)
+}
+
+func compareEntries(a, b reservation.Entry) int {
+	return cmp.Or(
+		cmp.Compare(a.GPUUUID, b.GPUUUID),
+		cmp.Compare(a.Placement.Start, b.Placement.Start),
+		cmp.Compare(a.Placement.Size, b.Placement.Size),
+		cmp.Compare(a.PodUID, b.PodUID),
+		cmp.Compare(a.ContainerIndex, b.ContainerIndex),
+		cmp.Compare(a.DeviceIndex, b.DeviceIndex),
+	)
 }
 
 // desired builds the desired set of snap. extra, when not nil, is a pod
@@ -73,6 +97,19 @@ func endedClaims(snap reservation.Snapshot) map[string]Owner {
 func (d *desiredSet) endedOwner(migUUID string, self Owner) (Owner, bool) {
 	o, ok := d.ended[migUUID]
 	return o, ok && o.PodUID != self.PodUID
+}
+
+// namedByOther returns the owner of an active or withheld entry, other
+// than self, whose runtime identity names migUUID.
+func (d *desiredSet) namedByOther(migUUID string, self Owner) (Owner, bool) {
+	for _, list := range [][]reservation.Entry{d.Active, d.Withheld} {
+		for i := range list {
+			if list[i].MIGUUID == migUUID && entryOwner(&list[i]) != self {
+				return entryOwner(&list[i]), true
+			}
+		}
+	}
+	return Owner{}, false
 }
 
 func listed(pods []reservation.Pod, uid string) bool {

@@ -26,12 +26,18 @@ func (k Key) String() string {
 }
 
 // Owner is the reservation a managed instance belongs to: one device of one
-// container of one pod. The zero value is an owner with an empty pod UID,
-// which the manager never accepts. Owner is comparable.
+// container of one pod (annotation protocol), or one device of one request
+// of one ResourceClaim (DRA, see [Demand]). The zero value is an owner with
+// an empty UID, which the manager never accepts. Owner is comparable.
 type Owner struct {
-	PodUID         string
+	// PodUID is the holder's UID: a pod's, or a ResourceClaim's.
+	PodUID string
+	// ContainerIndex is the pod's container index, or the claim's request
+	// index.
 	ContainerIndex int
-	DeviceIndex    int
+	// DeviceIndex is the device's index within the container's or the
+	// request's devices.
+	DeviceIndex int
 }
 
 // String formats o as "<podUID>/c<container>/d<device>".

@@ -41,11 +41,18 @@ type MaintainReport struct {
 // later ones (except when ctx ends). Maintain is safe for concurrent use;
 // concurrent passes may both adopt or collect, which is harmless.
 func (m *Manager) Maintain(ctx context.Context, snap reservation.Snapshot) (MaintainReport, error) {
+	want := desired(snap, nil)
+	return m.maintain(ctx, &want)
+}
+
+// maintain runs Maintain's passes against one desired set, from either
+// protocol.
+func (m *Manager) maintain(ctx context.Context, want *desiredSet) (MaintainReport, error) {
 	var rep MaintainReport
 	var errs []error
 	collect := false
 	if !m.adoptSettled.Load() {
-		a, err := m.Adopt(ctx, snap)
+		a, err := m.adopt(ctx, want)
 		rep.Adopt = &a
 		if err != nil {
 			errs = append(errs, err)
@@ -59,7 +66,7 @@ func (m *Manager) Maintain(ctx context.Context, snap reservation.Snapshot) (Main
 	if ctx.Err() != nil {
 		return rep, errors.Join(append(errs, ctx.Err())...)
 	}
-	r, err := m.Reconcile(ctx, snap)
+	r, err := m.reconcile(ctx, want)
 	rep.Reconcile = r
 	if err != nil {
 		errs = append(errs, err)
@@ -72,7 +79,7 @@ func (m *Manager) Maintain(ctx context.Context, snap reservation.Snapshot) (Main
 	}
 	m.leakMu.Unlock()
 	if collect && ctx.Err() == nil {
-		l, err := m.CollectLeaks(ctx, snap)
+		l, err := m.collectLeaks(ctx, want)
 		rep.Leaks = &l
 		if err != nil {
 			errs = append(errs, err)

@@ -306,6 +306,30 @@ func flatten(err error) []error {
 	return []error{err}
 }
 
+// Conflicts finds the hardware that entries of two different holders
+// claim: overlapping placements on one GPU ([ErrOverlap]), one MIG UUID, or
+// one GPU instance ID on one GPU ([ErrRuntimeConflict]). A holder is
+// whatever Entry.PodUID names: a pod for the annotation protocol, or
+// another record kind (such as a ResourceClaim) for callers that build
+// entries themselves. Entries of one holder never conflict with each other
+// here; [Validate] checks those.
+//
+// It returns every holder with an entry in a conflict, sorted by UID
+// (what they own is unknown: [Desired] puts them in Unknown), and the first
+// [MaxProblems] conflicts, in the order [Desired] reports them. Its cost is
+// linear in the entries but for entries sharing a GPU or a MIG UUID.
+func Conflicts(entries []Entry) (holders []PodRef, conflicts []*ConflictError) {
+	seen := make(map[string]bool)
+	conflicts = crossPodConflicts(entries, func(e *Entry) {
+		if !seen[e.PodUID] {
+			seen[e.PodUID] = true
+			holders = append(holders, e.Pod())
+		}
+	})
+	slices.SortFunc(holders, func(a, b PodRef) int { return cmp.Compare(a.UID, b.UID) })
+	return holders, conflicts
+}
+
 // crossPodConflicts finds hardware claimed by entries of two different
 // pods, calls claimant for both entries of every such pair, and returns the
 // first [MaxProblems] pairs as errors, ordered as a scan of every pair (i,

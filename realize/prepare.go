@@ -1,0 +1,293 @@
+package realize
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// Prepare realizes every device of the holder holderUID of d, for a DRA
+// driver's NodePrepareResources: it reconciles against d (destructively
+// only when d authorises that), checks every device against its GPU's MIG
+// mode and capability (nothing is created when one fails), then, one
+// device at a time under that GPU's lock, creates the GI and CI at exactly
+// the wanted placement, or returns the instance already managed for that
+// device, or adopts the live instance the device's recorded runtime
+// identity names after verifying it exactly. It never tries another
+// placement and writes no record: the caller persists each
+// Device.Runtime itself (a checkpoint) and reports it in later demands as
+// the device's runtime identity.
+//
+// Devices are returned ordered by (ContainerIndex, DeviceIndex);
+// Device.Index is the device's position in Holder.Devices. Prepare is
+// idempotent: a repeated call returns the same MIG UUIDs without creating
+// anything. Calls for one holder, and [Manager.Unprepare] calls for it,
+// wait for each other (honouring ctx). The rules are Allocate's: a device
+// whose key is managed for another owner, whose runtime identity names an
+// instance other than the one at its key, or that overlaps another
+// holder's device or managed instance fails with [ErrConflict]; so does a
+// holder that conflicts with another (both are withheld). When a device
+// fails, the instances this call created are destroyed (CI, then GI) and
+// the error joins the rollback failures, if any; instances it adopted or
+// found managed stay.
+//
+// Errors are an [*EntryError] for a failed device (its PodUID is the
+// holder's UID, its Index the device's position), [ErrConflict] for a
+// conflicting holder, an error matching reservation.ErrNotRequested or the
+// device's own Untrusted error for an untrusted device, one wrapping the
+// holder's Err or reservation's validation errors for an unreadable
+// holder, [ErrNoReservation] when d lists no such holder or it has no
+// device, [ErrInactivePod] when it is released, and [ErrInvalidRequest]
+// for an empty UID.
+func (m *Manager) Prepare(ctx context.Context, d Demand, holderUID string) ([]Device, error) {
+	if holderUID == "" {
+		return nil, fmt.Errorf("%w: empty holder UID", ErrInvalidRequest)
+	}
+	h, ok := d.holder(holderUID)
+	if !ok || len(h.Devices) == 0 {
+		return nil, fmt.Errorf("%w: holder %s has no listed device", ErrNoReservation, holderUID)
+	}
+	if h.Released {
+		return nil, fmt.Errorf("%w: holder %s/%s (%s) is released", ErrInactivePod, h.Namespace, h.Name, h.UID)
+	}
+	unlock, err := m.owners.lock(ctx, holderRef(holderUID))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	want := demandSet(d)
+	_, _ = m.reconcile(ctx, &want) // failures are in the report; they do not block this holder
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries := make([]reservation.Allocation, len(h.Devices))
+	mine := make([]int, len(h.Devices))
+	for i := range h.Devices {
+		entries[i], mine[i] = h.Devices[i].Allocation, i
+	}
+	slices.SortFunc(mine, func(a, b int) int {
+		return cmp.Or(cmp.Compare(entries[a].ContainerIndex, entries[b].ContainerIndex), cmp.Compare(entries[a].DeviceIndex, entries[b].DeviceIndex))
+	})
+	if want.IsUnknown(holderUID) {
+		return nil, m.untrustedHolder(ctx, h, &want, entries, mine)
+	}
+	var untrusted []error
+	for _, i := range mine {
+		if err := h.Devices[i].Untrusted; err != nil {
+			untrusted = append(untrusted, err)
+		}
+	}
+	if len(untrusted) > 0 {
+		return nil, fmt.Errorf("realize: holder %s/%s (%s): untrusted device: %w", h.Namespace, h.Name, h.UID, errors.Join(untrusted...))
+	}
+	steps, err := m.plan(ctx, holderUID, entries, mine)
+	if err != nil {
+		return nil, err
+	}
+	devices, _, err := m.realizeSteps(ctx, &want, holderUID, steps)
+	return devices, err
+}
+
+// holderRef is the lock a whole holder's Prepare and Unprepare take. Its
+// container index cannot be an Allocate's.
+func holderRef(uid string) containerRef { return containerRef{podUID: uid, container: -1} }
+
+// untrustedHolder refuses a holder the desired set could not trust.
+func (m *Manager) untrustedHolder(ctx context.Context, h *Holder, want *desiredSet, entries []reservation.Allocation, mine []int) error {
+	reasons := errors.Join(want.podReasons(h.UID)...)
+	if errors.Is(reasons, reservation.ErrConflict) {
+		e := entries[mine[0]]
+		m.stats.conflicts.Add(1)
+		err := &ConflictError{Key: Key{GPU: -1, Profile: e.Profile, Placement: e.Placement}, Owner: ownerOf(h.UID, e),
+			Reason: "the holder's devices conflict with another holder's", Cause: reasons}
+		m.log.WarnContext(ctx, "holder refused", "holder", h.UID, "err", err)
+		return err
+	}
+	return fmt.Errorf("realize: holder %s/%s (%s) is not trusted: %w", h.Namespace, h.Name, h.UID, reasons)
+}
+
+// UnprepareReport says what [Manager.Unprepare] did.
+type UnprepareReport struct {
+	// Authorized and Reasons as in [ReconcileReport], for the demand with
+	// the holder released: nothing is destroyed without authorisation.
+	Authorized bool
+	Reasons    []error
+	// Adopted are the holder's live instances that were not managed (a
+	// restart) and were taken over to be released.
+	Adopted []ManagedInstance
+	// Released are the holder's instances destroyed.
+	Released []ManagedInstance
+	// Vanished are the holder's managed instances that were already gone
+	// from the hardware; they are forgotten.
+	Vanished []ManagedInstance
+	// Kept are the holder's instances that were not destroyed: in use
+	// (processes), or claimed by another holder (named by its runtime
+	// identity, at exactly its placement, or overlapped by an untrusted
+	// holder). They stay managed; a later Unprepare or reconcile retries.
+	Kept []KeptInstance
+}
+
+// Unprepare destroys the instances of the holder holderUID, for a DRA
+// driver's NodeUnprepareResources: kubelet says none of its users runs any
+// more, so the holder counts as released whatever d says of it. d is the
+// current listing (the holder may be missing from it); the holder's
+// devices it lists, with their recorded runtime identities, let Unprepare
+// find instances a restart left unmanaged.
+//
+// Nothing is destroyed unless d, with the holder released, authorises
+// destruction (complete, no unreadable or conflicting holder); the error
+// then matches reservation.ErrNotAuthorized and every reason, and kubelet
+// retries. Otherwise, under each GPU's lock, the holder's live but
+// unmanaged devices are first adopted by the same rules as
+// [Manager.AdoptDemand], then each managed instance of the holder is
+// destroyed (exactly its CI, then its GI), except one that runs processes
+// ([ErrInUse]) or that another holder claims ([ErrConflict]): those are
+// Kept, and the error joins their errors. An instance already gone is
+// forgotten. Unprepare is idempotent: with nothing left of the holder it
+// returns an empty report and nil.
+func (m *Manager) Unprepare(ctx context.Context, d Demand, holderUID string) (UnprepareReport, error) {
+	if holderUID == "" {
+		return UnprepareReport{}, fmt.Errorf("%w: empty holder UID", ErrInvalidRequest)
+	}
+	unlock, err := m.owners.lock(ctx, holderRef(holderUID))
+	if err != nil {
+		return UnprepareReport{}, err
+	}
+	defer unlock()
+
+	gone := demandSet(d.withReleased(holderUID, true))
+	rep := UnprepareReport{Authorized: gone.Authorized, Reasons: gone.Reasons}
+	if !gone.Authorized {
+		if h, listed := d.holder(holderUID); (!listed || len(h.Devices) == 0) && !m.holds(holderUID) {
+			return rep, nil // nothing of the holder is known: already unprepared
+		}
+		m.stats.skippedReconciles.Add(1)
+		return rep, fmt.Errorf("realize: unprepare holder %s: %w", holderUID, gone.Verdict())
+	}
+	var errs []error
+	if _, listed := d.holder(holderUID); listed {
+		live := demandSet(d.withReleased(holderUID, false))
+		if live.Authorized {
+			errs = append(errs, m.adoptHolder(ctx, &live, holderUID, &rep)...)
+		}
+	}
+	for _, r := range m.records() {
+		if r.Owner.PodUID != holderUID {
+			continue
+		}
+		if err := m.unprepareOne(ctx, &gone, r, &rep); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// holds reports whether the manager manages an instance of the holder.
+func (m *Manager) holds(uid string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.managed {
+		if r.Owner.PodUID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// adoptHolder adopts the holder's live devices that are not managed, as
+// AdoptDemand would.
+func (m *Manager) adoptHolder(ctx context.Context, want *desiredSet, uid string, rep *UnprepareReport) []error {
+	devs, err := m.hw.Devices(ctx)
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, dev := range devs {
+		mine := slices.DeleteFunc(entriesOn(want.Active, dev.UUID), func(e reservation.Entry) bool { return e.PodUID != uid })
+		if len(mine) == 0 || dev.MIGMode != capability.MIGEnabled {
+			continue
+		}
+		if err := m.adoptOn(ctx, want, dev, mine, rep); err != nil {
+			errs = append(errs, fmt.Errorf("realize: unprepare holder %s on GPU %d (%s): %w", uid, dev.Index, dev.UUID, err))
+		}
+	}
+	return errs
+}
+
+func (m *Manager) adoptOn(ctx context.Context, want *desiredSet, dev capability.DeviceInfo, mine []reservation.Entry, rep *UnprepareReport) error {
+	unlock, err := m.locks.Lock(ctx, dev.Index)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	insts, err := m.hw.Instances(ctx, dev.Index)
+	if err != nil {
+		return err
+	}
+	gpu, err := m.capabilityOf(ctx, dev)
+	if err != nil {
+		return err
+	}
+	for _, e := range mine {
+		var rec *record
+		if rt, ok := e.Runtime(); ok {
+			rec, err = m.adoptEntry(want, dev, gpu, insts, e, rt)
+		} else if want.atPlacement {
+			rec, _, err = m.adoptAt(want, dev, gpu, insts, e)
+		}
+		switch {
+		case err != nil && !errors.Is(err, ErrNotFound):
+			// Not provably the holder's: left alone, as adoption would.
+			m.log.WarnContext(ctx, "holder's instance not taken over for unprepare", "entry", e.String(), "err", err)
+		case rec != nil:
+			rep.Adopted = append(rep.Adopted, rec.ManagedInstance)
+			m.stats.adoptions.Add(1)
+			m.log.InfoContext(ctx, "adopted instance to unprepare it", instanceAttrs(rec)...)
+		}
+	}
+	return nil
+}
+
+// unprepareOne destroys one managed instance of the unprepared holder
+// under its GPU lock unless it is in use or another holder claims it.
+func (m *Manager) unprepareOne(ctx context.Context, gone *desiredSet, r *record, rep *UnprepareReport) error {
+	unlock, err := m.locks.Lock(ctx, r.Key.GPU)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if m.lookup(r.Key) != r {
+		return nil // released by a concurrent reconcile
+	}
+	gi := Instance{GPU: r.Key.GPU, Placement: r.Key.Placement, GIID: r.Runtime.GPUInstanceID,
+		ComputeInstances: []ComputeInstance{{ID: r.Runtime.ComputeInstanceID, MIGUUID: r.Runtime.MIGUUID}}}
+	if gone.mayOwn(r.GPUUUID, gi) {
+		err := &ConflictError{Key: r.Key, Owner: r.Owner, Reason: "another holder claims the instance"}
+		rep.Kept = append(rep.Kept, KeptInstance{Instance: r.ManagedInstance, Err: err})
+		m.stats.conflicts.Add(1)
+		m.log.WarnContext(ctx, "not unpreparing an instance another holder claims", instanceAttrs(r)...)
+		return err
+	}
+	vanished, err := m.release(ctx, r)
+	switch {
+	case err == nil && vanished:
+		rep.Vanished = append(rep.Vanished, r.ManagedInstance)
+	case err == nil:
+		rep.Released = append(rep.Released, r.ManagedInstance)
+		m.log.InfoContext(ctx, "unprepared instance", instanceAttrs(r)...)
+	default:
+		rep.Kept = append(rep.Kept, KeptInstance{Instance: r.ManagedInstance, Err: err})
+		m.log.WarnContext(ctx, "could not unprepare instance; keeping it managed", append(instanceAttrs(r), "err", err)...)
+		return err
+	}
+	return nil
+}
