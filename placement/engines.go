@@ -122,6 +122,39 @@ func (g *Grid) EnginesOf(profile string) Engines {
 	return Engines{}
 }
 
+// heldEngines returns the media engines a reservation already on the GPU
+// takes. For a published profile that is [Grid.EnginesOf]. A profile the
+// table no longer publishes (the allowlist narrowed after the pod was
+// placed) still runs with its engines, so they are derived from its name
+// and placement by the rules of [Engines]; when neither tells, every engine
+// counts as taken, so that selection never adds an instance the GPU would
+// refuse.
+func (g *Grid) heldEngines(profile string, at capability.Placement) Engines {
+	if i := g.profileIndex(profile); i >= 0 {
+		return g.shape.engines.demand[i]
+	}
+	t := &g.shape.engines
+	name, err := capability.ParseProfileName(profile)
+	if err != nil || at.Size >= g.Width() {
+		return t.budget
+	}
+	var d Engines
+	switch name.Variant {
+	case capability.VariantNoME:
+		// No media engines.
+	case capability.VariantMEAll:
+		d = t.budget
+	case capability.VariantME:
+		d = Engines{Decoders: uint8(min(name.Compute, 255)), OFA: 1}
+	default:
+		d.Decoders = uint8(min(name.Compute, 255))
+	}
+	if !t.decoders {
+		d.Decoders = 0
+	}
+	return d
+}
+
 // EngineBudget returns the media engines of the whole GPU. Decoders is 0
 // when decoders are not tracked on this GPU.
 func (g *Grid) EngineBudget() Engines { return g.shape.engines.budget }

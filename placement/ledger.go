@@ -611,7 +611,7 @@ func (n *nodeLedger) occupy(h *held) {
 	// The reservation's media engines are taken too (GPUState.Engines),
 	// or selection would add an instance the GPU refuses.
 	if g.Grid != nil {
-		g.Engines = g.Engines.Add(g.Grid.EnginesOf(h.Profile))
+		g.Engines = g.Engines.Add(g.Grid.heldEngines(h.Profile, h.Placement))
 	}
 }
 
@@ -635,7 +635,7 @@ func (n *nodeLedger) remove(podUID string) bool {
 			}
 		}
 		if g := &n.gpus[h.gpu]; g.Grid != nil {
-			g.Engines = g.Engines.Sub(g.Grid.EnginesOf(h.Profile))
+			g.Engines = g.Engines.Sub(g.Grid.heldEngines(h.Profile, h.Placement))
 		}
 	}
 	return true

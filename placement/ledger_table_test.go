@@ -91,3 +91,40 @@ func TestLedgerConflictsReportTableMismatch(t *testing.T) {
 		t.Errorf("used = %v, want the 7g.40gb's [0,8) still taken", u)
 	}
 }
+
+// A pod placed with an engine-bearing variant keeps its media engines after
+// the allowlist drops that variant: the narrowed table no longer describes
+// the profile, but the instance still holds the GPU's optical-flow set, so
+// another "+me" instance must not be chosen until the pod ends.
+func TestLedgerNarrowerTableKeepsRunningPodsEngines(t *testing.T) {
+	gpu := fullGPU(t, "A30", 0)
+	l := placement.NewLedger(placement.LedgerOptions{})
+	if err := l.SetNode("n1", []capability.GPU{gpu}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddPod("n1", "running", []placement.Reservation{res(gpu.UUID, "1g.6gb+me", 0, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	// The republished table keeps 2g.12gb+me but no longer 1g.6gb+me.
+	var keep []string
+	for _, p := range gpu.Profiles {
+		if p.Name != "1g.6gb+me" {
+			keep = append(keep, p.Name)
+		}
+	}
+	if err := l.SetNode("n1", []capability.GPU{narrowed(gpu, keep...)}); !errors.Is(err, placement.ErrInvalidReservation) {
+		t.Errorf("SetNode with a narrower table = %v, want ErrInvalidReservation for the running pod", err)
+	}
+	gs, _ := l.Node("n1")
+	if got, want := gs[0].Engines, (placement.Engines{OFA: 1}); got != want {
+		t.Errorf("engines after narrowing = %v, want %v", got, want)
+	}
+	me := &placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Profile: "2g.12gb+me"}}}
+	if as, err := l.Reserve("n1", "second", me); !errors.Is(err, placement.ErrUnschedulable) {
+		t.Errorf("2g.12gb+me beside the running 1g.6gb+me = %v, %v; want unschedulable (one optical-flow set per GPU)", as, err)
+	}
+	l.DeletePod("running")
+	if _, err := l.Reserve("n1", "second", me); err != nil {
+		t.Errorf("2g.12gb+me after the running pod ended = %v", err)
+	}
+}
