@@ -127,9 +127,8 @@ type UnprepareReport struct {
 	// from the hardware; they are forgotten.
 	Vanished []ManagedInstance
 	// Kept are the holder's instances that were not destroyed: in use
-	// (processes), or claimed by another holder (named by its runtime
-	// identity, at exactly its placement, or overlapped by an untrusted
-	// holder). They stay managed; a later Unprepare or reconcile retries.
+	// (processes), or named by another holder's runtime identity. They
+	// stay managed; a later Unprepare or reconcile retries.
 	Kept []KeptInstance
 }
 
@@ -147,8 +146,10 @@ type UnprepareReport struct {
 // unmanaged devices are first adopted by the same rules as
 // [Manager.AdoptDemand], then each managed instance of the holder is
 // destroyed (exactly its CI, then its GI), except one that runs processes
-// ([ErrInUse]) or that another holder claims ([ErrConflict]): those are
-// Kept, and the error joins their errors. An instance already gone is
+// ([ErrInUse]) or whose MIG UUID another listed holder's runtime identity
+// names ([ErrConflict]): those are Kept, and the error joins their errors.
+// Another holder wanting the same placement does not keep it: that holder
+// gets an instance of its own once this one is gone. An instance already gone is
 // forgotten. Unprepare is idempotent: with nothing left of the holder it
 // returns an empty report and nil.
 func (m *Manager) Unprepare(ctx context.Context, d Demand, holderUID string) (UnprepareReport, error) {
@@ -268,10 +269,11 @@ func (m *Manager) unprepareOne(ctx context.Context, gone *desiredSet, r *record,
 	if m.lookup(r.Key) != r {
 		return nil // released by a concurrent reconcile
 	}
-	gi := Instance{GPU: r.Key.GPU, Placement: r.Key.Placement, GIID: r.Runtime.GPUInstanceID,
-		ComputeInstances: []ComputeInstance{{ID: r.Runtime.ComputeInstanceID, MIGUUID: r.Runtime.MIGUUID}}}
-	if gone.mayOwn(r.GPUUUID, gi) {
-		err := &ConflictError{Key: r.Key, Owner: r.Owner, Reason: "another holder claims the instance"}
+	// Another holder wanting the same placement wants an instance of its
+	// own; one naming this instance's identity may be using it. (Holders
+	// whose records are unknown would withhold authorisation.)
+	if o, ok := gone.namedByOther(r.Runtime.MIGUUID, r.Owner); ok {
+		err := &ConflictError{Key: r.Key, Owner: r.Owner, Holder: o, Reason: "another holder names the instance " + r.Runtime.MIGUUID}
 		rep.Kept = append(rep.Kept, KeptInstance{Instance: r.ManagedInstance, Err: err})
 		m.stats.conflicts.Add(1)
 		m.log.WarnContext(ctx, "not unpreparing an instance another holder claims", instanceAttrs(r)...)
