@@ -1,0 +1,98 @@
+package placement
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/dynmig/dynmig/capability"
+)
+
+// PublishedPlacement is one partitionable device a Kubernetes DRA driver
+// publishes for a GPU: a profile at one of its published placements,
+// covering the memory slots [Placement.Start, Placement.Start+Placement.Size)
+// (half-open), with the default policy's cost of creating it.
+type PublishedPlacement struct {
+	Profile   string // profile name, as in [capability.Profile.Name]
+	Placement capability.Placement
+	// Cost is [FragmentationAware.Cost] (the default policy, [Stranding]
+	// metric) of creating this instance under the occupancy PublishOrder
+	// was given; lower is better. It is [NotFree] when the placement
+	// overlaps a taken slot.
+	Cost int64
+}
+
+// NotFree is the [PublishedPlacement.Cost] of a placement that overlaps a
+// taken slot.
+const NotFree = math.MaxInt64
+
+// PublishOrder returns every (profile, published placement) pair of g in the
+// order a DRA driver should publish them as KEP-4815 partitionable devices
+// while the GPU's taken slots are used (0 for an empty GPU). The structured
+// allocator of Kubernetes takes, for each request, the first device in slice
+// order that its selector matches and whose counters are free; a request's
+// selector names one profile, so only the order within one profile matters,
+// and in this order the allocator on one GPU chooses what the default
+// policy chooses.
+//
+// Profiles come in [capability.CompareProfiles] order. Within a profile the
+// placements that fit under used come first, by increasing Cost, ties to
+// the lowest start; then those that overlap used (Cost [NotFree]), by start.
+// Duplicate placements are listed once.
+//
+// The order depends on used: to keep the allocator choosing as the default
+// policy does, a driver republishes a GPU's devices in the new order after
+// every instance it creates or destroys there. A driver that publishes
+// several GPUs in one ordered device list can merge their orders by (Cost,
+// GPU position, start), which is the default policy's choice across GPUs;
+// across ResourceSlices no order is possible, because kube-scheduler hands
+// the allocator a pool's slices in its informer cache's (unordered) order.
+//
+// PublishOrder fails with a [*GridError] for a profile table [NewGrid]
+// rejects (an empty or repeated profile name, a placement that is invalid
+// or ends beyond slot 64); g.UUID is not needed. With n placements in all
+// it makes n cost evaluations, each two table lookups on grids of up to 12
+// slots (O(n) otherwise), and sorts each profile's placements:
+// O(n log n), plus O(n) allocation for the result. Compiled tables are
+// shared with [NewGrid], so repeated calls for one GPU model do not
+// recompile it.
+func PublishOrder(g *capability.GPU, used Occupancy) ([]PublishedPlacement, error) {
+	sh, err := internShape(g)
+	if err != nil {
+		return nil, err
+	}
+	return sh.publishOrder(uint64(used)), nil
+}
+
+// publishOrder is [PublishOrder] on a compiled table.
+func (sh *shape) publishOrder(used uint64) []PublishedPlacement {
+	n := 0
+	for i := range sh.profiles {
+		n += len(sh.profiles[i].placements)
+	}
+	out := make([]PublishedPlacement, 0, n)
+	for i := range sh.profiles {
+		gp := &sh.profiles[i]
+		first := len(out)
+		for j, m := range gp.masks {
+			c := int64(NotFree)
+			if used&m == 0 {
+				c = sh.fragCost(used, m)
+			}
+			out = append(out, PublishedPlacement{Profile: gp.p.Name, Placement: gp.placements[j], Cost: c})
+		}
+		// gp.placements are sorted by start, so a stable sort by cost
+		// breaks ties by start.
+		slices.SortStableFunc(out[first:], func(a, b PublishedPlacement) int { return cmp.Compare(a.Cost, b.Cost) })
+	}
+	return out
+}
+
+// fragCost is [FragmentationAware.Cost] with the [Stranding] metric of
+// taking mask m under used.
+func (sh *shape) fragCost(used, m uint64) int64 {
+	used &= sh.full
+	after := used | m
+	strand := sh.stranded(after) - sh.stranded(used) + capability.MaxSlots
+	return strand<<32 | (sh.capacity(used) - sh.capacity(after))
+}
