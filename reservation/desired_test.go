@@ -310,3 +310,56 @@ func TestDesiredBoundsConflicts(t *testing.T) {
 		}
 	}
 }
+
+func TestConflicts(t *testing.T) {
+	entry := func(uid string, a reservation.Allocation) reservation.Entry {
+		return reservation.Entry{PodUID: uid, Namespace: "ns", Name: "claim-" + uid, Allocation: a}
+	}
+	withMIG := func(a reservation.Allocation, mig string, gi uint32) reservation.Allocation {
+		return a.WithRuntime(reservation.RuntimeIdentity{MIGUUID: mig, GPUInstanceID: gi})
+	}
+	tests := []struct {
+		name        string
+		entries     []reservation.Entry
+		wantHolders []string
+		wantProblem error
+	}{
+		{name: "disjoint", entries: []reservation.Entry{
+			entry("x", alloc(0, 0, gpuA, "2g.10gb", 0, 2)), entry("y", alloc(0, 0, gpuA, "2g.10gb", 2, 2)),
+		}},
+		{name: "same holder overlapping is Validate's", entries: []reservation.Entry{
+			entry("x", alloc(0, 0, gpuA, "2g.10gb", 0, 2)), entry("x", alloc(0, 1, gpuA, "2g.10gb", 0, 2)),
+		}},
+		{name: "overlap", entries: []reservation.Entry{
+			entry("y", alloc(0, 0, gpuA, "3g.20gb", 0, 4)), entry("x", alloc(0, 0, gpuA, "2g.10gb", 2, 2)),
+			entry("z", alloc(0, 0, gpuB, "3g.20gb", 0, 4)),
+		}, wantHolders: []string{"x", "y"}, wantProblem: reservation.ErrOverlap},
+		{name: "same MIG UUID on two GPUs", entries: []reservation.Entry{
+			entry("x", withMIG(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 1)), entry("y", withMIG(alloc(0, 0, gpuB, "2g.10gb", 0, 2), migA, 1)),
+		}, wantHolders: []string{"x", "y"}, wantProblem: reservation.ErrRuntimeConflict},
+		{name: "same GPU instance ID", entries: []reservation.Entry{
+			entry("x", withMIG(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 3)), entry("y", withMIG(alloc(0, 0, gpuA, "2g.10gb", 2, 2), migB, 3)),
+		}, wantHolders: []string{"x", "y"}, wantProblem: reservation.ErrRuntimeConflict},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			holders, conflicts := reservation.Conflicts(tt.entries)
+			var got []string
+			for _, h := range holders {
+				got = append(got, h.UID)
+			}
+			if !slices.Equal(got, tt.wantHolders) {
+				t.Errorf("holders = %v, want %v", got, tt.wantHolders)
+			}
+			if tt.wantProblem == nil {
+				if len(conflicts) != 0 {
+					t.Errorf("conflicts = %v, want none", conflicts)
+				}
+				return
+			}
+			if len(conflicts) != 1 || !errors.Is(conflicts[0], tt.wantProblem) || !errors.Is(conflicts[0], reservation.ErrConflict) {
+				t.Errorf("conflicts = %v, want one matching %v", conflicts, tt.wantProblem)
+			}
+		})
+	}
+}
