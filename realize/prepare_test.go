@@ -316,7 +316,7 @@ func TestConflictingHoldersAreWithheld(t *testing.T) {
 			t.Errorf("Prepare(%s) = %v, want a conflict", uid, err)
 		}
 	}
-	c.remove("x") // x's claim is gone, but y still conflicts with nothing listed
+	c.remove("x")                                         // x's claim is gone, but y still conflicts with nothing listed
 	c.claim("z", ent(0, 0, f.gpuUUID(0), "1g.5gb", 3, 1)) // z overlaps y
 	rr, err := f.m.ReconcileDemand(ctx, c.demand())
 	if err != nil || rr.Authorized || len(rr.Released) != 0 {
