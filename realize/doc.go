@@ -1,22 +1,51 @@
 // Package realize turns scheduler reservations into MIG hardware on one
 // node: the [Realizer] interface a hardware backend implements (fakehal,
-// nvmlhal), and the [Manager] a device plugin embeds to allocate, roll
-// back, reconcile, adopt after a restart and collect leaks.
+// nvmlhal), and the [Manager] a device plugin or a DRA kubelet plugin
+// embeds to allocate, roll back, reconcile, adopt after a restart and
+// collect leaks.
 //
 // # Model
 //
-// The scheduler reserves, per MIG device, an exact GPU, profile and
-// placement in the pod annotation hami.io/vgpu-mig-allocations (package
-// reservation). The manager realizes exactly that: one GPU instance (GI) at
+// A scheduler reserves, per MIG device, an exact GPU, profile and
+// placement. The manager realizes exactly that: one GPU instance (GI) at
 // the reserved placement with one compute instance (CI) spanning it, and
-// reports its runtime identity (MIG UUID, GI ID, CI ID) for the plugin to
-// patch into the same annotation entry. It never chooses another placement.
+// reports its runtime identity (MIG UUID, GI ID, CI ID) for the caller to
+// record. It never chooses another placement.
+//
+// Two protocols carry reservations, and the manager owns neither: both
+// are sources of one desired set, with the same safety rules.
+//
+//   - Annotation protocol (device plugin): the pod annotation
+//     hami.io/vgpu-mig-allocations (package reservation). [Manager.Allocate]
+//     realizes one container's entries and returns the merge patch that
+//     records the identities in the same annotation; [Manager.Adopt],
+//     [Manager.Reconcile], [Manager.CollectLeaks] and [Manager.Maintain]
+//     take a reservation.Snapshot of the node's pods.
+//   - Claim protocol (DRA): the ResourceClaims allocated to the node. The
+//     embedder lists them as a [Demand]: one [Holder] per claim (its UID,
+//     whether it is released) with one [Want] per allocated device (request
+//     index, device index, GPU, profile, placement, and the runtime identity
+//     the embedder recorded, e.g. in a checkpoint). [Manager.Prepare] and
+//     [Manager.Unprepare] serve NodePrepareResources and
+//     NodeUnprepareResources and write nothing; [Manager.AdoptDemand],
+//     [Manager.ReconcileDemand], [Manager.CollectLeaksDemand] and
+//     [Manager.MaintainDemand] are the Demand forms of the periodic passes.
+//     [PodDemand] expresses the annotation protocol as a Demand too, with
+//     exactly the desired set the snapshot methods use.
 //
 // Each managed instance is keyed by [Key] (GPU index, profile name,
-// placement) and owned by one [Owner] (pod UID, container index, device
-// index). The manager's records are memory only; after a restart
-// [Manager.Adopt] rebuilds them from the pod annotations and the live
-// hardware.
+// placement) and owned by one [Owner]: the holder's UID (a pod's or a
+// ResourceClaim's), the container or request index, and the device index.
+// The manager's records are memory only; after a restart adoption rebuilds
+// them from the listing and the live hardware: by the recorded runtime
+// identity, verified field by field, or, for a Demand whose placements only
+// a trusted allocator writes ([Demand.AdoptAtPlacement], a claim's status),
+// by exact GPU, profile and placement when nothing was recorded.
+//
+// One manager must own the MIG devices of its GPUs, fed with one listing
+// that holds every holder on them: an instance another manager or tool
+// created is, to it, an unmanaged instance that leak collection may
+// destroy.
 //
 // Units: GPUs are NVML device indexes; placements are memory slots, not
 // compute slices (an A100 3g instance has size 4, 7g size 8). A placement
@@ -25,11 +54,22 @@
 //
 // # Safety rules
 //
-//   - Nothing is destroyed unless a pod snapshot authorises it: the listing
-//     is complete, and every active pod's record decodes, validates and
-//     conflicts with no other pod's (reservation.Desired). Otherwise
-//     reconcile, idle-GPU cleanup and leak collection do nothing and say
-//     why ([ReconcileReport.Reasons], Stats.SkippedReconciles).
+// The rules below are stated for pods; they hold for every holder. A
+// ResourceClaim is "released" when its Holder says so (its consumers
+// ended), "active" otherwise; its record is "unreadable" when Holder.Err is
+// set or its devices fail reservation.Validate; a Want whose Untrusted is
+// set plays the part of an entry failing the trust rule.
+//
+//   - Nothing is destroyed unless the listing authorises it: it is
+//     complete, and every active holder's record decodes, validates and
+//     conflicts with no other holder's (reservation.Desired for pods; the
+//     same rules, through reservation.Validate and reservation.Conflicts,
+//     for a Demand). Otherwise reconcile, idle-GPU cleanup, leak
+//     collection and Unprepare do nothing and say why
+//     ([ReconcileReport.Reasons], Stats.SkippedReconciles). Two holders
+//     whose devices overlap on one GPU, or name one MIG device or GPU
+//     instance, are both withheld: neither is realized nor adopted, and
+//     nothing they name or overlap is destroyed or handed out.
 //   - Reconcile destroys only managed instances whose reservation is gone,
 //     and exactly their recorded CI, then GI. An instance that is in use
 //     stays managed and is retried on the next pass. A listed pod is
@@ -79,7 +119,17 @@
 //   - Allocate calls for the same container are serialised end to end, so
 //     one call's rollback never destroys an instance a concurrent call for
 //     that container has handed out (kubelet retrying after a timeout, two
-//     plugin processes overlapping in a rolling update).
+//     plugin processes overlapping in a rolling update). Prepare and
+//     Unprepare calls for one holder are serialised the same way, and
+//     Prepare follows Allocate's rules: exact placement, everything checked
+//     before anything is created, rollback of only what the call created,
+//     idempotent repetition.
+//   - Unprepare destroys exactly the holder's instances (CI, then GI),
+//     only when the listing with the holder released is authorised, never
+//     one that runs processes ([ErrInUse]) or whose MIG UUID another
+//     holder's runtime identity names ([ErrConflict]); those stay managed
+//     and a retry or a later reconcile releases them. An instance already
+//     gone is forgotten, so a repeated Unprepare does nothing.
 //   - Adopt cleans a GPU only when it is idle (no active or withheld
 //     reservation on it or naming one of its MIG devices, no process,
 //     nothing managed) and the snapshot is authorised. It adopts an
@@ -90,7 +140,13 @@
 //     runtime identity are left to Allocate; legacy v2.9 identifiers and
 //     mismatches are reported, never adopted, and so is a realized
 //     reservation on a GPU the node does not have (Rejected, matching
-//     reservation.ErrUnknownGPU).
+//     reservation.ErrUnknownGPU). With [Demand.AdoptAtPlacement] a device
+//     without a recorded identity is adopted from the live instance at
+//     exactly its GPU, profile and placement with one CI, under the same
+//     checks and unless a released holder's recorded identity names it;
+//     residual risk: an ended claim's instance that nothing recorded and
+//     that reconcile had not yet released would pass to a new claim
+//     allocated the same placement.
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an
 //     authorised snapshot, when no reservation may own them (none is at
 //     exactly their placement or names their MIG device) and no process
@@ -109,6 +165,8 @@
 // that outlives the call.
 //
 // # Failure semantics for a device plugin
+//
+// (For a DRA kubelet plugin, see the end of this section.)
 //
 // Call [Manager.Maintain] at startup and then periodically (every reconcile
 // interval, and when a pod ends) with a fresh listing. It runs
@@ -135,4 +193,16 @@
 // container an Allocate is for is the embedder's choice, and the manager
 // realizes what it is asked to. See the README's device-plugin section for
 // how the example plugin chooses and checks after the fact.
+//
+// A DRA kubelet plugin lists the claims allocated to its node as a
+// [Demand] (Complete only once its informer is synced; AdoptAtPlacement
+// set, since only the scheduler writes a claim's allocation; claims it
+// prepared that are no longer allocated listed as released, with their
+// recorded identities, until Unprepare succeeds), calls
+// [Manager.MaintainDemand] at startup and periodically, [Manager.Prepare]
+// in NodePrepareResources (recording each Device.Runtime before it
+// answers, and reporting it in later demands), and [Manager.Unprepare] in
+// NodeUnprepareResources, failing the call on error so that kubelet
+// retries. A lost record is harmless: adoption finds the instance at the
+// claim's exact placement again.
 package realize

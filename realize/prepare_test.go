@@ -316,8 +316,10 @@ func TestConflictingHoldersAreWithheld(t *testing.T) {
 			t.Errorf("Prepare(%s) = %v, want a conflict", uid, err)
 		}
 	}
-	c.remove("x")                                         // x's claim is gone, but y still conflicts with nothing listed
-	c.claim("z", ent(0, 0, f.gpuUUID(0), "1g.5gb", 3, 1)) // z overlaps y
+	// x's claim is gone, but y and a third claim z conflict: nothing is
+	// destroyed, not even x's instance, until the listing is trustworthy.
+	c.remove("x")
+	c.claim("z", ent(0, 0, f.gpuUUID(0), "1g.5gb", 3, 1))
 	rr, err := f.m.ReconcileDemand(ctx, c.demand())
 	if err != nil || rr.Authorized || len(rr.Released) != 0 {
 		t.Fatalf("ReconcileDemand = %v, %v; want not authorised, nothing released", rr, err)
