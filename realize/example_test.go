@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"
@@ -117,4 +118,57 @@ func ExampleManager_Maintain() {
 	// authorised: false adopted: 0 settled: false
 	// authorised: true adopted: 1 settled: true
 	// adoption ran: false released: 1 live: 0
+}
+
+// A DRA kubelet plugin's life on one node: prepare a ResourceClaim's
+// device, lose the checkpoint in a restart and adopt the instance at the
+// claim's exact placement, then unprepare it.
+func ExampleManager_Prepare() {
+	ctx := context.Background()
+	node := fakehal.MustNew(fakehal.Options{Seed: 1}) // one A100-SXM4-40GB
+	gpu, _ := node.Device(0)
+
+	// The scheduler allocated request 0 of claim "uid-c" a 2g.10gb device
+	// at slots [2,4); only it writes a claim's allocation.
+	claim := realize.Holder{UID: "uid-c", Namespace: "default", Name: "trainer-gpu",
+		Devices: []realize.Want{{Allocation: reservation.Allocation{ContainerIndex: 0, DeviceIndex: 0,
+			GPUUUID: gpu.UUID, Profile: "2g.10gb", Placement: capability.Placement{Start: 2, Size: 2}}}}}
+	listing := func() realize.Demand {
+		return realize.Demand{Complete: true, Holders: []realize.Holder{claim}, AdoptAtPlacement: true}
+	}
+
+	m := realize.NewManager(node, realize.Options{})
+	devs, err := m.Prepare(ctx, listing(), "uid-c") // NodePrepareResources
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("prepare:", devs[0].Key, devs[0].Origin, "owner", devs[0].Entry.ContainerIndex, devs[0].Entry.DeviceIndex)
+
+	// The plugin restarts without its checkpoint: adoption finds the
+	// instance at the claim's exact placement.
+	m = realize.NewManager(node, realize.Options{})
+	mr, err := m.MaintainDemand(ctx, listing())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("adopted:", len(mr.Adopt.Adopted), "settled:", mr.Settled)
+	again, err := m.Prepare(ctx, listing(), "uid-c") // kubelet prepares again
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("prepare again:", again[0].Origin, "same MIG UUID:", again[0].Runtime == devs[0].Runtime)
+
+	rep, err := m.Unprepare(ctx, listing(), "uid-c") // NodeUnprepareResources
+	fmt.Println("unprepare: released", len(rep.Released), err, "live:", len(node.Snapshot()))
+	rep, err = m.Unprepare(ctx, listing(), "uid-c")
+	fmt.Println("again: released", len(rep.Released), err)
+	// Output:
+	// prepare: gpu0/2g.10gb@[2,4) created owner 0 0
+	// adopted: 1 settled: true
+	// prepare again: managed same MIG UUID: true
+	// unprepare: released 1 <nil> live: 0
+	// again: released 0 <nil>
 }
