@@ -7,14 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -32,6 +27,11 @@ var (
 	// ErrListing: the last list or watch call against the API server
 	// failed; the cache may be missing changes until a call succeeds.
 	ErrListing = errors.New("kube: pod listing failed")
+	// ErrStale: the watch that kept the cache current ended (closed by the
+	// server, broken, failed or expired) and the consistent listing that
+	// follows has not been applied yet; the cache may be missing changes
+	// made since.
+	ErrStale = errors.New("kube: pod cache awaiting a fresh listing")
 	// ErrAlreadyRunning: Run was called a second time.
 	ErrAlreadyRunning = errors.New("kube: pod source already started")
 )
@@ -54,16 +54,18 @@ func (e *ListingError) Unwrap() []error { return []error{ErrListing, e.Err} }
 
 // NodePodSourceOptions configures a [NodePodSource]. The zero value works.
 type NodePodSourceOptions struct {
-	// Logger receives state changes (synced, listing failed, recovered);
-	// nil discards them.
+	// Logger receives state changes (synced, listing failed, recovered,
+	// relisting after a watch ended); nil discards them.
 	Logger *slog.Logger
 	// OnInactive, when set, is called when a pod of the node stops being
 	// active or is released: it is deleted, gets a deletion timestamp,
 	// reaches Succeeded or Failed, or, while deleting, reports every
-	// container terminated. A deleting pod whose grace period merely runs
-	// out produces no event: the periodic pass reclaims it. It runs on the
-	// informer's notification goroutine and must not block;
-	// [ReconcileRunner.Trigger] is such a function.
+	// container terminated; a listing that no longer contains a pod counts
+	// as its deletion. A deleting pod whose grace period merely runs out
+	// produces no event: the periodic pass reclaims it. It is called on
+	// the goroutine of [NodePodSource.Run] after the cache reflects the
+	// change, and must not block; [ReconcileRunner.Trigger] is such a
+	// function.
 	OnInactive func(reservation.Pod)
 	// Resource is the extended resource whose limits give
 	// reservation.Pod.DeviceRequests; "" means [ResourceGPU].
@@ -73,27 +75,59 @@ type NodePodSourceOptions struct {
 	Clock clock.PassiveClock
 }
 
-// NodePodSource is an informer-backed cache of the pods scheduled to one
-// node (field selector spec.nodeName=<node>), for the device plugin.
+// NodePodSource is a cache of the pods scheduled to one node (field
+// selector spec.nodeName=<node>), kept by a client-go reflector, for the
+// device plugin.
 //
-// Its [NodePodSource.Snapshot] is Complete only while the source is
-// running, its first full listing has been applied, and the last list or
-// watch call succeeded: an unsynced cache, a failed listing (including a
-// failed page of a paginated one) or a stopped source yields an incomplete
-// snapshot, which never authorises destructive reconciliation.
+// # Completeness
 //
-// Goroutines: [NodePodSource.Run] starts the informer's goroutines and does
-// not return until ctx is done and every one of them has stopped. No other
+// A [NodePodSource.Snapshot] is Complete exactly when [NodePodSource.Err]
+// is nil: the source is running, the last list or watch call succeeded,
+// and the cache holds a consistent listing with no gap in the watch since.
+// Complete means that the cache equals the API server's state at some
+// moment no earlier than the start of the last consistent listing, plus
+// the events of one unbroken watch that began at that listing's
+// resourceVersion; it lags the server only by events in flight on that
+// watch.
+//
+//   - Every list the source issues is a consistent read:
+//     resourceVersion="" (a quorum read, never an answer from the API
+//     server's watch cache, which may lag), and no resourceVersionMatch.
+//     Paginated listings count once their last page is applied.
+//   - A watch may only continue a listing: the first watch after each
+//     applied listing starts at that listing's resourceVersion. From the
+//     moment a watch ends for any reason (closed by the server, broken
+//     connection, an error event, a failed watch call) the snapshot is
+//     incomplete ([ErrStale] or a [*ListingError]), and every later watch
+//     call is answered "resource expired" (410) without reaching the
+//     server, so the reflector relists. Only once that listing has been
+//     applied is the snapshot complete again. A watch resumed at an old
+//     resourceVersion, which an API server that restarted accepts while
+//     its own cache is still stale, therefore never makes a snapshot
+//     complete.
+//   - Watch-list streaming (sendInitialEvents) is not used: the source
+//     declares it unsupported and refuses such a watch, so the reflector
+//     lists.
+//
+// An incomplete snapshot never authorises destructive reconciliation. A
+// relist follows the reflector's backoff (about a second after a watch
+// ends while the API server is healthy), so snapshots are incomplete for
+// that long after each watch timeout (every five to ten minutes) and
+// after every API server disruption.
+//
+// Goroutines: [NodePodSource.Run] runs the reflector and does not return
+// until ctx is done and every goroutine it started has stopped. No other
 // method starts goroutines. All methods are safe for concurrent use.
 type NodePodSource struct {
-	node     string
-	resource corev1.ResourceName
-	clock    clock.PassiveClock
-	log      *slog.Logger
-	lw       *trackingListWatch
-	informer cache.SharedIndexInformer
-	started  atomic.Bool
-	running  atomic.Bool
+	node      string
+	resource  corev1.ResourceName
+	clock     clock.PassiveClock
+	log       *slog.Logger
+	lw        *trackingListWatch
+	store     *podStore
+	reflector *cache.Reflector
+	started   atomic.Bool
+	running   atomic.Bool
 }
 
 // NewNodePodSource returns a source for the pods of node, listed and
@@ -109,20 +143,24 @@ func NewNodePodSource(client kubernetes.Interface, node string, opts NodePodSour
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	lw := &trackingListWatch{client: client, node: node, log: log}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
-	s := &NodePodSource{node: node, resource: opts.Resource, clock: opts.Clock, log: log, lw: lw, informer: inf}
-	if opts.OnInactive != nil {
-		// Registration before Run cannot fail.
-		_, _ = inf.AddEventHandler(s.inactiveHandler(opts.OnInactive))
+	s := &NodePodSource{node: node, resource: opts.Resource, clock: opts.Clock, log: log}
+	fresh := newFreshness()
+	s.lw = &trackingListWatch{client: client, node: node, log: log, fresh: fresh}
+	s.store = newPodStore(fresh)
+	if fn := opts.OnInactive; fn != nil {
+		s.store.onChange = func(old, cur *corev1.Pod) { s.notifyInactive(fn, old, cur) }
 	}
+	s.reflector = cache.NewReflectorWithOptions(s.lw, &corev1.Pod{}, s.store, cache.ReflectorOptions{
+		Name:            "kube.NodePodSource/" + node,
+		TypeDescription: "*v1.Pod",
+	})
 	return s
 }
 
 // Node returns the node name the source lists.
 func (s *NodePodSource) Node() string { return s.node }
 
-// Run runs the informer until ctx is done, then waits for its goroutines
+// Run runs the reflector until ctx is done, then waits for its goroutines
 // to stop and returns ctx's error. A second call returns
 // [ErrAlreadyRunning] at once.
 func (s *NodePodSource) Run(ctx context.Context) error {
@@ -132,24 +170,26 @@ func (s *NodePodSource) Run(ctx context.Context) error {
 	s.running.Store(true)
 	defer s.running.Store(false)
 	s.log.Debug("pod source starting", "node", s.node)
-	s.informer.RunWithContext(ctx)
+	s.reflector.RunWithContext(ctx)
 	s.log.Debug("pod source stopped", "node", s.node)
 	return ctx.Err()
 }
 
 // WaitForSync blocks until the first full listing has been applied or ctx
-// is done, and reports whether the cache synced.
+// is done, and reports whether the cache synced. A synced cache may still
+// be incomplete later; see the type's documentation.
 func (s *NodePodSource) WaitForSync(ctx context.Context) bool {
 	select {
-	case <-s.informer.HasSyncedChecker().Done():
+	case <-s.store.fresh.synced:
 		return true
 	case <-ctx.Done():
-		return s.informer.HasSynced()
+		return s.store.fresh.hasSynced()
 	}
 }
 
 // Err returns nil when a snapshot taken now would be complete, and
-// otherwise why not: [ErrNotRunning], [ErrNotSynced], or a [*ListingError].
+// otherwise why not: [ErrNotRunning], [ErrNotSynced], a [*ListingError],
+// or [ErrStale].
 func (s *NodePodSource) Err() error {
 	if !s.running.Load() {
 		return ErrNotRunning
@@ -157,10 +197,7 @@ func (s *NodePodSource) Err() error {
 	if err := s.lw.lastError(); err != nil {
 		return err
 	}
-	if !s.informer.HasSynced() {
-		return ErrNotSynced
-	}
-	return nil
+	return s.store.fresh.err()
 }
 
 // Snapshot returns the cached pods of the node, ordered by namespace and
@@ -183,7 +220,7 @@ func (s *NodePodSource) View(pod *corev1.Pod) reservation.Pod {
 // Pods returns the cached pods of the node, ordered by namespace and name.
 // The pods are shared with the cache and must not be modified.
 func (s *NodePodSource) Pods() []*corev1.Pod {
-	items := s.informer.GetStore().List()
+	items := s.store.pods.List()
 	pods := make([]*corev1.Pod, 0, len(items))
 	for _, it := range items {
 		// The field selector already restricts the listing; checking
@@ -201,7 +238,7 @@ func (s *NodePodSource) Pods() []*corev1.Pod {
 // Pod returns the cached pod namespace/name when it is scheduled to the
 // node. The pod is shared with the cache and must not be modified.
 func (s *NodePodSource) Pod(namespace, name string) (*corev1.Pod, bool) {
-	it, ok, err := s.informer.GetStore().GetByKey(namespace + "/" + name)
+	it, ok, err := s.store.pods.GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil, false
 	}
@@ -210,109 +247,4 @@ func (s *NodePodSource) Pod(namespace, name string) (*corev1.Pod, bool) {
 		return nil, false
 	}
 	return p, true
-}
-
-// trackingListWatch lists and watches the node's pods and remembers
-// whether the last call failed. It declares that it does not support
-// watch-list streaming so that the reflector always performs a plain
-// list, whose outcome this wrapper can observe.
-type trackingListWatch struct {
-	client kubernetes.Interface
-	node   string
-	log    *slog.Logger
-
-	mu  sync.Mutex
-	err *ListingError // the last call's error, nil after a success
-}
-
-var (
-	_ cache.ListerWatcherWithContext = (*trackingListWatch)(nil)
-	_ cache.ListerWatcher            = (*trackingListWatch)(nil)
-)
-
-func (lw *trackingListWatch) options(opts metav1.ListOptions) metav1.ListOptions {
-	opts.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", lw.node).String()
-	return opts
-}
-
-// ListWithContext lists the node's pods (one page when paginated).
-func (lw *trackingListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	obj, err := lw.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, lw.options(opts))
-	lw.record("list", err)
-	return obj, err
-}
-
-// WatchWithContext watches the node's pods.
-func (lw *trackingListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	w, err := lw.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, lw.options(opts))
-	lw.record("watch", err)
-	return w, err
-}
-
-// List implements the deprecated cache.Lister; the reflector uses
-// ListWithContext.
-func (lw *trackingListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
-	return lw.ListWithContext(context.Background(), opts)
-}
-
-// Watch implements the deprecated cache.Watcher; the reflector uses
-// WatchWithContext.
-func (lw *trackingListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
-	return lw.WatchWithContext(context.Background(), opts)
-}
-
-// IsWatchListSemanticsUnSupported opts out of watch-list streaming.
-func (lw *trackingListWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
-func (lw *trackingListWatch) record(op string, err error) {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	switch {
-	case err != nil && errors.Is(err, context.Canceled):
-		// The source is stopping; Err reports ErrNotRunning soon.
-	case err != nil:
-		if lw.err == nil {
-			lw.log.Warn("pod listing failed; snapshots are incomplete", "node", lw.node, "op", op, "err", err)
-		}
-		lw.err = &ListingError{Node: lw.node, Op: op, Err: err}
-	case lw.err != nil:
-		lw.log.Info("pod listing recovered", "node", lw.node, "op", op)
-		lw.err = nil
-	}
-}
-
-func (lw *trackingListWatch) lastError() error {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	if lw.err == nil {
-		return nil
-	}
-	return lw.err
-}
-
-// inactiveHandler calls fn for pods of the node that are deleted, become
-// terminal, or become released.
-func (s *NodePodSource) inactiveHandler(fn func(reservation.Pod)) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(oldObj, newObj any) {
-			oldPod, ok1 := oldObj.(*corev1.Pod)
-			newPod, ok2 := newObj.(*corev1.Pod)
-			if !ok1 || !ok2 || newPod.Spec.NodeName != s.node {
-				return
-			}
-			now := s.clock.Now()
-			oldView, newView := s.View(oldPod), s.View(newPod)
-			if !Terminal(oldPod) && Terminal(newPod) || !oldView.Released(now) && newView.Released(now) {
-				fn(newView)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName == s.node {
-				fn(s.View(p))
-			}
-		},
-	}
 }

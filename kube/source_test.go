@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -286,4 +288,156 @@ func (b *watchBreaker) breakAll() {
 		w.Stop()
 	}
 	b.watchers = nil
+}
+
+// opLog records, in order, the pod lists and watches that reach the API
+// server, with the options of each list.
+type opLog struct {
+	mu    sync.Mutex
+	ops   []string
+	lists []metav1.ListOptions
+}
+
+// newOpLog records client's pod calls; prepend it after any reactor that
+// should see calls first.
+func newOpLog(client *fake.Clientset) *opLog {
+	l := &opLog{}
+	client.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.ops = append(l.ops, "list")
+		l.lists = append(l.lists, a.(k8stesting.ListActionImpl).ListOptions)
+		return false, nil, nil
+	})
+	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.ops = append(l.ops, "watch")
+		return false, nil, nil
+	})
+	return l
+}
+
+func (l *opLog) snapshot() ([]string, []metav1.ListOptions) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ops), slices.Clone(l.lists)
+}
+
+func (l *opLog) watches() int {
+	ops, _ := l.snapshot()
+	n := 0
+	for _, op := range ops {
+		if op == "watch" {
+			n++
+		}
+	}
+	return n
+}
+
+// A watch that ends makes the snapshot incomplete at once, and it stays so
+// until a consistent listing has been applied: changes made while no watch
+// ran are never hidden behind a complete snapshot, and the source never
+// resumes a watch without listing first.
+func TestNodePodSourceWatchGap(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		client := fake.NewClientset(podOn("a", "keep", "n1", nil), podOn("a", "gone", "n1", nil))
+		w := newWatchBreaker(client)
+		log := newOpLog(client)
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{})
+		startSource(t, src)
+		settle(t, func() bool { return src.Snapshot().Complete && log.watches() == 1 })
+
+		// The API server restarts: the watch breaks, and what happens
+		// until the source relists is seen by no watch.
+		w.breakAll()
+		synctest.Wait()
+		assert.ErrorIs(t, src.Err(), kube.ErrStale)
+		assert.False(t, src.Snapshot().Complete, "incomplete from the moment the watch ended")
+		ctx := context.Background()
+		require.NoError(t, client.CoreV1().Pods("a").Delete(ctx, "gone", metav1.DeleteOptions{}))
+		_, err := client.CoreV1().Pods("a").Create(ctx, podOn("a", "new", "n1", nil), metav1.CreateOptions{})
+		require.NoError(t, err)
+		synctest.Wait()
+		snap := src.Snapshot()
+		if snap.Complete {
+			t.Fatalf("complete snapshot %v while the cache misses the outage's changes", podNames(snap))
+		}
+
+		settle(t, func() bool { return src.Snapshot().Complete })
+		assert.Equal(t, []string{"a/keep", "a/new"}, podNames(src.Snapshot()))
+		ops, _ := log.snapshot()
+		assert.Equal(t, []string{"list", "watch", "list", "watch"}, ops, "a relist before every watch")
+	})
+}
+
+// Every list the source sends is a consistent read (resourceVersion ""),
+// the first one and every relist, whatever the reflector asked for.
+func TestNodePodSourceListsConsistently(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		client := fake.NewClientset(podOn("a", "p1", "n1", nil))
+		w := newWatchBreaker(client)
+		log := newOpLog(client)
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{})
+		startSource(t, src)
+		for round := 1; round <= 3; round++ {
+			settle(t, func() bool { return src.Snapshot().Complete && log.watches() == round })
+			w.breakAll()
+		}
+		_, lists := log.snapshot()
+		require.GreaterOrEqual(t, len(lists), 3)
+		for i, o := range lists {
+			assert.Empty(t, o.ResourceVersion, "list %d: resourceVersion", i)
+			assert.Empty(t, o.ResourceVersionMatch, "list %d: resourceVersionMatch", i)
+			assert.Equal(t, "spec.nodeName=n1", o.FieldSelector, "list %d: field selector", i)
+		}
+	})
+}
+
+// The API server's watch cache lags: a pod created just before the source
+// starts is missing from a list served by that cache (resourceVersion
+// "0"). The source never asks for such a list, so its first complete
+// snapshot has the pod.
+func TestNodePodSourceLaggingWatchCache(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		srv := kubetest.New(kubetest.Options{}, podOn("a", "old", "n1", nil))
+		srv.LagWatchCache()
+		ctx := context.Background()
+		_, err := srv.CoreV1().Pods("a").Create(ctx, podOn("a", "late", "n1", nil), metav1.CreateOptions{})
+		require.NoError(t, err)
+		cached, err := srv.CoreV1().Pods("").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		require.NoError(t, err)
+		require.Len(t, cached.Items, 1, "the watch cache lags")
+
+		src := kube.NewNodePodSource(srv, "n1", kube.NodePodSourceOptions{})
+		startSource(t, src)
+		waitCtx, cancel := context.WithTimeout(ctx, time.Hour) // bubble time
+		defer cancel()
+		require.True(t, src.WaitForSync(waitCtx))
+		snap := src.Snapshot()
+		require.True(t, snap.Complete)
+		assert.Equal(t, []string{"a/late", "a/old"}, podNames(snap))
+	})
+}
+
+// A deletion the source learns of only by relisting (the watch was down
+// when it happened) still signals OnInactive.
+func TestNodePodSourceOnInactiveAfterRelist(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		client := fake.NewClientset(podOn("a", "keep", "n1", nil), podOn("a", "gone", "n1", nil))
+		w := newWatchBreaker(client)
+		log := newOpLog(client)
+		inactive := make(chan string, 8)
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{
+			OnInactive: func(p reservation.Pod) { inactive <- p.Name },
+		})
+		startSource(t, src)
+		settle(t, func() bool { return log.watches() == 1 })
+		w.breakAll()
+		require.NoError(t, client.CoreV1().Pods("a").Delete(context.Background(), "gone", metav1.DeleteOptions{}))
+		settle(t, func() bool { return src.Snapshot().Complete })
+		synctest.Wait()
+		require.Len(t, inactive, 1)
+		assert.Equal(t, "gone", <-inactive)
+	})
 }

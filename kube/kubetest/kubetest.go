@@ -1,99 +1,387 @@
 package kubetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
 )
 
-var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+var (
+	podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	podGVK  = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	podsGR  = schema.GroupResource{Resource: "pods"}
+)
 
-// NewClientset returns a fake clientset holding objs whose pods behave as
-// on a real API server (see the package documentation).
+// DefaultGracePeriodSeconds is the grace period of a pod deletion that
+// names none, for a pod whose spec.terminationGracePeriodSeconds is unset:
+// the value the API server's defaulting writes into every pod.
+const DefaultGracePeriodSeconds = 30
+
+// Options configures [New]. The zero value is a server that behaves, in
+// every respect the package documentation lists, like a real API server.
+type Options struct {
+	// Clock stamps deletion timestamps; nil is the real clock.
+	Clock clock.PassiveClock
+	// DeleteImmediately removes a pod at every delete, whatever its grace
+	// period, as the plain fake clientset does. [NewClientset] sets it.
+	DeleteImmediately bool
+}
+
+// Server is a fake API server: a fake clientset with the reactors the
+// package documentation describes, plus the controls a test needs for what
+// a real server does by itself, such as a lagging watch cache. Its
+// embedded clientset is what code under test is given.
+type Server struct {
+	*fake.Clientset
+
+	clock     clock.PassiveClock
+	immediate bool
+
+	mu     sync.Mutex
+	rv     uint64         // the last resourceVersion given to a pod
+	cached *corev1.PodList // the watch cache's view of pods; nil while it is current
+}
+
+// New returns a server holding objs. Pods among them keep the
+// resourceVersions they carry; every later write of a pod gets a new one,
+// greater than any before.
+func New(opts Options, objs ...runtime.Object) *Server {
+	s := &Server{Clientset: fake.NewClientset(objs...), clock: opts.Clock, immediate: opts.DeleteImmediately}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	for _, o := range objs {
+		if m, err := meta.Accessor(o); err == nil {
+			if n, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64); err == nil {
+				s.rv = max(s.rv, n)
+			}
+		}
+	}
+	s.PrependReactor("create", "pods", s.createPod)
+	s.PrependReactor("update", "pods", s.updatePod)
+	s.PrependReactor("patch", "pods", s.mergePatchPod)
+	s.PrependReactor("delete", "pods", s.deletePod)
+	s.PrependReactor("list", "pods", s.listPods)
+	return s
+}
+
+// NewClientset returns the clientset of a server holding objs that
+// removes pods at once when they are deleted, whatever the grace period:
+// New(Options{DeleteImmediately: true}, objs...).Clientset.
 func NewClientset(objs ...runtime.Object) *fake.Clientset {
-	c := fake.NewClientset(objs...)
-	c.PrependReactor("patch", "pods", mergePatchPod(c))
-	c.PrependReactor("create", "pods", bindPod(c))
-	return c
+	return New(Options{DeleteImmediately: true}, objs...).Clientset
 }
 
-// mergePatchPod applies a pod merge patch with its resourceVersion
-// precondition and bumps the version.
-func mergePatchPod(c *fake.Clientset) k8stesting.ReactionFunc {
-	return func(a k8stesting.Action) (bool, runtime.Object, error) {
-		pa, ok := a.(k8stesting.PatchAction)
-		if !ok || pa.GetPatchType() != types.MergePatchType || pa.GetSubresource() != "" {
-			return false, nil, nil
-		}
-		pod, err := getPod(c, pa.GetNamespace(), pa.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		var pre struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(pa.GetPatch(), &pre); err != nil {
-			return true, nil, apierrors.NewBadRequest(err.Error())
-		}
-		if rv := pre.Metadata.ResourceVersion; rv != "" && rv != pod.ResourceVersion {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, pod.Name,
-				errors.New("the object has been modified; please apply your changes to the latest version and try again"))
-		}
-		orig, err := json.Marshal(pod)
-		if err != nil {
-			return true, nil, err
-		}
-		merged, err := jsonpatch.MergePatch(orig, pa.GetPatch())
-		if err != nil {
-			return true, nil, apierrors.NewBadRequest(err.Error())
-		}
-		out := &corev1.Pod{}
-		if err := json.Unmarshal(merged, out); err != nil {
-			return true, nil, apierrors.NewBadRequest(err.Error())
-		}
-		out.ResourceVersion = nextVersion(pod.ResourceVersion)
-		return true, out, c.Tracker().Update(podsGVR, out, out.Namespace)
+// LagWatchCache makes the server's watch cache fall behind: until
+// [Server.CatchUpWatchCache], lists of pods that accept an answer from the
+// cache (resourceVersion "0") return the pods as they are stored now,
+// whatever is written meanwhile. Consistent lists (resourceVersion "")
+// always return the current pods.
+func (s *Server) LagWatchCache() {
+	obj, err := s.Tracker().List(podsGVR, podGVK, metav1.NamespaceAll)
+	list, ok := obj.(*corev1.PodList)
+	if err != nil || !ok {
+		list = &corev1.PodList{}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cached = list
 }
 
-// bindPod makes pods/binding set spec.nodeName.
-func bindPod(c *fake.Clientset) k8stesting.ReactionFunc {
-	return func(a k8stesting.Action) (bool, runtime.Object, error) {
-		ca, ok := a.(k8stesting.CreateAction)
-		if !ok || ca.GetSubresource() != "binding" {
-			return false, nil, nil
+// CatchUpWatchCache makes the watch cache current again.
+func (s *Server) CatchUpWatchCache() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cached = nil
+}
+
+// FinishDeletion removes a pod as the kubelet does once its containers
+// have terminated: a delete with gracePeriodSeconds 0 and the pod's UID as
+// precondition. It works with any client; a pod recreated under the same
+// name meanwhile is a Conflict.
+func FinishDeletion(ctx context.Context, client kubernetes.Interface, namespace, name string, uid types.UID) error {
+	zero := int64(0)
+	return client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero,
+		Preconditions:      &metav1.Preconditions{UID: &uid},
+	})
+}
+
+// nextVersion returns a new resourceVersion. Reactors run one at a time
+// (the fake holds its lock around them), so a read-modify-write of a pod
+// in one reactor is atomic.
+func (s *Server) nextVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rv++
+	return strconv.FormatUint(s.rv, 10)
+}
+
+// createPod gives a created pod a new resourceVersion (one the client set
+// is replaced) and makes pods/binding set spec.nodeName.
+func (s *Server) createPod(a k8stesting.Action) (bool, runtime.Object, error) {
+	ca, ok := a.(k8stesting.CreateAction)
+	if !ok {
+		return false, nil, nil
+	}
+	switch ca.GetSubresource() {
+	case "binding":
+		return s.bindPod(ca)
+	case "":
+	default:
+		return false, nil, nil
+	}
+	pod, ok := ca.GetObject().(*corev1.Pod)
+	if !ok {
+		return true, nil, apierrors.NewBadRequest("pods: not a Pod")
+	}
+	pod = pod.DeepCopy()
+	if pod.Namespace == "" {
+		pod.Namespace = ca.GetNamespace()
+	}
+	pod.ResourceVersion = s.nextVersion()
+	if err := s.Tracker().Create(podsGVR, pod, pod.Namespace); err != nil {
+		return true, nil, err
+	}
+	out, err := s.getPod(pod.Namespace, pod.Name)
+	return true, out, err
+}
+
+// updatePod applies an update of a pod or its status only to the stored
+// version it names, if it names one, and to the pod with its UID, and
+// gives the pod a new resourceVersion.
+func (s *Server) updatePod(a k8stesting.Action) (bool, runtime.Object, error) {
+	ua, ok := a.(k8stesting.UpdateAction)
+	if !ok || ua.GetSubresource() != "" && ua.GetSubresource() != "status" {
+		return false, nil, nil
+	}
+	pod, ok := ua.GetObject().(*corev1.Pod)
+	if !ok {
+		return true, nil, apierrors.NewBadRequest("pods: not a Pod")
+	}
+	stored, err := s.getPod(ua.GetNamespace(), pod.Name)
+	if err != nil {
+		return true, nil, err
+	}
+	if err := preconditions(stored, pod.UID, pod.ResourceVersion); err != nil {
+		return true, nil, err
+	}
+	pod = pod.DeepCopy()
+	pod.ResourceVersion = s.nextVersion()
+	if err := s.Tracker().Update(podsGVR, pod, stored.Namespace); err != nil {
+		return true, nil, err
+	}
+	out, err := s.getPod(stored.Namespace, pod.Name)
+	return true, out, err
+}
+
+// mergePatchPod applies a pod merge patch with its resourceVersion and UID
+// preconditions and gives the pod a new resourceVersion.
+func (s *Server) mergePatchPod(a k8stesting.Action) (bool, runtime.Object, error) {
+	pa, ok := a.(k8stesting.PatchAction)
+	if !ok || pa.GetPatchType() != types.MergePatchType || pa.GetSubresource() != "" && pa.GetSubresource() != "status" {
+		return false, nil, nil
+	}
+	pod, err := s.getPod(pa.GetNamespace(), pa.GetName())
+	if err != nil {
+		return true, nil, err
+	}
+	var pre struct {
+		Metadata struct {
+			ResourceVersion string    `json:"resourceVersion"`
+			UID             types.UID `json:"uid"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(pa.GetPatch(), &pre); err != nil {
+		return true, nil, apierrors.NewBadRequest(err.Error())
+	}
+	if err := preconditions(pod, pre.Metadata.UID, pre.Metadata.ResourceVersion); err != nil {
+		return true, nil, err
+	}
+	orig, err := json.Marshal(pod)
+	if err != nil {
+		return true, nil, err
+	}
+	merged, err := jsonpatch.MergePatch(orig, pa.GetPatch())
+	if err != nil {
+		return true, nil, apierrors.NewBadRequest(err.Error())
+	}
+	out := &corev1.Pod{}
+	if err := json.Unmarshal(merged, out); err != nil {
+		return true, nil, apierrors.NewBadRequest(err.Error())
+	}
+	out.ResourceVersion = s.nextVersion()
+	return true, out, s.Tracker().Update(podsGVR, out, out.Namespace)
+}
+
+// bindPod makes pods/binding set spec.nodeName of the pod the Binding
+// names, honouring its UID and resourceVersion preconditions; a pod that
+// is bound or being deleted is a Conflict.
+func (s *Server) bindPod(ca k8stesting.CreateAction) (bool, runtime.Object, error) {
+	b, ok := ca.GetObject().(*corev1.Binding)
+	if !ok {
+		return true, nil, apierrors.NewBadRequest("pods/binding: not a Binding")
+	}
+	ns := b.Namespace
+	if ns == "" {
+		ns = ca.GetNamespace()
+	}
+	pod, err := s.getPod(ns, b.Name)
+	if err != nil {
+		return true, nil, err
+	}
+	if err := preconditions(pod, b.UID, b.ResourceVersion); err != nil {
+		return true, nil, err
+	}
+	bindings := schema.GroupResource{Resource: "pods/binding"}
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return true, nil, apierrors.NewConflict(bindings, b.Name, fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", b.Name))
+	case pod.Spec.NodeName != "":
+		return true, nil, apierrors.NewConflict(bindings, b.Name, fmt.Errorf("pod %s is already assigned to node %q", b.Name, pod.Spec.NodeName))
+	}
+	pod.Spec.NodeName = b.Target.Name
+	pod.ResourceVersion = s.nextVersion()
+	return true, b, s.Tracker().Update(podsGVR, pod, ns)
+}
+
+// deletePod deletes a pod as the API server does: with its UID and
+// resourceVersion preconditions, and gracefully unless the grace period is
+// 0.
+func (s *Server) deletePod(a k8stesting.Action) (bool, runtime.Object, error) {
+	da, ok := a.(k8stesting.DeleteAction)
+	if !ok || da.GetSubresource() != "" {
+		return false, nil, nil
+	}
+	pod, err := s.getPod(da.GetNamespace(), da.GetName())
+	if err != nil {
+		return true, nil, err
+	}
+	opts := da.GetDeleteOptions()
+	if p := opts.Preconditions; p != nil {
+		var uid types.UID
+		var rv string
+		if p.UID != nil {
+			uid = *p.UID
 		}
-		b, ok := ca.GetObject().(*corev1.Binding)
-		if !ok {
-			return true, nil, apierrors.NewBadRequest("pods/binding: not a Binding")
+		if p.ResourceVersion != nil {
+			rv = *p.ResourceVersion
 		}
-		pod, err := getPod(c, b.Namespace, b.Name)
-		if err != nil {
+		if err := preconditions(pod, uid, rv); err != nil {
 			return true, nil, err
 		}
-		if pod.Spec.NodeName != "" {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods/binding"}, b.Name, errors.New("pod is already bound"))
-		}
-		pod.Spec.NodeName = b.Target.Name
-		pod.ResourceVersion = nextVersion(pod.ResourceVersion)
-		return true, b, c.Tracker().Update(podsGVR, pod, b.Namespace)
 	}
+	remove := func() (bool, runtime.Object, error) {
+		return true, nil, s.Tracker().Delete(podsGVR, pod.Namespace, pod.Name)
+	}
+	if s.immediate {
+		return remove()
+	}
+	if pod.DeletionTimestamp != nil {
+		// Already deleting: a shorter grace period moves the deadline
+		// closer; 0 removes the pod; anything else changes nothing.
+		old := pod.DeletionGracePeriodSeconds
+		if old == nil {
+			return remove()
+		}
+		if opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds >= *old {
+			return true, nil, nil
+		}
+		grace := max(*opts.GracePeriodSeconds, 0)
+		if grace == 0 {
+			return remove()
+		}
+		deadline := metav1.NewTime(pod.DeletionTimestamp.Add(time.Duration(grace-*old) * time.Second))
+		pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &deadline, &grace
+		pod.ResourceVersion = s.nextVersion()
+		return true, nil, s.Tracker().Update(podsGVR, pod, pod.Namespace)
+	}
+	grace := gracePeriod(pod, opts.GracePeriodSeconds)
+	if grace == 0 {
+		return remove()
+	}
+	deadline := metav1.NewTime(s.clock.Now().Add(time.Duration(grace) * time.Second)).Rfc3339Copy()
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &deadline, &grace
+	pod.ResourceVersion = s.nextVersion()
+	return true, nil, s.Tracker().Update(podsGVR, pod, pod.Namespace)
+}
+
+// gracePeriod is the API server's pod deletion grace period: the one
+// requested, else the pod's terminationGracePeriodSeconds, else the
+// default; 0 for a pod that is not bound or has terminated; at least 1 if
+// negative.
+func gracePeriod(pod *corev1.Pod, requested *int64) int64 {
+	grace := int64(DefaultGracePeriodSeconds)
+	switch {
+	case requested != nil:
+		grace = *requested
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return 0
+	}
+	if grace < 0 {
+		return 1
+	}
+	return grace
+}
+
+// listPods answers a list that accepts a cached answer (resourceVersion
+// "0") from the lagging watch cache, if it lags.
+func (s *Server) listPods(a k8stesting.Action) (bool, runtime.Object, error) {
+	la, ok := a.(k8stesting.ListActionImpl)
+	if !ok || la.ListOptions.ResourceVersion != "0" {
+		return false, nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cached == nil {
+		return false, nil, nil
+	}
+	out := &corev1.PodList{ListMeta: s.cached.ListMeta}
+	for i := range s.cached.Items {
+		if ns := la.GetNamespace(); ns == "" || s.cached.Items[i].Namespace == ns {
+			out.Items = append(out.Items, *s.cached.Items[i].DeepCopy())
+		}
+	}
+	return true, out, nil
+}
+
+// preconditions checks a write's UID and resourceVersion preconditions
+// ("" for none) against the stored pod.
+func preconditions(pod *corev1.Pod, uid types.UID, rv string) error {
+	switch {
+	case uid != "" && uid != pod.UID:
+		return apierrors.NewConflict(podsGR, pod.Name,
+			fmt.Errorf("Precondition failed: UID in precondition: %s, UID in object meta: %s", uid, pod.UID))
+	case rv != "" && rv != pod.ResourceVersion:
+		return apierrors.NewConflict(podsGR, pod.Name,
+			errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+	}
+	return nil
 }
 
 // getPod returns a copy of the stored pod.
-func getPod(c *fake.Clientset, namespace, name string) (*corev1.Pod, error) {
-	obj, err := c.Tracker().Get(podsGVR, namespace, name)
+func (s *Server) getPod(namespace, name string) (*corev1.Pod, error) {
+	obj, err := s.Tracker().Get(podsGVR, namespace, name)
 	if err != nil {
 		return nil, err
 	}
@@ -102,11 +390,4 @@ func getPod(c *fake.Clientset, namespace, name string) (*corev1.Pod, error) {
 		return nil, apierrors.NewInternalError(errors.New("stored pod is not a *v1.Pod"))
 	}
 	return pod.DeepCopy(), nil
-}
-
-// nextVersion returns the resourceVersion after rv; an empty or
-// non-numeric rv counts as 0.
-func nextVersion(rv string) string {
-	n, _ := strconv.Atoi(rv)
-	return strconv.Itoa(n + 1)
 }

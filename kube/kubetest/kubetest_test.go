@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dynmig/dynmig/kube/kubetest"
 )
@@ -88,6 +90,246 @@ func TestBinding(t *testing.T) {
 
 	err = c.CoreV1().Pods("ns").Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gone"}}, metav1.CreateOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "got %v", err)
+}
+
+// A pod deleted and created again under the same name is another object:
+// a patch computed from the old one conflicts whatever resourceVersion the
+// new one was created with.
+func TestMergePatchRecreatedPod(t *testing.T) {
+	ctx := context.Background()
+	c := kubetest.NewClientset(pod("7"))
+	old, err := c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{}))
+	again := pod("7") // the client's resourceVersion is not the server's
+	again.UID = "uid-2"
+	created, err := c.CoreV1().Pods("ns").Create(ctx, again, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, old.ResourceVersion, created.ResourceVersion, "a created pod gets a new resourceVersion")
+
+	patch := `{"metadata":{"resourceVersion":"` + old.ResourceVersion + `","annotations":{"k":"v"}}}`
+	_, err = c.CoreV1().Pods("ns").Patch(ctx, "p", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	assert.True(t, apierrors.IsConflict(err), "got %v, want a conflict", err)
+}
+
+func TestMergePatchUIDPrecondition(t *testing.T) {
+	tests := []struct {
+		name     string
+		uid      string
+		conflict bool
+	}{
+		{name: "matching", uid: "uid-1"},
+		{name: "other pod", uid: "uid-0", conflict: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := pod("3")
+			p.UID = "uid-1"
+			c := kubetest.NewClientset(p)
+			patch := `{"metadata":{"uid":"` + tt.uid + `","annotations":{"k":"v"}}}`
+			_, err := c.CoreV1().Pods("ns").Patch(ctx, "p", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			got, gerr := c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+			require.NoError(t, gerr)
+			if tt.conflict {
+				assert.True(t, apierrors.IsConflict(err), "got %v, want a conflict", err)
+				assert.Empty(t, got.Annotations)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, "v", got.Annotations["k"])
+		})
+	}
+}
+
+func TestUpdatePreconditions(t *testing.T) {
+	ctx := context.Background()
+	p := pod("5")
+	p.UID = "uid-1"
+	c := kubetest.NewClientset(p)
+	cur, err := c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	require.NoError(t, err)
+	cur.Labels = map[string]string{"k": "v"}
+	out, err := c.CoreV1().Pods("ns").Update(ctx, cur, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "6", out.ResourceVersion)
+
+	_, err = c.CoreV1().Pods("ns").UpdateStatus(ctx, cur, metav1.UpdateOptions{}) // still at "5"
+	assert.True(t, apierrors.IsConflict(err), "stale update: got %v, want a conflict", err)
+	out.UID = "uid-0"
+	_, err = c.CoreV1().Pods("ns").Update(ctx, out, metav1.UpdateOptions{})
+	assert.True(t, apierrors.IsConflict(err), "other UID: got %v, want a conflict", err)
+}
+
+func TestBindingPreconditions(t *testing.T) {
+	tests := []struct {
+		name     string
+		uid      types.UID
+		rv       string
+		deleting bool
+		conflict bool
+	}{
+		{name: "no precondition"},
+		{name: "matching", uid: "uid-1", rv: "3"},
+		{name: "other pod", uid: "uid-0", conflict: true},
+		{name: "stale version", rv: "2", conflict: true},
+		{name: "deleting", deleting: true, conflict: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := pod("3")
+			p.UID = "uid-1"
+			if tt.deleting {
+				now := metav1.Now()
+				p.DeletionTimestamp = &now
+			}
+			c := kubetest.NewClientset(p)
+			err := c.CoreV1().Pods("ns").Bind(ctx, &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: tt.uid, ResourceVersion: tt.rv},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: "n1"},
+			}, metav1.CreateOptions{})
+			got, gerr := c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+			require.NoError(t, gerr)
+			if tt.conflict {
+				assert.True(t, apierrors.IsConflict(err), "got %v, want a conflict", err)
+				assert.Empty(t, got.Spec.NodeName)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, "n1", got.Spec.NodeName)
+		})
+	}
+}
+
+func int64p(n int64) *int64 { return &n }
+
+func TestGracefulDelete(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		pod       func(*corev1.Pod)
+		grace     *int64
+		wantGrace int64 // -1: removed at once
+	}{
+		{name: "default grace period", wantGrace: 30},
+		{name: "pod's grace period", pod: func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = int64p(5) }, wantGrace: 5},
+		{name: "requested grace period", grace: int64p(7), pod: func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = int64p(5) }, wantGrace: 7},
+		{name: "negative grace period", grace: int64p(-3), wantGrace: 1},
+		{name: "grace period 0", grace: int64p(0), wantGrace: -1},
+		{name: "not bound", pod: func(p *corev1.Pod) { p.Spec.NodeName = "" }, wantGrace: -1},
+		{name: "succeeded", pod: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, wantGrace: -1},
+		{name: "failed", pod: func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, wantGrace: -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := pod("4")
+			p.Spec.NodeName = "n1"
+			if tt.pod != nil {
+				tt.pod(p)
+			}
+			srv := kubetest.New(kubetest.Options{Clock: clocktesting.NewFakePassiveClock(now)}, p)
+			err := srv.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: tt.grace})
+			require.NoError(t, err)
+			got, err := srv.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+			if tt.wantGrace < 0 {
+				assert.True(t, apierrors.IsNotFound(err), "got %v, want the pod removed", err)
+				return
+			}
+			require.NoError(t, err)
+			require.NotNil(t, got.DeletionTimestamp)
+			assert.Equal(t, now.Add(time.Duration(tt.wantGrace)*time.Second), got.DeletionTimestamp.UTC())
+			require.NotNil(t, got.DeletionGracePeriodSeconds)
+			assert.Equal(t, tt.wantGrace, *got.DeletionGracePeriodSeconds)
+			assert.Equal(t, "5", got.ResourceVersion)
+		})
+	}
+}
+
+// A pod being deleted: deleting it again with the same or a longer grace
+// period changes nothing, a shorter one moves the deadline closer, and the
+// kubelet's final delete removes it.
+func TestGracefulDeleteAgain(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	p := pod("1")
+	p.UID, p.Spec.NodeName = "uid-1", "n1"
+	srv := kubetest.New(kubetest.Options{Clock: clocktesting.NewFakePassiveClock(now)}, p)
+	pods := srv.CoreV1().Pods("ns")
+	deadline := func() time.Time {
+		t.Helper()
+		got, err := pods.Get(ctx, "p", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NotNil(t, got.DeletionTimestamp)
+		return got.DeletionTimestamp.UTC()
+	}
+	require.NoError(t, pods.Delete(ctx, "p", metav1.DeleteOptions{}))
+	assert.Equal(t, now.Add(30*time.Second), deadline())
+	require.NoError(t, pods.Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: int64p(60)}))
+	assert.Equal(t, now.Add(30*time.Second), deadline(), "a longer grace period changes nothing")
+	require.NoError(t, pods.Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: int64p(10)}))
+	assert.Equal(t, now.Add(10*time.Second), deadline(), "a shorter one moves the deadline")
+
+	err := kubetest.FinishDeletion(ctx, srv, "ns", "p", "uid-0")
+	assert.True(t, apierrors.IsConflict(err), "another pod's UID: got %v, want a conflict", err)
+	require.NoError(t, kubetest.FinishDeletion(ctx, srv, "ns", "p", "uid-1"))
+	_, err = pods.Get(ctx, "p", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "got %v, want the pod removed", err)
+}
+
+// NewClientset removes a pod at once, as the plain fake does.
+func TestNewClientsetDeletesImmediately(t *testing.T) {
+	ctx := context.Background()
+	p := pod("1")
+	p.Spec.NodeName = "n1"
+	c := kubetest.NewClientset(p)
+	require.NoError(t, c.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{}))
+	_, err := c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "got %v", err)
+}
+
+func TestDeletePreconditions(t *testing.T) {
+	ctx := context.Background()
+	p := pod("4")
+	p.UID = "uid-1"
+	c := kubetest.NewClientset(p)
+	stale, other := "3", types.UID("uid-0")
+	err := c.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &stale}})
+	assert.True(t, apierrors.IsConflict(err), "stale version: got %v", err)
+	err = c.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &other}})
+	assert.True(t, apierrors.IsConflict(err), "other UID: got %v", err)
+	_, err = c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	require.NoError(t, err, "still there")
+	err = c.CoreV1().Pods("ns").Delete(ctx, "gone", metav1.DeleteOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "got %v", err)
+}
+
+// While the watch cache lags, a list that accepts a cached answer misses
+// what was written since; a consistent list does not.
+func TestLaggingWatchCache(t *testing.T) {
+	ctx := context.Background()
+	other := pod("1")
+	other.Namespace = "other"
+	srv := kubetest.New(kubetest.Options{}, pod("1"), other)
+	srv.LagWatchCache()
+	_, err := srv.CoreV1().Pods("ns").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	names := func(rv, ns string) []string {
+		t.Helper()
+		list, err := srv.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: rv})
+		require.NoError(t, err)
+		var out []string
+		for _, p := range list.Items {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+		return out
+	}
+	assert.ElementsMatch(t, []string{"ns/p", "other/p"}, names("0", ""), "cached")
+	assert.ElementsMatch(t, []string{"ns/p"}, names("0", "ns"), "cached, one namespace")
+	assert.ElementsMatch(t, []string{"ns/p", "ns/late", "other/p"}, names("", ""), "consistent")
+	srv.CatchUpWatchCache()
+	assert.ElementsMatch(t, []string{"ns/p", "ns/late", "other/p"}, names("0", ""), "caught up")
 }
 
 // A patch computed from a stale copy of a pod fails instead of overwriting

@@ -1,0 +1,332 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// freshness records whether the cache holds a consistent listing with no
+// watch gap since. The reflector's calls (through trackingListWatch and
+// podStore) move it; Err reads it.
+//
+// Each applied listing opens an epoch and grants one watch. A watch call
+// consumes the grant; a watch call without one is refused, so the
+// reflector relists. The epoch's watch ending, or its call failing, makes
+// the cache stale until the next listing is applied.
+type freshness struct {
+	synced chan struct{} // closed once the first listing is applied
+
+	mu         sync.Mutex
+	epoch      uint64 // incremented by every applied listing
+	fresh      bool   // a listing was applied and its watch has not ended
+	mayWatch   bool   // the listing of this epoch has not been watched from yet
+	listedOnce bool   // a listing was ever applied
+}
+
+func newFreshness() *freshness { return &freshness{synced: make(chan struct{})} }
+
+// listed records a listing applied to the cache.
+func (f *freshness) listed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.epoch++
+	f.fresh, f.mayWatch = true, true
+	if !f.listedOnce {
+		f.listedOnce = true
+		close(f.synced)
+	}
+}
+
+// startWatch consumes the current listing's grant to watch from it. It
+// reports the epoch the watch belongs to and false, making the cache
+// stale, when there is no grant.
+func (f *freshness) startWatch() (epoch uint64, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.mayWatch {
+		f.fresh = false
+		return f.epoch, false
+	}
+	f.mayWatch = false
+	return f.epoch, true
+}
+
+// watchEnded makes the cache stale when the watch of epoch, the current
+// one, ended or could not start. It reports whether it did.
+func (f *freshness) watchEnded(epoch uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if epoch != f.epoch || !f.fresh {
+		return false
+	}
+	f.fresh = false
+	return true
+}
+
+func (f *freshness) hasSynced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listedOnce
+}
+
+// err returns nil while the cache is fresh, else ErrNotSynced or ErrStale.
+func (f *freshness) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case !f.listedOnce:
+		return ErrNotSynced
+	case !f.fresh:
+		return ErrStale
+	}
+	return nil
+}
+
+// errMustRelist answers a watch call that has no listing to continue.
+func errMustRelist() error {
+	return apierrors.NewResourceExpired("kube: the pod watch ended; relisting consistently before watching again")
+}
+
+// errNoWatchList refuses a watch-list (streaming) request.
+var errNoWatchList = errors.New("kube: watch-list streaming is not used; list instead")
+
+// trackingListWatch lists and watches the node's pods, remembers whether
+// the last call failed, and enforces the freshness rules: every list is a
+// consistent read, and a watch may only continue the listing just applied.
+type trackingListWatch struct {
+	client kubernetes.Interface
+	node   string
+	log    *slog.Logger
+	fresh  *freshness
+
+	mu  sync.Mutex
+	err *ListingError // the last call's error, nil after a success
+}
+
+var (
+	_ cache.ListerWatcherWithContext = (*trackingListWatch)(nil)
+	_ cache.ListerWatcher            = (*trackingListWatch)(nil)
+)
+
+func (lw *trackingListWatch) options(opts metav1.ListOptions) metav1.ListOptions {
+	opts.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", lw.node).String()
+	return opts
+}
+
+// ListWithContext lists the node's pods (one page when paginated) with a
+// consistent read: whatever resourceVersion the reflector asks for
+// ("0" lets the API server answer from its watch cache, which may lag),
+// the request carries resourceVersion "" and no resourceVersionMatch.
+func (lw *trackingListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	opts = lw.options(opts)
+	opts.ResourceVersion = ""
+	opts.ResourceVersionMatch = ""
+	obj, err := lw.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+	lw.record("list", err)
+	return obj, err
+}
+
+// WatchWithContext watches the node's pods, continuing the listing just
+// applied; without one it answers "resource expired" so that the
+// reflector relists first.
+func (lw *trackingListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		return nil, errNoWatchList
+	}
+	epoch, ok := lw.fresh.startWatch()
+	if !ok {
+		lw.log.Debug("pod watch ended; relisting", "node", lw.node)
+		return nil, errMustRelist()
+	}
+	w, err := lw.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, lw.options(opts))
+	lw.record("watch", err)
+	if err != nil {
+		lw.fresh.watchEnded(epoch)
+		return nil, err
+	}
+	return &trackedWatch{Interface: w, end: func() { lw.watchEnded(epoch) }}, nil
+}
+
+func (lw *trackingListWatch) watchEnded(epoch uint64) {
+	if lw.fresh.watchEnded(epoch) {
+		lw.log.Debug("pod watch ended; snapshots are incomplete until relisted", "node", lw.node)
+	}
+}
+
+// List implements the deprecated cache.Lister; the reflector uses
+// ListWithContext.
+func (lw *trackingListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return lw.ListWithContext(context.Background(), opts)
+}
+
+// Watch implements the deprecated cache.Watcher; the reflector uses
+// WatchWithContext.
+func (lw *trackingListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return lw.WatchWithContext(context.Background(), opts)
+}
+
+// IsWatchListSemanticsUnSupported opts out of watch-list streaming, so
+// that every listing is a plain consistent list this wrapper observes.
+func (lw *trackingListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (lw *trackingListWatch) record(op string, err error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	switch {
+	case err != nil && errors.Is(err, context.Canceled):
+		// The source is stopping; Err reports ErrNotRunning soon.
+	case err != nil:
+		if lw.err == nil {
+			lw.log.Warn("pod listing failed; snapshots are incomplete", "node", lw.node, "op", op, "err", err)
+		}
+		lw.err = &ListingError{Node: lw.node, Op: op, Err: err}
+	case lw.err != nil:
+		lw.log.Info("pod listing recovered", "node", lw.node, "op", op)
+		lw.err = nil
+	}
+}
+
+func (lw *trackingListWatch) lastError() error {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.err == nil {
+		return nil
+	}
+	return lw.err
+}
+
+// trackedWatch reports when the reflector stops a watch. The reflector
+// stops every watch it ends, whether the server closed it, sent an error
+// event or the source is stopping, before it does anything else.
+type trackedWatch struct {
+	watch.Interface
+	once sync.Once
+	end  func()
+}
+
+func (w *trackedWatch) Stop() {
+	w.once.Do(w.end)
+	w.Interface.Stop()
+}
+
+// podStore is the reflector's store: a plain keyed store that applies
+// every change synchronously, so that a listing counts as applied (and the
+// cache as fresh) exactly when Replace returns. onChange, when set, is
+// called after each change with the pod before it (nil when added) and
+// after it (nil when deleted).
+type podStore struct {
+	pods     cache.Store
+	fresh    *freshness
+	onChange func(old, cur *corev1.Pod)
+}
+
+var _ cache.ReflectorStore = (*podStore)(nil)
+
+func newPodStore(fresh *freshness) *podStore {
+	return &podStore{pods: cache.NewStore(cache.MetaNamespaceKeyFunc), fresh: fresh}
+}
+
+func (s *podStore) old(obj any) *corev1.Pod {
+	old, ok, err := s.pods.Get(obj)
+	if err != nil || !ok {
+		return nil
+	}
+	p, _ := old.(*corev1.Pod)
+	return p
+}
+
+func (s *podStore) notify(old, cur *corev1.Pod) {
+	if s.onChange != nil && (old != nil || cur != nil) {
+		s.onChange(old, cur)
+	}
+}
+
+// Add stores a pod the watch reports added.
+func (s *podStore) Add(obj any) error { return s.Update(obj) }
+
+// Update stores a pod the watch reports changed.
+func (s *podStore) Update(obj any) error {
+	old := s.old(obj)
+	if err := s.pods.Update(obj); err != nil {
+		return err
+	}
+	cur, _ := obj.(*corev1.Pod)
+	s.notify(old, cur)
+	return nil
+}
+
+// Delete removes a pod the watch reports deleted.
+func (s *podStore) Delete(obj any) error {
+	if err := s.pods.Delete(obj); err != nil {
+		return err
+	}
+	p, _ := obj.(*corev1.Pod)
+	s.notify(p, nil)
+	return nil
+}
+
+// Replace installs a complete listing, then marks the cache fresh, then
+// reports what the listing changed.
+func (s *podStore) Replace(items []any, rv string) error {
+	before := make(map[string]*corev1.Pod)
+	for _, it := range s.pods.List() {
+		if p, ok := it.(*corev1.Pod); ok {
+			before[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	if err := s.pods.Replace(items, rv); err != nil {
+		return err
+	}
+	s.fresh.listed()
+	if s.onChange == nil {
+		return nil
+	}
+	for _, it := range items {
+		p, ok := it.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		key := p.Namespace + "/" + p.Name
+		old := before[key]
+		delete(before, key)
+		s.onChange(old, p)
+	}
+	for _, old := range before {
+		s.onChange(old, nil)
+	}
+	return nil
+}
+
+// Resync does nothing: the source has no resync period.
+func (s *podStore) Resync() error { return nil }
+
+// notifyInactive calls fn when a change of one of the node's pods makes it
+// inactive or released: deleted (cur nil), terminal, or released.
+func (s *NodePodSource) notifyInactive(fn func(reservation.Pod), old, cur *corev1.Pod) {
+	switch {
+	case cur == nil:
+		if old.Spec.NodeName == s.node {
+			fn(s.View(old))
+		}
+	case old == nil || cur.Spec.NodeName != s.node:
+	default:
+		now := s.clock.Now()
+		oldView, curView := s.View(old), s.View(cur)
+		if !Terminal(old) && Terminal(cur) || !oldView.Released(now) && curView.Released(now) {
+			fn(curView)
+		}
+	}
+}
