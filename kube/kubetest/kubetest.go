@@ -55,7 +55,7 @@ type Server struct {
 	immediate bool
 
 	mu     sync.Mutex
-	rv     uint64         // the last resourceVersion given to a pod
+	rv     uint64          // the last resourceVersion given to a pod
 	cached *corev1.PodList // the watch cache's view of pods; nil while it is current
 }
 
