@@ -11,14 +11,24 @@
 // through nvmlhal; it exists only in binaries built with cgo.
 //
 // It runs in the cluster as a DaemonSet pod with the node's name in
-// NODE_NAME and the kubelet's device-plugin directory mounted.
+// NODE_NAME and the kubelet's device-plugin and pod-resources directories
+// mounted: deploy/device-plugin.yaml, with the permissions of
+// deploy/rbac/device-plugin.yaml (get, list, watch and patch on pods; get
+// and patch on nodes; create on events) narrowed to its own node by
+// deploy/rbac/device-plugin-node-policy.yaml.
 //
 // Flags: -node (default $NODE_NAME), -backend (fake or, with cgo, nvml),
-// -fake-gpus, -socket-dir, -resource, -allow-mig-manager and
-// -metrics-addr (serves the per-GPU health gauge dynmig_gpu_healthy at
-// /metrics); -help lists them. Placements are half-open slot intervals [start, start+size) and
-// memory is MiB, as in package plugin, which also states the failure
-// semantics and the concurrency contract: the command runs one
-// plugin.Plugin until SIGINT or SIGTERM and exits when every goroutine has
-// stopped.
+// -fake-gpus, -socket-dir, -resource, -pod-resources-socket,
+// -allow-mig-manager, -metrics-addr (serves the per-GPU health gauge
+// dynmig_gpu_healthy at /metrics) and -kubeconfig; -help lists them.
+// -kubeconfig names a kubeconfig file (its current context) for running
+// out of a cluster; empty means $KUBECONFIG, and with that empty too, the
+// pod's service account. The file may use a server CA, client
+// certificates, tokens, token files, basic credentials or an exec plugin;
+// auth-provider plugins, impersonation and lists of files are refused.
+//
+// Placements are half-open slot intervals [start, start+size) and memory
+// is MiB, as in package plugin, which also states the failure semantics
+// and the concurrency contract: the command runs one plugin.Plugin until
+// SIGINT or SIGTERM and exits when every goroutine has stopped.
 package main

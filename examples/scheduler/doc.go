@@ -2,26 +2,47 @@
 // pods with dynmig: it filters and scores nodes with the placement ledger,
 // reserves before binding, writes the hami.io/vgpu-mig-allocations
 // annotation and binds the pod. The logic lives in package extender; this
-// file only wires it to HTTP and an in-cluster client.
+// file only wires it to HTTP and an API client.
 //
-// Run it in the cluster (it uses the pod's service account) and point the
-// scheduler's extender configuration at it:
+// # Deploying
+//
+// deploy/scheduler runs it as a sidecar of a second kube-scheduler (profile
+// dynmig-scheduler), listening on loopback, with leader election among two
+// replicas; deploy/rbac/scheduler.yaml holds its permissions. The
+// scheduler's extender configuration (deploy/scheduler/kube-scheduler-config.yaml)
+// is, in short:
 //
 //	extenders:
-//	- urlPrefix: "http://dynmig-extender.kube-system:8888"
+//	- urlPrefix: http://127.0.0.1:8888
 //	  filterVerb: filter
 //	  prioritizeVerb: prioritize
 //	  bindVerb: bind
-//	  weight: 1
+//	  weight: 5
 //	  nodeCacheCapable: true
-//	  managedResources: [{name: nvidia.com/gpu, ignoredByScheduler: false}]
+//	  managedResources:
+//	  - {name: nvidia.com/gpu, ignoredByScheduler: false}
+//	  - {name: nvidia.com/gpumem, ignoredByScheduler: true}
+//	  - {name: nvidia.com/gpumem-percentage, ignoredByScheduler: true}
 //
-// Flags: -addr (listen address, default :8888) and -lock-timeout; -help
-// lists them. Placements are half-open slot intervals [start, start+size)
-// and memory is MiB, as in package extender, which also states the failure
-// semantics and the concurrency contract: the command runs one
-// extender.Extender (its informers) and serves it until SIGINT or SIGTERM,
-// then shuts the HTTP server down (10 s grace), stops the informers and
-// exits. Its service account needs list and watch on nodes and pods, get,
-// patch and binding create on pods, and create on events.
+// One extender serves one kube-scheduler: its reservations and node locks
+// are in memory until the API shows them, so several replicas behind one
+// Service could place two pods on the same slots.
+//
+// # Flags
+//
+// -addr (listen address, default :8888), -lock-timeout and -kubeconfig;
+// -help lists them. -kubeconfig names a kubeconfig file (its current
+// context) for running out of a cluster; empty means $KUBECONFIG, and with
+// that empty too, the pod's service account. The file may use a server CA,
+// client certificates, tokens, token files, basic credentials or an exec
+// plugin; auth-provider plugins, impersonation and lists of files are
+// refused.
+//
+// Placements are half-open slot intervals [start, start+size) and memory
+// is MiB, as in package extender, which also states the failure semantics
+// and the concurrency contract: the command runs one extender.Extender
+// (its informers) and serves it until SIGINT or SIGTERM, then shuts the
+// HTTP server down (10 s grace), stops the informers and exits. Its
+// service account needs list and watch on nodes and pods, get and patch
+// on pods, create on pods/binding, and create on events.
 package main
