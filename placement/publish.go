@@ -41,21 +41,30 @@ const NotFree = math.MaxInt64
 // Duplicate placements are listed once.
 //
 // The order depends on used: to keep the allocator choosing as the default
-// policy does, a driver republishes a GPU's devices in the new order after
-// every instance it creates or destroys there. A driver that publishes
-// several GPUs in one ordered device list can merge their orders by (Cost,
-// GPU position, start), which is the default policy's choice across GPUs;
-// across ResourceSlices no order is possible, because kube-scheduler hands
-// the allocator a pool's slices in its informer cache's (unordered) order.
+// policy does, a driver republishes after every instance it creates or
+// destroys. Published once and never again, the order for the empty GPU is
+// no better than publishing by start, and on an 8-slot grid worse
+// (BENCHMARKS.md, "DRA published order"); a driver that cannot republish
+// should publish by start.
+//
+// To reproduce the default policy's choice across the GPUs of a node, a
+// driver merges the GPUs' orders by (Cost, GPU position, start) and keeps
+// all devices of one profile in one ResourceSlice: kube-scheduler hands the
+// allocator a pool's slices in its informer cache's order, which is not the
+// published one, so an order holds only within a slice, and a request's
+// selector names one profile. (A slice holds at most 64 devices that
+// consume counters; a profile with more is split, and the order between its
+// slices is lost.) Publishing one slice per GPU leaves the choice of GPU to
+// that unordered listing.
 //
 // PublishOrder fails with a [*GridError] for a profile table [NewGrid]
 // rejects (an empty or repeated profile name, a placement that is invalid
 // or ends beyond slot 64); g.UUID is not needed. With n placements in all
 // it makes n cost evaluations, each two table lookups on grids of up to 12
 // slots (O(n) otherwise), and sorts each profile's placements:
-// O(n log n), plus O(n) allocation for the result. Compiled tables are
-// shared with [NewGrid], so repeated calls for one GPU model do not
-// recompile it.
+// O(n log n), plus O(n) allocation for the result. The profile table is
+// compiled as [NewGrid] compiles it, and the compiled table reused while a
+// [Grid] of the same table is alive.
 func PublishOrder(g *capability.GPU, used Occupancy) ([]PublishedPlacement, error) {
 	sh, err := internShape(g)
 	if err != nil {
