@@ -213,7 +213,7 @@ func (m *Manager) adoptGPU(ctx context.Context, want *desiredSet, dev capability
 					return g, err
 				}
 			}
-			rec, pending, err := m.adoptAt(want, dev, gpu, insts, e)
+			rec, pending, err := m.adoptAt(want, dev, gpu, insts, procs, e)
 			m.noteAdoption(ctx, rep, e, rec, err)
 			if pending {
 				rep.Pending = append(rep.Pending, e)
@@ -258,13 +258,18 @@ func (m *Manager) noteAdoption(ctx context.Context, rep *AdoptReport, e reservat
 // adoptAt adopts, for an active entry without runtime identity from a
 // source whose placements only a trusted allocator writes
 // (Demand.AdoptAtPlacement), the live instance at exactly its placement
-// when it has the entry's profile and one compute instance, and no ended
-// holder, other entry or managed record names or overlaps it. pending is
+// when it has the entry's profile and one compute instance, runs no
+// process, and no released holder's device overlaps it, and no other
+// holder's runtime identity names it, and no managed record or other
+// holder's device conflicts with it. A busy instance, or one a released
+// holder may have left, could be an ended claim's whose record was lost:
+// it is not handed over by placement (a busy one stays unmanaged and, while
+// the entry is listed, claimed; Prepare replaces an idle one). pending is
 // true when nothing is there to adopt yet (or only a GI without a CI, the
 // remnant of a create that crashed, which Prepare replaces): the entry is
 // left to Prepare. The caller holds the GPU's lock and has checked that the
 // set is authorised.
-func (m *Manager) adoptAt(want *desiredSet, dev capability.DeviceInfo, gpu *capability.GPU, insts []Instance, e reservation.Entry) (rec *record, pending bool, err error) {
+func (m *Manager) adoptAt(want *desiredSet, dev capability.DeviceInfo, gpu *capability.GPU, insts []Instance, procs ProcessReport, e reservation.Entry) (rec *record, pending bool, err error) {
 	owner := entryOwner(&e)
 	key := Key{GPU: dev.Index, Profile: e.Profile, Placement: e.Placement}
 	if r := m.lookup(key); r != nil {
@@ -284,6 +289,13 @@ func (m *Manager) adoptAt(want *desiredSet, dev capability.DeviceInfo, gpu *capa
 	if gi.Profile != prof.GIProfileIndex || len(gi.ComputeInstances) != 1 {
 		return nil, false, fmt.Errorf("%w: GI %d at %v has profile index %d and %d compute instances, want %d with one",
 			ErrHardwareMismatch, gi.GIID, gi.Placement, gi.Profile, len(gi.ComputeInstances), prof.GIProfileIndex)
+	}
+	if n := procs.ByGPUInstance[gi.GIID]; n > 0 {
+		return nil, true, nil // not provably the entry's: left unmanaged while busy
+	}
+	if o, ok := want.endedOverlap(e.GPUUUID, e.Placement, owner); ok {
+		return nil, false, &ConflictError{Key: key, Owner: owner, Holder: entryOwner(&o),
+			Reason: fmt.Sprintf("the live GI %d may be the released holder's %s", gi.GIID, o.String())}
 	}
 	ci := gi.ComputeInstances[0]
 	rt := reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: gi.GIID, ComputeInstanceID: ci.ID}

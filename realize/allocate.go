@@ -430,6 +430,20 @@ func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Ins
 	if procs.ByGPUInstance[gi.GIID] > 0 {
 		return Device{}, nil, false, fmt.Errorf("%w: unmanaged GI %d at %v runs processes", ErrOccupied, gi.GIID, s.key.Placement)
 	}
+	if !hasRT && want.atPlacement && m.ownsAt(want, s, gi) {
+		// A claim's placement is the allocator's, not its creator's: the
+		// idle instance at exactly it, that no released holder may have
+		// left and no one else names, is this device's whose recorded
+		// identity was lost (Demand.AdoptAtPlacement).
+		ci := gi.ComputeInstances[0]
+		rt = reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: gi.GIID, ComputeInstanceID: ci.ID}
+		rec := &record{ManagedInstance: ManagedInstance{Key: s.key, Owner: s.owner, GPUUUID: s.entry.GPUUUID,
+			GIIndex: gi.Profile, Runtime: rt, Origin: OriginAdopted}}
+		m.store(rec)
+		m.stats.adoptions.Add(1)
+		m.log.InfoContext(ctx, "adopted instance at the reserved placement", instanceAttrs(rec)...)
+		return device(s, rt, OriginAdopted), rec, true, nil
+	}
 	if !hasRT {
 		// Not the pod's own: a remnant (of a lost patch, or of an ended
 		// pod that is still listed), unless an active entry names it.
@@ -455,6 +469,21 @@ func (m *Manager) takeOver(ctx context.Context, want *desiredSet, s step, gi Ins
 	m.stats.adoptions.Add(1)
 	m.log.InfoContext(ctx, "adopted instance on allocate", instanceAttrs(rec)...)
 	return device(s, rt, OriginAdopted), rec, true, nil
+}
+
+// ownsAt reports whether the unmanaged, idle instance gi at exactly the
+// step's placement is the step's by placement alone: one compute instance,
+// no released holder's device overlapping it, no ended holder's or other
+// entry's runtime identity naming it.
+func (m *Manager) ownsAt(want *desiredSet, s step, gi Instance) bool {
+	if len(gi.ComputeInstances) != 1 {
+		return false
+	}
+	mig := gi.ComputeInstances[0].MIGUUID
+	_, ended := want.endedOverlap(s.entry.GPUUUID, s.key.Placement, s.owner)
+	_, endedNamed := want.endedOwner(mig, s.owner)
+	_, named := want.namedByOther(mig, s.owner)
+	return !ended && !endedNamed && !named
 }
 
 // removeRemnant destroys an unmanaged instance at the step's key so that

@@ -29,11 +29,13 @@ type Demand struct {
 	// AdoptAtPlacement says that the source's GPU, profile and placement
 	// come only from a trusted allocator (a ResourceClaim's status, which
 	// only the scheduler writes), never from a holder's creator. Then
-	// adoption also takes over a live instance at exactly a device's GPU,
-	// profile and placement, with one compute instance, when the source
-	// records no runtime identity for it (a checkpoint lost in a restart).
-	// It stays false for the annotation protocol, whose placements a pod's
-	// creator can write.
+	// adoption, Prepare and Unprepare also take a live instance at exactly
+	// a device's GPU, profile and placement, with one compute instance, as
+	// the device's when the source records no runtime identity for it (a
+	// checkpoint lost in a restart), provided it runs no process, no
+	// released holder's device overlaps it and no other holder's identity
+	// names it. It stays false for the annotation protocol, whose
+	// placements a pod's creator can write.
 	AdoptAtPlacement bool
 }
 
@@ -179,6 +181,7 @@ func demandSet(d Demand) desiredSet {
 			entries[j] = reservation.Entry{PodUID: h.UID, Namespace: h.Namespace, Name: h.Name, Index: j, Allocation: allocs[j]}
 		}
 		if h.Released {
+			out.endedAt = append(out.endedAt, entries...)
 			for j := range entries {
 				if m := entries[j].MIGUUID; m != "" {
 					if out.ended == nil {
@@ -275,10 +278,12 @@ func (d Demand) withReleased(uid string, released bool) Demand {
 
 // AdoptDemand is [Manager.Adopt] for a neutral demand: the same passes and
 // rules over d's holders. With d.AdoptAtPlacement, an active device
-// without a runtime identity is adopted when a live instance sits at
-// exactly its GPU, profile and placement with one compute instance that no
-// other holder names (the report lists it as Adopted); otherwise it is
-// Pending, left to [Manager.Prepare].
+// without a runtime identity is adopted when an idle live instance sits at
+// exactly its GPU, profile and placement with one compute instance, no
+// released holder's device overlaps it and no other holder names it (the
+// report lists it as Adopted; a released holder's overlap makes it
+// Rejected with [ErrConflict]); otherwise it is Pending, left to
+// [Manager.Prepare].
 func (m *Manager) AdoptDemand(ctx context.Context, d Demand) (AdoptReport, error) {
 	want := demandSet(d)
 	return m.adopt(ctx, &want)

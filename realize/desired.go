@@ -27,6 +27,10 @@ type desiredSet struct {
 	// instance at exactly an active entry's placement when the entry
 	// records no runtime identity.
 	atPlacement bool
+	// endedAt are the devices of released holders of a Demand: a live
+	// instance they overlap may be theirs, so it is never adopted by
+	// placement for another holder.
+	endedAt []reservation.Entry
 }
 
 // sortSet orders a desired set built outside reservation.Desired as
@@ -110,6 +114,17 @@ func (d *desiredSet) namedByOther(migUUID string, self Owner) (Owner, bool) {
 		}
 	}
 	return Owner{}, false
+}
+
+// endedOverlap returns a released holder's device, other than self's
+// holder's, that overlaps at on gpuUUID.
+func (d *desiredSet) endedOverlap(gpuUUID string, at capability.Placement, self Owner) (reservation.Entry, bool) {
+	for _, e := range d.endedAt {
+		if e.GPUUUID == gpuUUID && e.Placement.Overlaps(at) && e.PodUID != self.PodUID {
+			return e, true
+		}
+	}
+	return reservation.Entry{}, false
 }
 
 func listed(pods []reservation.Pod, uid string) bool {

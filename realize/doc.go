@@ -141,12 +141,18 @@
 //     mismatches are reported, never adopted, and so is a realized
 //     reservation on a GPU the node does not have (Rejected, matching
 //     reservation.ErrUnknownGPU). With [Demand.AdoptAtPlacement] a device
-//     without a recorded identity is adopted from the live instance at
-//     exactly its GPU, profile and placement with one CI, under the same
-//     checks and unless a released holder's recorded identity names it;
-//     residual risk: an ended claim's instance that nothing recorded and
-//     that reconcile had not yet released would pass to a new claim
-//     allocated the same placement.
+//     without a recorded identity is adopted (and, by Prepare, handed out)
+//     from the live instance at exactly its GPU, profile and placement with
+//     one CI, under the same checks, only when it runs no process, no
+//     listed released holder's device overlaps it and no other holder's
+//     identity names it: a busy instance there stays unmanaged (and
+//     claimed, so never collected) until idle, and one a released holder
+//     may have left is replaced by Prepare. The claim source therefore
+//     records each identity before it answers NodePrepareResources and
+//     keeps a released claim listed, with its identities, until Unprepare
+//     succeeds. Residual risk: if the source loses the record of an ended
+//     claim whose idle instance is still live, that instance may pass to a
+//     new claim allocated exactly the same placement.
 //   - [Manager.CollectLeaks] destroys unmanaged instances only with an
 //     authorised snapshot, when no reservation may own them (none is at
 //     exactly their placement or names their MIG device) and no process

@@ -18,7 +18,11 @@ import (
 // device at a time under that GPU's lock, creates the GI and CI at exactly
 // the wanted placement, or returns the instance already managed for that
 // device, or adopts the live instance the device's recorded runtime
-// identity names after verifying it exactly. It never tries another
+// identity names after verifying it exactly (or, with d.AdoptAtPlacement
+// and nothing recorded, the idle instance at exactly its placement that no
+// released holder may have left and no one else names; any other unmanaged
+// instance there is destroyed and created afresh when idle, as Allocate
+// does). It never tries another
 // placement and writes no record: the caller persists each
 // Device.Runtime itself (a checkpoint) and reports it in later demands as
 // the device's runtime identity.
@@ -143,8 +147,12 @@ type UnprepareReport struct {
 // destruction (complete, no unreadable or conflicting holder); the error
 // then matches reservation.ErrNotAuthorized and every reason, and kubelet
 // retries. Otherwise, under each GPU's lock, the holder's live but
-// unmanaged devices are first adopted by the same rules as
-// [Manager.AdoptDemand], then each managed instance of the holder is
+// unmanaged devices (a restart) are first taken over: the instance a
+// device's recorded runtime identity names, verified exactly, or with
+// d.AdoptAtPlacement and nothing recorded the instance at exactly its GPU,
+// profile and placement; one that runs processes ([ErrInUse]) or that
+// another holder's runtime identity names ([ErrConflict]) is left and the
+// call fails. Then each managed instance of the holder is
 // destroyed (exactly its CI, then its GI), except one that runs processes
 // ([ErrInUse]) or whose MIG UUID another listed holder's runtime identity
 // names ([ErrConflict]): those are Kept, and the error joins their errors.
@@ -172,11 +180,8 @@ func (m *Manager) Unprepare(ctx context.Context, d Demand, holderUID string) (Un
 		return rep, fmt.Errorf("realize: unprepare holder %s: %w", holderUID, gone.Verdict())
 	}
 	var errs []error
-	if _, listed := d.holder(holderUID); listed {
-		live := demandSet(d.withReleased(holderUID, false))
-		if live.Authorized {
-			errs = append(errs, m.adoptHolder(ctx, &live, holderUID, &rep)...)
-		}
+	if h, listed := d.holder(holderUID); listed {
+		errs = append(errs, m.takeHolder(ctx, &gone, h, &rep)...)
 	}
 	for _, r := range m.records() {
 		if r.Owner.PodUID != holderUID {
@@ -204,27 +209,46 @@ func (m *Manager) holds(uid string) bool {
 	return false
 }
 
-// adoptHolder adopts the holder's live devices that are not managed, as
-// AdoptDemand would.
-func (m *Manager) adoptHolder(ctx context.Context, want *desiredSet, uid string, rep *UnprepareReport) []error {
+// takeHolder takes the unprepared holder's live devices that are not
+// managed (after a restart) under management, so that Unprepare can
+// release them: an instance the device's recorded runtime identity names,
+// verified exactly, or, with Demand.AdoptAtPlacement and no recorded
+// identity, the instance at exactly its GPU, profile and placement with
+// one compute instance (unless another holder's runtime identity names
+// that one: then it is not the holder's). One that another holder's
+// runtime identity names as well as the holder's is not provably the
+// holder's ([ErrConflict]), one that runs processes
+// cannot be destroyed yet ([ErrInUse]); both are errors, so kubelet
+// retries. Another holder wanting the same placement does not stop it:
+// under the protocol a prepared holder's identity is recorded before
+// Prepare's answer, so an unrecorded instance there is not that holder's.
+func (m *Manager) takeHolder(ctx context.Context, gone *desiredSet, h *Holder, rep *UnprepareReport) []error {
+	if len(h.Devices) == 0 {
+		return nil
+	}
 	devs, err := m.hw.Devices(ctx)
 	if err != nil {
 		return []error{err}
 	}
 	var errs []error
 	for _, dev := range devs {
-		mine := slices.DeleteFunc(entriesOn(want.Active, dev.UUID), func(e reservation.Entry) bool { return e.PodUID != uid })
+		var mine []reservation.Entry
+		for j, w := range h.Devices {
+			if w.GPUUUID == dev.UUID {
+				mine = append(mine, reservation.Entry{PodUID: h.UID, Namespace: h.Namespace, Name: h.Name, Index: j, Allocation: w.Allocation})
+			}
+		}
 		if len(mine) == 0 || dev.MIGMode != capability.MIGEnabled {
 			continue
 		}
-		if err := m.adoptOn(ctx, want, dev, mine, rep); err != nil {
-			errs = append(errs, fmt.Errorf("realize: unprepare holder %s on GPU %d (%s): %w", uid, dev.Index, dev.UUID, err))
+		if err := m.takeOn(ctx, gone, dev, mine, rep); err != nil {
+			errs = append(errs, fmt.Errorf("realize: unprepare holder %s on GPU %d (%s): %w", h.UID, dev.Index, dev.UUID, err))
 		}
 	}
 	return errs
 }
 
-func (m *Manager) adoptOn(ctx context.Context, want *desiredSet, dev capability.DeviceInfo, mine []reservation.Entry, rep *UnprepareReport) error {
+func (m *Manager) takeOn(ctx context.Context, gone *desiredSet, dev capability.DeviceInfo, mine []reservation.Entry, rep *UnprepareReport) error {
 	unlock, err := m.locks.Lock(ctx, dev.Index)
 	if err != nil {
 		return err
@@ -234,28 +258,71 @@ func (m *Manager) adoptOn(ctx context.Context, want *desiredSet, dev capability.
 	if err != nil {
 		return err
 	}
+	procs, err := m.hw.Processes(ctx, dev.Index)
+	if err != nil {
+		return err
+	}
 	gpu, err := m.capabilityOf(ctx, dev)
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, e := range mine {
-		var rec *record
-		if rt, ok := e.Runtime(); ok {
-			rec, err = m.adoptEntry(want, dev, gpu, insts, e, rt)
-		} else if want.atPlacement {
-			rec, _, err = m.adoptAt(want, dev, gpu, insts, e)
+		owner := entryOwner(&e)
+		key := Key{GPU: dev.Index, Profile: e.Profile, Placement: e.Placement}
+		prof := gpu.Profile(e.Profile)
+		if m.lookup(key) != nil || prof == nil {
+			continue // managed (the holder's is released next), or nothing of this profile can be live
 		}
+		var gi Instance
+		rt, recorded := e.Runtime()
 		switch {
-		case err != nil && !errors.Is(err, ErrNotFound):
-			// Not provably the holder's: left alone, as adoption would.
-			m.log.WarnContext(ctx, "holder's instance not taken over for unprepare", "entry", e.String(), "err", err)
-		case rec != nil:
-			rep.Adopted = append(rep.Adopted, rec.ManagedInstance)
-			m.stats.adoptions.Add(1)
-			m.log.InfoContext(ctx, "adopted instance to unprepare it", instanceAttrs(rec)...)
+		case recorded:
+			g, ok := findGI(insts, rt.GPUInstanceID)
+			if !ok || verify(g, prof.GIProfileIndex, e.Placement, rt) != "" {
+				continue // gone, or not the recorded instance
+			}
+			gi = g
+		case gone.atPlacement:
+			g, ok := findAt(insts, e.Placement)
+			if !ok || g.Profile != prof.GIProfileIndex || len(g.ComputeInstances) != 1 {
+				continue
+			}
+			gi = g
+			ci := g.ComputeInstances[0]
+			rt = reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: g.GIID, ComputeInstanceID: ci.ID}
+		default:
+			continue
 		}
+		if m.managedGI(dev.Index, gi) {
+			continue
+		}
+		_, named := gone.namedByOther(rt.MIGUUID, owner)
+		_, endedNamed := gone.endedOwner(rt.MIGUUID, owner)
+		if !recorded && (named || endedNamed) {
+			continue // found by placement, but another holder's recorded instance: not this one's
+		}
+		if o, ok := gone.namedByOther(rt.MIGUUID, owner); ok {
+			errs = append(errs, &ConflictError{Key: key, Owner: owner, Holder: o, Reason: "another holder names the live instance " + rt.MIGUUID})
+			continue
+		}
+		if o, ok := gone.endedOwner(rt.MIGUUID, owner); ok {
+			errs = append(errs, &ConflictError{Key: key, Owner: owner, Holder: o, Reason: "another released holder names the live instance " + rt.MIGUUID})
+			continue
+		}
+		if n := procs.ByGPUInstance[gi.GIID]; n > 0 {
+			errs = append(errs, &ReleaseError{Key: key, Owner: owner, GIID: gi.GIID,
+				Err: fmt.Errorf("%w: %d processes run on the holder's unmanaged instance", ErrInUse, n)})
+			continue
+		}
+		rec := &record{ManagedInstance: ManagedInstance{Key: key, Owner: owner, GPUUUID: e.GPUUUID,
+			GIIndex: gi.Profile, Runtime: rt, Origin: OriginAdopted}}
+		m.store(rec)
+		rep.Adopted = append(rep.Adopted, rec.ManagedInstance)
+		m.stats.adoptions.Add(1)
+		m.log.InfoContext(ctx, "adopted instance to unprepare it", instanceAttrs(rec)...)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // unprepareOne destroys one managed instance of the unprepared holder

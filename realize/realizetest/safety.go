@@ -32,11 +32,13 @@ var ErrUnsafe = errors.New("realizetest: safety invariant broken")
 //     every GPU instance that ran processes at the previous observation
 //     is still live.
 //
-// Call [Safety.Grant] after every successful Allocate, [Safety.Release]
-// when a pod is released (reservation.Pod.Released, or gone from the API),
-// and [Safety.Observe] after every step of the loop, process changes
-// included. The zero Safety is not usable; call [NewSafety]. A Safety is
-// not safe for concurrent use.
+// Call [Safety.Grant] after every successful Allocate ([Safety.GrantHolder]
+// after every successful Prepare of a DRA plugin), [Safety.Release] when a
+// pod is released (reservation.Pod.Released, or gone from the API) or a
+// claim's consumers have ended, and [Safety.Observe] after every step of
+// the loop, process changes included. What it says of pods it says of
+// ResourceClaims too. The zero Safety is not usable; call [NewSafety]. A
+// Safety is not safe for concurrent use.
 type Safety struct {
 	owner    map[string]string  // MIG UUID -> pod UID holding it
 	first    map[string]string  // MIG UUID -> the pod it was first granted to
@@ -70,32 +72,60 @@ func unsafe(format string, args ...any) error {
 // record; the devices are recorded anyway, so that later checks keep
 // protecting them.
 func (s *Safety) Grant(pod reservation.Pod, devices []realize.Device) error {
-	var errs []error
 	allocs, err := reservation.DecodeString(pod.Annotations[reservation.AnnotationKey])
 	if err == nil {
 		err = reservation.Validate(allocs)
 	}
-	if err != nil && len(devices) > 0 {
-		errs = append(errs, unsafe("pod %s was granted %d devices although its record is invalid: %v", pod.UID, len(devices), err))
+	return s.grant("pod", pod.UID, allocs, err, untrustedEntries(allocs, pod.DeviceRequests), devices)
+}
+
+// GrantHolder is [Safety.Grant] for a holder of a neutral demand (a DRA
+// ResourceClaim): it records that [realize.Manager.Prepare] handed devices
+// to h (the holder as the call saw it), and returns an error matching
+// [ErrUnsafe] when a device was ever granted to another holder, when h's
+// record is unreadable (Err set, or devices failing reservation.Validate),
+// or when a device is not h's own trusted device (the scheduler-written
+// fields of h.Devices[Device.Index], whose Untrusted is nil). Pods and
+// claims share one namespace of holders: their UIDs never collide.
+func (s *Safety) GrantHolder(h realize.Holder, devices []realize.Device) error {
+	allocs := make([]reservation.Allocation, len(h.Devices))
+	untrusted := map[int]bool{}
+	for i, w := range h.Devices {
+		allocs[i] = w.Allocation
+		if w.Untrusted != nil {
+			untrusted[i] = true
+		}
 	}
-	untrusted := untrustedEntries(allocs, pod.DeviceRequests)
+	err := h.Err
+	if err == nil {
+		err = reservation.Validate(allocs)
+	}
+	return s.grant("holder", h.UID, allocs, err, untrusted, devices)
+}
+
+func (s *Safety) grant(kind, uid string, allocs []reservation.Allocation, invalid error, untrusted map[int]bool, devices []realize.Device) error {
+	var errs []error
+	who := kind + " " + uid
+	if invalid != nil && len(devices) > 0 {
+		errs = append(errs, unsafe("%s was granted %d devices although its record is invalid: %v", who, len(devices), invalid))
+	}
 	for _, d := range devices {
 		u := d.Runtime.MIGUUID
-		if o, ok := s.first[u]; ok && o != pod.UID {
-			errs = append(errs, unsafe("%s granted to pod %s, already granted to pod %s", u, pod.UID, o))
+		if o, ok := s.first[u]; ok && o != uid {
+			errs = append(errs, unsafe("%s granted to %s, already granted to %s", u, who, o))
 		} else if !ok {
-			s.first[u] = pod.UID
+			s.first[u] = uid
 		}
 		switch {
-		case err != nil:
+		case invalid != nil:
 		case !entryMatches(allocs, d):
-			errs = append(errs, unsafe("pod %s was granted %s for %v, which its record does not name", pod.UID, u, d.Entry.Scheduled()))
+			errs = append(errs, unsafe("%s was granted %s for %v, which its record does not name", who, u, d.Entry.Scheduled()))
 		case untrusted[d.Index]:
-			errs = append(errs, unsafe("pod %s was granted %s for entry %d, which the pod does not request (trust rule)", pod.UID, u, d.Index))
+			errs = append(errs, unsafe("%s was granted %s for entry %d, which it does not request (trust rule)", who, u, d.Index))
 		}
-		s.owner[u] = pod.UID
-		if !slices.ContainsFunc(s.grants[pod.UID], func(g grant) bool { return g.migUUID == u }) {
-			s.grants[pod.UID] = append(s.grants[pod.UID], grant{migUUID: u, entry: d.Entry.Scheduled()})
+		s.owner[u] = uid
+		if !slices.ContainsFunc(s.grants[uid], func(g grant) bool { return g.migUUID == u }) {
+			s.grants[uid] = append(s.grants[uid], grant{migUUID: u, entry: d.Entry.Scheduled()})
 		}
 	}
 	return errors.Join(errs...)
