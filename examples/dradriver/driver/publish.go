@@ -294,9 +294,12 @@ func (c *Catalog) Lookup(name string) (Partition, capability.GPU, error) {
 
 // Resources returns the publication for the kubelet plugin's
 // PublishResources: one pool named after the node, with counter slices
-// first, then device slices of at most
-// [resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures] devices each,
-// in publication order. The caller may modify the result.
+// first, then one device slice per profile (split only past
+// [resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures] devices), in
+// publication order. A request's selector names one profile, and the
+// order of devices holds within a slice whatever order kube-scheduler
+// lists the pool's slices in, so every GPU's devices of a profile share a
+// slice. The caller may modify the result.
 func (c *Catalog) Resources() resourceslice.DriverResources {
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{c.node: *c.pool.DeepCopy()}}
 }
@@ -333,8 +336,10 @@ func (c *Catalog) buildPool() resourceslice.Pool {
 		s.SharedCounters = append(s.SharedCounters, counterSet(g))
 	}
 	var cur *resourceslice.Slice
+	profile := ""
 	for _, d := range c.devices {
-		if cur == nil || len(cur.Devices) == resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures {
+		if cur == nil || len(cur.Devices) == resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures || d.Partition.Profile != profile {
+			profile = d.Partition.Profile
 			pool.Slices = append(pool.Slices, resourceslice.Slice{})
 			cur = &pool.Slices[len(pool.Slices)-1]
 		}
@@ -395,7 +400,9 @@ func counterSet(g catalogGPU) resourceapi.CounterSet {
 	return cs
 }
 
-func attrString(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+func attrString(s string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{StringValue: &s}
+}
 
 func attrInt(v int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &v} }
 
