@@ -499,3 +499,36 @@ func TestPodDemandMatchesTheAnnotationPath(t *testing.T) {
 		t.Errorf("outcome = %+v, want a adopted, b's instance collected, c and d pending", want)
 	}
 }
+
+// An instance at exactly an unrecorded claim's placement that runs
+// processes may be an ended claim's whose record was lost: it is neither
+// adopted nor handed out by placement, and nothing destroys it.
+func TestAdoptAtPlacementLeavesBusyInstances(t *testing.T) {
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	var c claims
+	c.claim("x", ent(0, 0, f.gpuUUID(0), "2g.10gb", 2, 2))
+	x := mustPrepare(t, f, &c, "x")
+	if _, err := f.node.StartProcess(0, x[0].Runtime.MIGUUID); err != nil {
+		t.Fatal(err)
+	}
+	c.get("x").Devices[0].Allocation = c.get("x").Devices[0].Scheduled() // the checkpoint is lost
+	f.restart()
+	rep, err := f.m.MaintainDemand(ctx, c.demand())
+	if err != nil || len(rep.Adopt.Adopted) != 0 || len(rep.Adopt.Pending) != 1 {
+		t.Fatalf("MaintainDemand = %+v, %v; want x pending, nothing adopted", rep.Adopt, err)
+	}
+	if rep.Leaks == nil || len(rep.Leaks.Collected) != 0 || len(rep.Leaks.Left) != 1 || !rep.Leaks.Left[0].Claimed {
+		t.Errorf("leaks = %+v, want x's instance left, claimed", rep.Leaks)
+	}
+	if _, err := f.m.Prepare(ctx, c.demand(), "x"); !errors.Is(err, realize.ErrOccupied) {
+		t.Errorf("Prepare of a busy unrecorded instance = %v, want ErrOccupied", err)
+	}
+	// Unprepare cannot destroy it while it is busy, and says so.
+	if _, err := f.m.Unprepare(ctx, c.demand(), "x"); !errors.Is(err, realize.ErrInUse) {
+		t.Errorf("Unprepare of a busy instance = %v, want ErrInUse", err)
+	}
+	if got := f.live(); !slices.Equal(got, deviceUUIDs(x)) {
+		t.Errorf("live = %v, want x's device kept", got)
+	}
+}

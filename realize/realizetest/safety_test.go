@@ -280,3 +280,57 @@ func TestSafetyForget(t *testing.T) {
 		t.Fatalf("Observe after destroying a forgotten device = %v, want nil", err)
 	}
 }
+
+// GrantHolder applies Grant's rules to a DRA claim handed devices by
+// Prepare.
+func TestSafetyGrantHolder(t *testing.T) {
+	node := fakehal.MustNew(fakehal.Options{Seed: 3})
+	dev, _ := node.Device(0)
+	want := func(start, size uint32) realize.Want {
+		return realize.Want{Allocation: reservation.Allocation{GPUUUID: dev.UUID, Profile: "1g.5gb",
+			Placement: capability.Placement{Start: start, Size: size}}}
+	}
+	claim := realize.Holder{UID: "claim-a", Devices: []realize.Want{want(0, 1)}}
+	m := realize.NewManager(node, realize.Options{})
+	devs, err := m.Prepare(context.Background(), realize.Demand{Complete: true, Holders: []realize.Holder{claim}}, "claim-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	untrusted := claim
+	untrusted.Devices = []realize.Want{want(0, 1)}
+	untrusted.Devices[0].Untrusted = reservation.ErrNotRequested
+	unreadable := claim
+	unreadable.Err = errors.New("unreadable")
+	moved := claim
+	moved.Devices = []realize.Want{want(1, 1)}
+	other := claim
+	other.UID = "claim-b"
+	tests := []struct {
+		name   string
+		holder realize.Holder
+		unsafe bool
+	}{
+		{name: "its own device", holder: claim},
+		{name: "untrusted device", holder: untrusted, unsafe: true},
+		{name: "unreadable record", holder: unreadable, unsafe: true},
+		{name: "not its device", holder: moved, unsafe: true},
+		{name: "another holder's device", holder: other, unsafe: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := realizetest.NewSafety()
+			if tt.holder.UID != claim.UID {
+				if err := s.GrantHolder(claim, devs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := s.GrantHolder(tt.holder, devs)
+			if got := errors.Is(err, realizetest.ErrUnsafe); got != tt.unsafe {
+				t.Fatalf("GrantHolder = %v, unsafe %t, want %t", err, got, tt.unsafe)
+			}
+			if err := s.Observe(context.Background(), node); err != nil {
+				t.Errorf("Observe = %v, want nil: the device is live", err)
+			}
+		})
+	}
+}
