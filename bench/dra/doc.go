@@ -50,6 +50,22 @@
 // kube-scheduler's DRA plugin does in PreFilter and Filter for one pod on one
 // node. [Node.Commit] and [Node.Release] change the allocated set.
 //
+// # Published order
+//
+// Because the allocator is first fit in slice order, the order a driver
+// publishes its devices in decides where instances go. [NodeOptions].Order
+// replaces the model's (GPU, profile, start) order by another [Order]
+// (static, or refreshed from the occupancy and republished with a new pool
+// generation after every change, or after every RefreshEvery-th), and
+// [NodeOptions].Layout says how the order is cut into slices and in which
+// order the allocator reads them: kube-scheduler lists a pool's slices from
+// an informer cache, in no particular order, and the allocator does not
+// sort them ([Layout]). [Orders] are the orders compared (the NVIDIA DRA
+// driver's among them), [SimRun] replays a trace with a simulated allocator
+// (the first free matching device in the same slices, same shuffle) that
+// the tests check against the real one, and cmd/publishorder prints the
+// comparison.
+//
 // # Classification
 //
 // When the allocator finds no allocation, the rejection is classified with

@@ -50,7 +50,9 @@ type Model struct {
 	slices  []*resourceapi.ResourceSlice
 	class   *resourceapi.DeviceClass
 	devices []Device
-	byName  map[string]int // device name -> index in devices
+	objects []resourceapi.Device // the published form of devices[i]
+	perGPU  []int                // devices per GPU
+	byName  map[string]int       // device name -> index in devices
 	byKey   map[deviceKey]int
 }
 
@@ -199,6 +201,7 @@ func maxSMs(g *placement.Grid) uint32 {
 // order, at most ResourceSliceMaxDevicesWithAdvancedFeatures per slice.
 func (m *Model) deviceSlices() []*resourceapi.ResourceSlice {
 	var out []*resourceapi.ResourceSlice
+	m.perGPU = make([]int, len(m.grids))
 	for i, g := range m.grids {
 		for _, p := range g.Profiles() { // CompareProfiles order
 			for _, pl := range p.Placements { // by start
@@ -208,10 +211,12 @@ func (m *Model) deviceSlices() []*resourceapi.ResourceSlice {
 				s := out[len(out)-1]
 				name := deviceName(i, p.Name, pl.Start)
 				s.Spec.Devices = append(s.Spec.Devices, m.device(i, &p, pl, name))
+				m.objects = append(m.objects, s.Spec.Devices[len(s.Spec.Devices)-1])
 				d := Device{ID: structured.MakeDeviceID(DriverName, m.node, name), Name: name, GPU: i, Profile: p.Name, Placement: pl}
 				m.byName[name] = len(m.devices)
 				m.byKey[deviceKey{i, p.Name, pl}] = len(m.devices)
 				m.devices = append(m.devices, d)
+				m.perGPU[i]++
 			}
 		}
 	}

@@ -38,6 +38,29 @@ type NodeOptions struct {
 	// CELCache is shared between decisions, as the scheduler shares it; nil
 	// means a fresh cache of 64 entries.
 	CELCache *cel.Cache
+	// Order is the order the driver publishes the devices in; the zero
+	// Order keeps the model's slices.
+	Order Order
+	// Layout is how the devices are cut into slices and in which order
+	// the allocator reads the slices; the zero value is [OrderedPool].
+	Layout Layout
+	// ShuffleSeed seeds the random slice order of the shuffled layouts.
+	ShuffleSeed uint64
+	// RefreshEvery makes a refreshed order republish after every
+	// RefreshEvery-th change of the occupancy (an allocation or a
+	// release) instead of after each: a driver batching its updates, or
+	// a scheduler seeing them late. 0 means 1.
+	RefreshEvery int
+}
+
+// PublishStats counts a node's republications.
+type PublishStats struct {
+	// Publications counts republications after the first publication.
+	Publications int
+	// SliceWrites counts the device slices a republication changed (a
+	// slice whose devices or their order differ from the slice of the same
+	// name before), the ResourceSlice updates a driver would send.
+	SliceWrites int
 }
 
 // Node is the DRA view of one node: the model plus the allocated devices
@@ -51,6 +74,21 @@ type Node struct {
 	classes   classLister
 	claims    []*resourceapi.ResourceClaim
 	used      []placement.GPUState
+	// published are the pool's slices as the driver last published them
+	// (counter slices first); stale when a refreshed order's occupancy
+	// changed since. gen is their pool generation.
+	published []*resourceapi.ResourceSlice
+	stale     bool
+	gen       int64
+	// republished is set once the node published its own slices.
+	republished bool
+	every       int // RefreshEvery, at least 1
+	changes     int // occupancy changes since the last republication
+	stats       PublishStats
+	order       Order
+	layout      Layout
+	rng         *rand.Rand
+	view        []*resourceapi.ResourceSlice // scratch: the slices in the scheduler's order
 }
 
 // NewNode returns the node of m with nothing allocated.
@@ -67,6 +105,12 @@ func NewNode(m *Model, opts NodeOptions) *Node {
 	}
 	if opts.Features != nil {
 		n.features = *opts.Features
+	}
+	n.order, n.layout, n.gen, n.published = opts.Order, opts.Layout, 1, m.slices
+	n.every = max(opts.RefreshEvery, 1)
+	n.stale = opts.Order.GPU != nil || opts.Layout != OrderedPool
+	if n.layout.Shuffled() {
+		n.rng = rand.New(rand.NewPCG(opts.ShuffleSeed, shuffleStream))
 	}
 	if n.cache == nil {
 		n.cache = cel.NewCache(64, cel.Features{
@@ -92,7 +136,68 @@ func (n *Node) NewAllocator(ctx context.Context) (structured.Allocator, error) {
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	return structured.NewAllocator(ctx, n.features, state, n.classes, n.model.slices, n.cache)
+	slices, err := n.slices()
+	if err != nil {
+		return nil, err
+	}
+	return structured.NewAllocator(ctx, n.features, state, n.classes, slices, n.cache)
+}
+
+// Published returns the pool's slices as the driver publishes them for the
+// current occupancy (counter slices first), before the scheduler reorders
+// them. The caller must not modify them.
+func (n *Node) Published() ([]*resourceapi.ResourceSlice, error) {
+	if err := n.republish(); err != nil {
+		return nil, err
+	}
+	return n.published, nil
+}
+
+// republish publishes the slices again when they are stale.
+func (n *Node) republish() error {
+	if !n.stale {
+		return nil
+	}
+	order := n.order
+	if order.GPU == nil {
+		order = Orders()[0]
+	}
+	gen := n.gen
+	if n.republished {
+		gen++
+	}
+	s, err := n.model.publish(order, n.used, n.layout, gen)
+	if err != nil {
+		return err
+	}
+	if n.republished {
+		n.stats.Publications++
+		n.stats.SliceWrites += changedSlices(n.published, s)
+	}
+	n.published, n.stale, n.gen, n.republished = s, false, gen, true
+	return nil
+}
+
+// slices returns the pool's slices as the allocator gets them: republished
+// first when the order is refreshed and the occupancy changed, and for a
+// shuffled layout in this decision's random order (counter slices first).
+func (n *Node) slices() ([]*resourceapi.ResourceSlice, error) {
+	if err := n.republish(); err != nil {
+		return nil, err
+	}
+	if !n.layout.Shuffled() {
+		return n.published, nil
+	}
+	n.view = append(n.view[:0], n.published...)
+	counters := 0
+	for counters < len(n.view) && len(n.view[counters].Spec.SharedCounters) > 0 {
+		counters++
+	}
+	devs := n.view[counters:]
+	for k, i := range n.rng.Perm(len(devs)) {
+		devs[k] = n.published[counters+i]
+	}
+	return n.view, nil
 }
 
 // AllocateWith asks a for claim on this node and returns the devices chosen,
@@ -149,6 +254,9 @@ func (n *Node) Commit(devs []Device) error {
 	for g, u := range used {
 		n.used[g].Used = u
 	}
+	if len(devs) > 0 {
+		n.changed()
+	}
 	return nil
 }
 
@@ -158,9 +266,51 @@ func (n *Node) Release(devs []Device) {
 		if n.allocated.Has(d.ID) {
 			n.allocated.Delete(d.ID)
 			n.used[d.GPU].Used = n.used[d.GPU].Used.Release(d.Placement)
+			n.changed()
 		}
 	}
 }
+
+// changed records an occupancy change: a refreshed order becomes stale
+// after every n.every-th.
+func (n *Node) changed() {
+	if !n.order.Refresh {
+		return
+	}
+	if n.changes++; n.changes >= n.every {
+		n.stale, n.changes = true, 0
+	}
+}
+
+// changedSlices counts the device slices of next whose devices differ from
+// those of the slice of the same name in prev.
+func changedSlices(prev, next []*resourceapi.ResourceSlice) int {
+	old := map[string]*resourceapi.ResourceSlice{}
+	for _, s := range prev {
+		old[s.Name] = s
+	}
+	n := 0
+	for _, s := range next {
+		if len(s.Spec.Devices) == 0 {
+			continue
+		}
+		o := old[s.Name]
+		if o == nil || len(o.Spec.Devices) != len(s.Spec.Devices) {
+			n++
+			continue
+		}
+		for i := range s.Spec.Devices {
+			if o.Spec.Devices[i].Name != s.Spec.Devices[i].Name {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// Stats returns the node's republication counts.
+func (n *Node) Stats() PublishStats { return n.stats }
 
 // Allocated returns how many devices are allocated.
 func (n *Node) Allocated() int { return n.allocated.Len() }

@@ -43,6 +43,12 @@ func Run(ctx context.Context, gpus []capability.GPU, evs []sim.Event, opts NodeO
 	}
 	res, err := sim.Replay(ctx, evs, slots, p)
 	res.Policy = PolicyName
+	if opts.Order.Name != "" {
+		res.Policy += "/" + opts.Order.Name
+	}
+	if opts.Layout != OrderedPool {
+		res.Policy += "/" + opts.Layout.String()
+	}
 	if p.fatal != nil {
 		i := arrival(evs, p.arrivals)
 		return res, fmt.Errorf("dra: event %d (%s): %w", i+1, evs[i].ID, p.fatal)
