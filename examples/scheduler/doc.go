@@ -33,10 +33,8 @@
 // -addr (listen address, default :8888), -lock-timeout and -kubeconfig;
 // -help lists them. -kubeconfig names a kubeconfig file (its current
 // context) for running out of a cluster; empty means $KUBECONFIG, and with
-// that empty too, the pod's service account. The file may use a server CA,
-// client certificates, tokens, token files, basic credentials or an exec
-// plugin; auth-provider plugins, impersonation and lists of files are
-// refused.
+// that empty too, the pod's service account ([kube.RESTConfig], which
+// loads it with client-go's clientcmd as kubectl does).
 //
 // Placements are half-open slot intervals [start, start+size) and memory
 // is MiB, as in package extender, which also states the failure semantics

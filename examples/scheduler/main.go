@@ -4,23 +4,17 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 
 	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/kube"
 )
 
 func main() {
@@ -36,7 +30,7 @@ func main() {
 }
 
 func run(kubeconfig, addr string, lock time.Duration, log *slog.Logger) error {
-	cfg, err := restConfig(kubeconfig)
+	cfg, err := kube.RESTConfig(kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -72,103 +66,4 @@ func run(kubeconfig, addr string, lock time.Duration, log *slog.Logger) error {
 		return err
 	}
 	return nil
-}
-
-// restConfig returns the API client configuration: the kubeconfig file at
-// path, else the one $KUBECONFIG names, else the pod's service account
-// (in-cluster). Out of the cluster, pass -kubeconfig or set $KUBECONFIG.
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		path = os.Getenv("KUBECONFIG")
-	}
-	if path == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config (out of a cluster, pass -kubeconfig): %w", err)
-		}
-		return cfg, nil
-	}
-	return loadKubeconfig(path)
-}
-
-// errKubeconfig: the kubeconfig file names no usable context, or uses a
-// feature this loader does not support.
-var errKubeconfig = errors.New("kubeconfig")
-
-// loadKubeconfig reads the current context of one kubeconfig file, as
-// kubectl would: the server, its CA (file or data), insecure-skip-tls-verify,
-// tls-server-name and proxy-url, and the user's client certificate and key
-// (file or data), token or token file, basic credentials or exec plugin.
-// Relative file names are relative to the file's directory. Impersonation
-// and auth-provider plugins are refused, as is a list of files.
-func loadKubeconfig(path string) (*rest.Config, error) {
-	if strings.ContainsRune(path, filepath.ListSeparator) {
-		return nil, fmt.Errorf("%w: %q: name one file", errKubeconfig, path)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	obj, _, err := clientcmdlatest.Codec.Decode(data, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errKubeconfig, path, err)
-	}
-	kc, ok := obj.(*clientcmdapi.Config)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s: not a kubeconfig (%T)", errKubeconfig, path, obj)
-	}
-	kctx := kc.Contexts[kc.CurrentContext]
-	if kctx == nil {
-		return nil, fmt.Errorf("%w: %s: no context %q", errKubeconfig, path, kc.CurrentContext)
-	}
-	cluster := kc.Clusters[kctx.Cluster]
-	if cluster == nil || cluster.Server == "" {
-		return nil, fmt.Errorf("%w: %s: no cluster %q with a server", errKubeconfig, path, kctx.Cluster)
-	}
-	user := &clientcmdapi.AuthInfo{}
-	if kctx.AuthInfo != "" {
-		if user = kc.AuthInfos[kctx.AuthInfo]; user == nil {
-			return nil, fmt.Errorf("%w: %s: no user %q", errKubeconfig, path, kctx.AuthInfo)
-		}
-	}
-	if user.AuthProvider != nil || user.Impersonate != "" || user.ImpersonateUID != "" || len(user.ImpersonateGroups) > 0 || len(user.ImpersonateUserExtra) > 0 {
-		return nil, fmt.Errorf("%w: %s: user %q: auth-provider and impersonation are not supported", errKubeconfig, path, kctx.AuthInfo)
-	}
-	dir, err := filepath.Abs(filepath.Dir(path))
-	if err != nil {
-		return nil, err
-	}
-	abs := func(name string) string {
-		if name == "" || filepath.IsAbs(name) {
-			return name
-		}
-		return filepath.Join(dir, name)
-	}
-	cfg := &rest.Config{
-		Host:               cluster.Server,
-		DisableCompression: cluster.DisableCompression,
-		TLSClientConfig: rest.TLSClientConfig{
-			Insecure: cluster.InsecureSkipTLSVerify, ServerName: cluster.TLSServerName,
-			CAFile: abs(cluster.CertificateAuthority), CAData: cluster.CertificateAuthorityData,
-			CertFile: abs(user.ClientCertificate), CertData: user.ClientCertificateData,
-			KeyFile: abs(user.ClientKey), KeyData: user.ClientKeyData,
-		},
-		BearerToken: user.Token, BearerTokenFile: abs(user.TokenFile),
-		Username: user.Username, Password: user.Password,
-	}
-	if cluster.ProxyURL != "" {
-		u, err := url.Parse(cluster.ProxyURL)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: proxy-url: %w", errKubeconfig, path, err)
-		}
-		cfg.Proxy = http.ProxyURL(u)
-	}
-	if user.Exec != nil {
-		cfg.ExecProvider = user.Exec
-		if strings.ContainsRune(user.Exec.Command, filepath.Separator) {
-			cfg.ExecProvider.Command = abs(user.Exec.Command)
-		}
-		cfg.ExecProvider.Config = cluster.Extensions["client.authentication.k8s.io/exec"]
-	}
-	return cfg, nil
 }
