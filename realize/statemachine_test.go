@@ -34,7 +34,9 @@ import (
 //     on an unauthorised one,
 //
 // and, at the end, that once faults stop and every pod ends, a reconcile
-// and a leak collection leave the hardware empty.
+// and a leak collection leave the hardware empty. Reconcile, adoption and
+// leak collection run now on the snapshot, now on PodDemand's neutral
+// demand of it.
 //
 // The default check count keeps `go test -race` quick; run more with
 // -rapid.checks=N (and longer sequences with -rapid.steps=N).
@@ -284,7 +286,13 @@ func (s *machine) reconcile(t *rapid.T) {
 	snap := s.snapshot()
 	snap.Complete = rapid.IntRange(0, 3).Draw(t, "complete") > 0
 	armed := s.armed()
-	rep, err := s.m.Reconcile(context.Background(), snap)
+	var rep realize.ReconcileReport
+	var err error
+	if rapid.Bool().Draw(t, "via PodDemand") {
+		rep, err = s.m.ReconcileDemand(context.Background(), realize.PodDemand(snap))
+	} else {
+		rep, err = s.m.Reconcile(context.Background(), snap)
+	}
 	if err != nil && !armed {
 		t.Fatalf("Reconcile without faults: %v", err)
 	}
@@ -331,7 +339,13 @@ func (s *machine) restart(t *rapid.T) {
 	snap := s.snapshot()
 	snap.Complete = rapid.IntRange(0, 3).Draw(t, "complete at startup") > 0
 	before := len(s.node.Snapshot())
-	rep, err := s.m.Adopt(context.Background(), snap)
+	var rep realize.AdoptReport
+	var err error
+	if rapid.Bool().Draw(t, "via PodDemand") {
+		rep, err = s.m.AdoptDemand(context.Background(), realize.PodDemand(snap))
+	} else {
+		rep, err = s.m.Adopt(context.Background(), snap)
+	}
 	if !snap.Complete && len(s.node.Snapshot()) != before {
 		t.Fatalf("Adopt on an incomplete listing destroyed instances")
 	}
@@ -366,7 +380,13 @@ func (s *machine) restart(t *rapid.T) {
 
 func (s *machine) collectLeaks(t *rapid.T) {
 	armed := s.armed()
-	if _, err := s.m.CollectLeaks(context.Background(), s.snapshot()); err != nil && !armed {
+	collect := func() (realize.LeakReport, error) { return s.m.CollectLeaks(context.Background(), s.snapshot()) }
+	if rapid.Bool().Draw(t, "via PodDemand") {
+		collect = func() (realize.LeakReport, error) {
+			return s.m.CollectLeaksDemand(context.Background(), realize.PodDemand(s.snapshot()))
+		}
+	}
+	if _, err := collect(); err != nil && !armed {
 		t.Fatalf("CollectLeaks without faults: %v", err)
 	}
 }
