@@ -1,6 +1,6 @@
 // Package kube adapts dynmig to Kubernetes through client-go: it turns
 // corev1 pods into the reservation pod view and the placement request
-// model, keeps an informer-backed snapshot of one node's pods for the device
+// model, keeps a reflector-backed snapshot of one node's pods for the device
 // plugin, writes the runtime identity and the node registration back with
 // JSON merge patches, drives periodic and event-driven reconciliation, and
 // guards a node against concurrent mutation by NVIDIA MIG Manager. For
@@ -34,13 +34,26 @@
 //
 // Anything that authorises destroying hardware state is conservative:
 //
-//   - A [NodePodSource] snapshot is Complete only while the source runs,
-//     after its first full listing, and while its last list or watch call
-//     succeeded. Otherwise reservation and realize skip destructive
-//     reconciliation. A deleting pod's reservations stay in the desired set
-//     until reservation.Pod.Released; the source's OnInactive fires when a
-//     pod is deleted, becomes terminal, or reports every container
-//     terminated, so reclamation follows at once.
+//   - A [NodePodSource] snapshot is Complete only when it rests on a
+//     listing that is provably fresh: the source runs, its last list or
+//     watch call succeeded, and its cache holds a consistent listing
+//     (resourceVersion "": a quorum read, which the API server answers
+//     from etcd or from a watch cache it has first confirmed current, never
+//     a resourceVersion "0" answer from a possibly lagging watch cache)
+//     updated only by the one watch that continued that listing, which has
+//     not ended. From the moment that watch ends, for whatever reason,
+//     snapshots are incomplete, and the source lists again before it
+//     watches again; a watch resumed at an old resourceVersion (which a
+//     restarted API server accepts while its own cache is stale) never
+//     makes a snapshot complete. On an incomplete snapshot reservation and
+//     realize skip destructive reconciliation: adoption's cleanup of idle
+//     GPUs, leak collection and reconcile destruction run only on complete
+//     snapshots. A complete snapshot still lags the API
+//     server by the events in flight on the watch. A deleting pod's
+//     reservations stay in the desired set until reservation.Pod.Released;
+//     the source's OnInactive fires when a pod is deleted (also when only a
+//     relisting shows it gone), becomes terminal, or reports every
+//     container terminated, so reclamation follows at once.
 //   - The [AnnotationWriter] patches the runtime identity with a
 //     resourceVersion precondition; on a conflict it re-reads the pod and
 //     re-validates the reservation, and refuses (without writing) when the

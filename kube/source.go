@@ -82,38 +82,39 @@ type NodePodSourceOptions struct {
 // # Completeness
 //
 // A [NodePodSource.Snapshot] is Complete exactly when [NodePodSource.Err]
-// is nil: the source is running, the last list or watch call succeeded,
-// and the cache holds a consistent listing with no gap in the watch since.
-// Complete means that the cache equals the API server's state at some
-// moment no earlier than the start of the last consistent listing, plus
-// the events of one unbroken watch that began at that listing's
-// resourceVersion; it lags the server only by events in flight on that
-// watch.
+// is nil: the source is running, its last list or watch call succeeded,
+// and its cache is the result of a consistent listing updated by the
+// events of the one watch that continued that listing, which has not
+// ended. Such a cache equals the API server's state at some moment after
+// the listing began, and lags it only by the events in flight on that
+// watch. In detail:
 //
-//   - Every list the source issues is a consistent read:
-//     resourceVersion="" (a quorum read, never an answer from the API
-//     server's watch cache, which may lag), and no resourceVersionMatch.
-//     Paginated listings count once their last page is applied.
-//   - A watch may only continue a listing: the first watch after each
-//     applied listing starts at that listing's resourceVersion. From the
-//     moment a watch ends for any reason (closed by the server, broken
-//     connection, an error event, a failed watch call) the snapshot is
-//     incomplete ([ErrStale] or a [*ListingError]), and every later watch
-//     call is answered "resource expired" (410) without reaching the
-//     server, so the reflector relists. Only once that listing has been
-//     applied is the snapshot complete again. A watch resumed at an old
-//     resourceVersion, which an API server that restarted accepts while
-//     its own cache is still stale, therefore never makes a snapshot
-//     complete.
+//   - Every list the source issues is a consistent read: resourceVersion
+//     "" and no resourceVersionMatch, whatever the reflector asked for.
+//     The API server answers it from etcd (a quorum read) or from a watch
+//     cache it has first confirmed current; never, as it may answer
+//     resourceVersion "0", from a watch cache that lags. A paginated
+//     listing counts once its last page is applied.
+//   - A watch may only continue a listing: the first watch call after
+//     each applied listing starts at that listing's resourceVersion. From
+//     the moment a watch ends for any reason (closed by the server on its
+//     timeout, a broken connection, an error event, a failed watch call)
+//     the snapshot is incomplete, [ErrStale] or a [*ListingError], and
+//     every later watch call is answered "resource expired" (410) without
+//     reaching the server, so the reflector relists. The snapshot is
+//     complete again once that listing has been applied. A watch resumed
+//     at an old resourceVersion, which an API server that restarted
+//     accepts while its own cache is still stale, therefore never makes a
+//     snapshot complete.
 //   - Watch-list streaming (sendInitialEvents) is not used: the source
 //     declares it unsupported and refuses such a watch, so the reflector
 //     lists.
 //
-// An incomplete snapshot never authorises destructive reconciliation. A
-// relist follows the reflector's backoff (about a second after a watch
-// ends while the API server is healthy), so snapshots are incomplete for
-// that long after each watch timeout (every five to ten minutes) and
-// after every API server disruption.
+// An incomplete snapshot never authorises destructive reconciliation.
+// Relisting follows the reflector's backoff, about one to two seconds
+// after a watch ends while the API server is healthy, so snapshots are
+// incomplete for that long after each watch timeout (every five to ten
+// minutes) and for the length of every API server disruption.
 //
 // Goroutines: [NodePodSource.Run] runs the reflector and does not return
 // until ctx is done and every goroutine it started has stopped. No other

@@ -5,24 +5,55 @@
 //
 // # Model
 //
-// [NewClientset] holds objects in the fake's tracker and adds reactors so
-// that pods behave as on a real API server:
+// [New] holds objects in the fake's tracker and adds reactors so that pods
+// behave as on a real API server:
 //
-//   - a JSON merge patch of a pod gets a new resourceVersion, and one that
-//     carries metadata.resourceVersion is applied only to that version
-//     (otherwise the call fails with a Conflict), so a patch computed from
-//     a stale cached pod cannot silently overwrite a newer annotation;
-//   - creating the pods/binding subresource sets spec.nodeName and gets a
-//     new resourceVersion; binding a pod that is already bound is a
-//     Conflict.
+//   - resourceVersions of pods come from one counter, as etcd's revisions
+//     do: every create, update, merge patch, binding and graceful deletion
+//     gives the pod a new one, greater than any before (a create replaces
+//     whatever the client set). A pod deleted and created again under the
+//     same name therefore never matches a version read from the old one;
+//   - an update, a JSON merge patch, a binding or a delete that carries a
+//     resourceVersion or a UID precondition (metadata.resourceVersion and
+//     metadata.uid of the object or patch, the Binding's own metadata, or
+//     DeleteOptions.Preconditions) is applied only to that version of that
+//     pod, and otherwise fails with a Conflict (409), so a write computed
+//     from a stale cached pod cannot silently overwrite a newer one or
+//     land on a pod recreated under the same name; a pod that does not
+//     exist is NotFound (404);
+//   - creating the pods/binding subresource sets spec.nodeName; binding a
+//     pod that is already bound or is being deleted is a Conflict;
+//   - deleting a pod is graceful: it stays, with metadata.deletionTimestamp
+//     set to the end of its grace period and
+//     metadata.deletionGracePeriodSeconds, and gets a new resourceVersion
+//     (watchers see a modification). The grace period is the one the
+//     DeleteOptions give, else the pod's terminationGracePeriodSeconds,
+//     else [DefaultGracePeriodSeconds]; it is 0 for a pod that is not
+//     bound or has reached Succeeded or Failed, and 1 if negative. A grace
+//     period of 0 removes the pod; deleting a deleting pod again with a
+//     shorter grace period moves its deadline closer. [FinishDeletion]
+//     sends the kubelet's final delete. Finalizers are not modelled;
+//   - [Server.LagWatchCache] lets the watch cache fall behind: lists of
+//     pods that accept a cached answer (resourceVersion "0") return stale
+//     pods and new watches hold their events back, until
+//     [Server.CatchUpWatchCache]. Consistent lists (resourceVersion "")
+//     are always current.
 //
-// resourceVersions are decimal counters per object. Placements inside the
-// annotations it stores are opaque to it; the half-open slot interval rule
-// [start, start+size) is the concern of the code under test.
+// [NewClientset] is a server that removes a deleted pod at once, as the
+// plain fake does, for tests that do not play the kubelet's part.
+//
+// Other resources, and pod writes the list does not name (strategic merge
+// and JSON patches, apply), behave as in the plain fake. Field selectors
+// are ignored, as there. Placements inside the annotations it stores are
+// opaque to it; the half-open slot interval rule [start, start+size) is the
+// concern of the code under test.
 //
 // # Concurrency
 //
-// The clientset is safe for concurrent use, as the fake's tracker is; the
-// reactors start no goroutines. Reactors a test prepends later run before
-// these, so fault injection still works.
+// A server is safe for concurrent use, as the fake's tracker is; the fake
+// runs one reactor at a time. A watch started while the watch cache lags
+// has a goroutine that ends when the watch is stopped, or, after the cache
+// caught up, once the watch has ended and delivered every event. No other
+// goroutine is started. Reactors a test prepends later run before these,
+// so fault injection still works.
 package kubetest

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -54,9 +55,10 @@ type Server struct {
 	clock     clock.PassiveClock
 	immediate bool
 
-	mu     sync.Mutex
-	rv     uint64          // the last resourceVersion given to a pod
-	cached *corev1.PodList // the watch cache's view of pods; nil while it is current
+	mu       sync.Mutex
+	rv       uint64          // the last resourceVersion given to a pod
+	cached   *corev1.PodList // the watch cache's view of pods; nil while it is current
+	caughtUp chan struct{}   // closed when the lagging watch cache catches up
 }
 
 // New returns a server holding objs. Pods among them keep the
@@ -79,6 +81,7 @@ func New(opts Options, objs ...runtime.Object) *Server {
 	s.PrependReactor("patch", "pods", s.mergePatchPod)
 	s.PrependReactor("delete", "pods", s.deletePod)
 	s.PrependReactor("list", "pods", s.listPods)
+	s.PrependWatchReactor("pods", s.watchPods)
 	return s
 }
 
@@ -89,11 +92,18 @@ func NewClientset(objs ...runtime.Object) *fake.Clientset {
 	return New(Options{DeleteImmediately: true}, objs...).Clientset
 }
 
-// LagWatchCache makes the server's watch cache fall behind: until
-// [Server.CatchUpWatchCache], lists of pods that accept an answer from the
-// cache (resourceVersion "0") return the pods as they are stored now,
-// whatever is written meanwhile. Consistent lists (resourceVersion "")
-// always return the current pods.
+// LagWatchCache makes the server's watch cache fall behind, as a real
+// one does after a restart or under load: until
+// [Server.CatchUpWatchCache],
+//
+//   - lists of pods that accept an answer from the cache (resourceVersion
+//     "0") return the pods as they are stored now, whatever is written
+//     meanwhile, while consistent lists (resourceVersion "") return the
+//     current pods;
+//   - watches of pods started meanwhile deliver no event; they deliver
+//     what they missed, in order, once the cache catches up.
+//
+// Calling it while the cache lags changes nothing.
 func (s *Server) LagWatchCache() {
 	obj, err := s.Tracker().List(podsGVR, podGVK, metav1.NamespaceAll)
 	list, ok := obj.(*corev1.PodList)
@@ -102,14 +112,20 @@ func (s *Server) LagWatchCache() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cached = list
+	if s.caughtUp == nil {
+		s.cached, s.caughtUp = list, make(chan struct{})
+	}
 }
 
-// CatchUpWatchCache makes the watch cache current again.
+// CatchUpWatchCache makes the watch cache current again and releases the
+// events held back from watches.
 func (s *Server) CatchUpWatchCache() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cached = nil
+	if s.caughtUp != nil {
+		close(s.caughtUp)
+		s.cached, s.caughtUp = nil, nil
+	}
 }
 
 // FinishDeletion removes a pod as the kubelet does once its containers
@@ -365,13 +381,91 @@ func (s *Server) listPods(a k8stesting.Action) (bool, runtime.Object, error) {
 	return true, out, nil
 }
 
+// watchPods holds back the events of a pod watch started while the watch
+// cache lags.
+func (s *Server) watchPods(a k8stesting.Action) (bool, watch.Interface, error) {
+	s.mu.Lock()
+	caughtUp := s.caughtUp
+	s.mu.Unlock()
+	if caughtUp == nil {
+		return false, nil, nil
+	}
+	var opts metav1.ListOptions
+	if wa, ok := a.(k8stesting.WatchActionImpl); ok {
+		opts = wa.ListOptions
+	}
+	w, err := s.Tracker().Watch(podsGVR, a.GetNamespace(), opts)
+	if err != nil {
+		return true, nil, err
+	}
+	return true, newHeldWatch(w, caughtUp), nil
+}
+
+// heldWatch passes on the events of a watch only once released. Its
+// goroutine ends when the watch is stopped, or once released when the
+// watch it wraps has ended and every event is delivered.
+type heldWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func newHeldWatch(inner watch.Interface, release <-chan struct{}) *heldWatch {
+	h := &heldWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	go h.run(release)
+	return h
+}
+
+func (h *heldWatch) run(release <-chan struct{}) {
+	defer close(h.out)
+	in := h.inner.ResultChan()
+	var pending []watch.Event
+	released := false
+	for {
+		if released && in == nil && len(pending) == 0 {
+			return
+		}
+		var send chan watch.Event
+		var next watch.Event
+		if released && len(pending) > 0 {
+			send, next = h.out, pending[0]
+		}
+		select {
+		case <-h.stop:
+			return
+		case <-release:
+			released, release = true, nil
+		case ev, ok := <-in:
+			if !ok {
+				in = nil
+				continue
+			}
+			pending = append(pending, ev)
+		case send <- next:
+			pending = pending[1:]
+		}
+	}
+}
+
+// ResultChan returns the channel of released events.
+func (h *heldWatch) ResultChan() <-chan watch.Event { return h.out }
+
+// Stop ends the watch and its goroutine.
+func (h *heldWatch) Stop() {
+	h.once.Do(func() {
+		close(h.stop)
+		h.inner.Stop()
+	})
+}
+
 // preconditions checks a write's UID and resourceVersion preconditions
 // ("" for none) against the stored pod.
 func preconditions(pod *corev1.Pod, uid types.UID, rv string) error {
 	switch {
 	case uid != "" && uid != pod.UID:
 		return apierrors.NewConflict(podsGR, pod.Name,
-			fmt.Errorf("Precondition failed: UID in precondition: %s, UID in object meta: %s", uid, pod.UID))
+			fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", uid, pod.UID))
 	case rv != "" && rv != pod.ResourceVersion:
 		return apierrors.NewConflict(podsGR, pod.Name,
 			errors.New("the object has been modified; please apply your changes to the latest version and try again"))

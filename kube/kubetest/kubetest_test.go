@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dynmig/dynmig/kube/kubetest"
@@ -332,6 +334,43 @@ func TestLaggingWatchCache(t *testing.T) {
 	assert.ElementsMatch(t, []string{"ns/p", "ns/late", "other/p"}, names("0", ""), "caught up")
 }
 
+// A watch started while the watch cache lags delivers nothing until the
+// cache catches up, then everything it missed, in order.
+func TestLaggingWatchCacheHoldsWatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv := kubetest.New(kubetest.Options{})
+		srv.LagWatchCache()
+		w, err := srv.CoreV1().Pods("ns").Watch(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		defer w.Stop()
+		_, err = srv.CoreV1().Pods("ns").Create(ctx, pod(""), metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, srv.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{}))
+		synctest.Wait()
+		select {
+		case ev := <-w.ResultChan():
+			t.Fatalf("got %s before the cache caught up", ev.Type)
+		default:
+		}
+
+		srv.CatchUpWatchCache()
+		var got []watch.EventType
+		for range 2 {
+			got = append(got, (<-w.ResultChan()).Type)
+		}
+		assert.Equal(t, []watch.EventType{watch.Added, watch.Deleted}, got)
+
+		// Stopping a held watch ends it.
+		srv.LagWatchCache()
+		held, err := srv.CoreV1().Pods("ns").Watch(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		held.Stop()
+		_, open := <-held.ResultChan()
+		assert.False(t, open)
+	})
+}
+
 // A patch computed from a stale copy of a pod fails instead of overwriting
 // what another writer stored meanwhile.
 func ExampleNewClientset() {
@@ -345,5 +384,26 @@ func ExampleNewClientset() {
 	fmt.Println(apierrors.IsConflict(err))
 	// Output:
 	// a 2 <nil>
+	// true
+}
+
+// Deleting a bound pod leaves it with a deletion deadline, as the real API
+// server does, until the kubelet's final delete removes it.
+func ExampleNew() {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	srv := kubetest.New(kubetest.Options{Clock: clocktesting.NewFakePassiveClock(now)},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-1", ResourceVersion: "1"},
+			Spec: corev1.PodSpec{NodeName: "n1"}})
+	pods := srv.CoreV1().Pods("ns")
+	_ = pods.Delete(ctx, "p", metav1.DeleteOptions{})
+	p, err := pods.Get(ctx, "p", metav1.GetOptions{})
+	fmt.Println(p.DeletionTimestamp.UTC().Format(time.TimeOnly), *p.DeletionGracePeriodSeconds, p.ResourceVersion, err)
+
+	_ = kubetest.FinishDeletion(ctx, srv, "ns", "p", "uid-1")
+	_, err = pods.Get(ctx, "p", metav1.GetOptions{})
+	fmt.Println(apierrors.IsNotFound(err))
+	// Output:
+	// 12:00:30 30 2 <nil>
 	// true
 }
