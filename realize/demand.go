@@ -12,8 +12,9 @@ import (
 // against. Either source fills it: the pod annotation protocol
 // ([PodDemand]), or a DRA driver listing the ResourceClaims allocated to
 // this node (one [Holder] per claim). A node's MIG devices must be managed
-// by one manager fed with one listing: instances another source realized
-// are, to this manager, unmanaged instances that may be collected.
+// by one manager fed with one protocol's listing: instances another source
+// realized are, to this manager, unmanaged instances that may be
+// collected.
 //
 // The zero value is an incomplete, empty listing: it authorises no
 // destruction.

@@ -42,10 +42,11 @@
 // a trusted allocator writes ([Demand.AdoptAtPlacement], a claim's status),
 // by exact GPU, profile and placement when nothing was recorded.
 //
-// One manager must own the MIG devices of its GPUs, fed with one listing
-// that holds every holder on them: an instance another manager or tool
-// created is, to it, an unmanaged instance that leak collection may
-// destroy.
+// One manager must own the MIG devices of its GPUs, fed with one
+// protocol's listing, which holds every holder on them: an instance another
+// manager, tool or protocol created is, to it, an unmanaged instance that
+// leak collection may destroy, and Allocate's own reconcile sees only pods.
+// A device plugin and a DRA driver therefore never share GPUs.
 //
 // Units: GPUs are NVML device indexes; placements are memory slots, not
 // compute slices (an A100 3g instance has size 4, 7g size 8). A placement
