@@ -42,7 +42,7 @@ const (
 	ResourceGPUMemPercentage corev1.ResourceName = "nvidia.com/gpumem-percentage"
 )
 
-// ErrNotMIG is returned by [ParseRequest] for a pod that does not carry
+// ErrNotMIG is returned by [ParseRequest] and [ParseRequestFor] for a pod that does not carry
 // nvidia.com/vgpu-mode: "mig"; it is not a MIG pod and not an error for the
 // pod, only for the caller that asked for its MIG request.
 var ErrNotMIG = errors.New("kube: pod does not opt in to MIG")
@@ -126,7 +126,26 @@ func WantsMIG(pod *corev1.Pod) bool {
 // from "mig" only in case or white space is a [*RequestError], so that a
 // typo is visible) and a [*RequestError] naming the container and field
 // for anything malformed. The request has passed placement's Validate.
+//
+// ParseRequest reads the device count from [ResourceGPU]; a deployment
+// whose device plugin serves another resource name uses [ParseRequestFor].
 func ParseRequest(pod *corev1.Pod) (placement.Request, error) {
+	return ParseRequestFor(pod, ResourceGPU)
+}
+
+// ParseRequestFor is [ParseRequest] with the device count read from gpu,
+// the extended resource the device plugin serves (empty means
+// [ResourceGPU]): the resource whose limits the trust rule checks
+// reservations against ([SchedulerViewOptions.Resource], [PodViewFor]). A
+// scheduler parses requests with the resource it builds its view with, or
+// a pod's devices would be counted under one name and trusted under
+// another. The memory resources keep their names ([ResourceGPUMem],
+// [ResourceGPUMemPercentage]); a [*RequestError] about the device count
+// names gpu.
+func ParseRequestFor(pod *corev1.Pod, gpu corev1.ResourceName) (placement.Request, error) {
+	if gpu == "" {
+		gpu = ResourceGPU
+	}
 	mode, ok := pod.Annotations[VGPUModeAnnotation]
 	if !ok || mode != VGPUModeMIG {
 		if ok && strings.EqualFold(strings.TrimSpace(mode), VGPUModeMIG) {
@@ -144,25 +163,25 @@ func ParseRequest(pod *corev1.Pod) (placement.Request, error) {
 		NoUseTypes: placement.SplitList(pod.Annotations[NoUseGPUTypeAnnotation]),
 	}
 	for i := range req.Containers {
-		c, err := parseContainer(i, ContainerAt(pod, i))
+		c, err := parseContainer(i, ContainerAt(pod, i), gpu)
 		if err != nil {
 			return placement.Request{}, err
 		}
 		req.Containers[i] = c
 	}
 	if err := req.Validate(); err != nil {
-		return placement.Request{}, fromPlacementError(pod, err)
+		return placement.Request{}, fromPlacementError(pod, err, gpu)
 	}
 	return req, nil
 }
 
-func parseContainer(index int, c *corev1.Container) (placement.ContainerRequest, error) {
+func parseContainer(index int, c *corev1.Container, gpu corev1.ResourceName) (placement.ContainerRequest, error) {
 	fail := func(name corev1.ResourceName, q resource.Quantity, reason string) error {
 		return &RequestError{Container: index, ContainerName: c.Name, Field: string(name), Value: q.String(), Reason: reason}
 	}
-	devices, hasDevices, err := wholeResource(c, ResourceGPU, math.MaxInt32)
+	devices, hasDevices, err := wholeResource(c, gpu, math.MaxInt32)
 	if err != nil {
-		return placement.ContainerRequest{}, fail(ResourceGPU, quantity(c, ResourceGPU), err.Error())
+		return placement.ContainerRequest{}, fail(gpu, quantity(c, gpu), err.Error())
 	}
 	mem, hasMem, err := wholeResource(c, ResourceGPUMem, math.MaxInt64)
 	if err != nil {
@@ -178,7 +197,7 @@ func parseContainer(index int, c *corev1.Container) (placement.ContainerRequest,
 			set  bool
 		}{{ResourceGPUMem, hasMem}, {ResourceGPUMemPercentage, hasPct}} {
 			if r.set {
-				return placement.ContainerRequest{}, fail(r.name, quantity(c, r.name), "set on a container that requests no "+string(ResourceGPU))
+				return placement.ContainerRequest{}, fail(r.name, quantity(c, r.name), "set on a container that requests no "+string(gpu))
 			}
 		}
 		return placement.ContainerRequest{}, nil
@@ -239,7 +258,7 @@ func wholeResource(c *corev1.Container, name corev1.ResourceName, limit int64) (
 // resources and SplitList drops empty list entries, so what placement
 // still refuses is a device count (the pod's total above
 // placement.MaxDevices); any other field is reported as placement names it.
-func fromPlacementError(pod *corev1.Pod, err error) error {
+func fromPlacementError(pod *corev1.Pod, err error, gpu corev1.ResourceName) error {
 	re := &RequestError{Container: -1, Field: "request", Reason: err.Error(), Err: err}
 	var pe *placement.RequestError
 	if !errors.As(err, &pe) {
@@ -248,7 +267,7 @@ func fromPlacementError(pod *corev1.Pod, err error) error {
 	re.Field, re.Reason = pe.Field, pe.Reason
 	if c := ContainerAt(pod, pe.Container); c != nil {
 		re.Container, re.ContainerName = pe.Container, c.Name
-		re.Field = string(ResourceGPU)
+		re.Field = string(gpu)
 		if strings.HasPrefix(pe.Field, "Memory") {
 			re.Field = string(ResourceGPUMem)
 		}

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -136,4 +137,80 @@ func TestParseRequestErrors(t *testing.T) {
 			assert.Equal(t, tt.placement, errors.As(err, &pe), "wraps placement's *RequestError")
 		})
 	}
+}
+
+// A device plugin serving another resource name: ParseRequestFor counts
+// devices under that name only, and its errors name it.
+func TestParseRequestFor(t *testing.T) {
+	const mig corev1.ResourceName = "example.com/mig"
+	tests := []struct {
+		name     string
+		resource corev1.ResourceName
+		pod      *corev1.Pod
+		want     []placement.ContainerRequest
+		field    string // a *RequestError naming this field; "" for none
+	}{
+		{name: "renamed resource counts", resource: mig,
+			pod:  migPod(nil, nil, ctr("a", res("example.com/mig", "2", "nvidia.com/gpumem", "5000")), ctr("b", res("nvidia.com/gpu", "1"))),
+			want: []placement.ContainerRequest{{Devices: 2, Memory: placement.MiB(5000)}, {}}},
+		{name: "empty means nvidia.com/gpu", resource: "",
+			pod:  migPod(nil, nil, ctr("a", res("example.com/mig", "2")), ctr("b", res("nvidia.com/gpu", "1"))),
+			want: []placement.ContainerRequest{{}, {Devices: 1}}},
+		{name: "memory beside the default resource only", resource: mig,
+			pod: migPod(nil, nil, ctr("a", res("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "50"))), field: "nvidia.com/gpumem-percentage"},
+		{name: "bad count names the renamed resource", resource: mig,
+			pod: migPod(nil, nil, ctr("a", res("example.com/mig", "1500m"))), field: "example.com/mig"},
+		{name: "too many devices names the renamed resource", resource: mig,
+			pod: migPod(nil, nil, ctr("a", res("example.com/mig", "257"))), field: "example.com/mig"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := kube.ParseRequestFor(tt.pod, tt.resource)
+			if tt.field != "" {
+				var re *kube.RequestError
+				require.ErrorAs(t, err, &re)
+				assert.Equal(t, tt.field, re.Field)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got.Containers)
+		})
+	}
+	// ParseRequest is ParseRequestFor with nvidia.com/gpu.
+	pod := migPod(nil, nil, ctr("a", res("nvidia.com/gpu", "1", "nvidia.com/gpumem", "4000")))
+	got, err := kube.ParseRequest(pod)
+	require.NoError(t, err)
+	want, err := kube.ParseRequestFor(pod, kube.ResourceGPU)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+}
+
+// A device plugin that serves MIG devices under another resource name:
+// the scheduler reads requests with that name, the one it also trusts
+// reservations by.
+func ExampleParseRequestFor() {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"nvidia.com/vgpu-mode": "mig"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "train",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				"example.com/mig":   resource.MustParse("1"),
+				"nvidia.com/gpumem": resource.MustParse("9000"),
+			}},
+		}}},
+	}
+	req, err := kube.ParseRequestFor(pod, "example.com/mig")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("example.com/mig:", req.DeviceCount(), "device of", req.Containers[0].Memory)
+	_, err = kube.ParseRequest(pod)
+	var re *kube.RequestError
+	if errors.As(err, &re) {
+		fmt.Printf("as nvidia.com/gpu: %s: %s\n", re.Field, re.Reason)
+	}
+	// Output:
+	// example.com/mig: 1 device of 9000MiB
+	// as nvidia.com/gpu: nvidia.com/gpumem: set on a container that requests no nvidia.com/gpu
 }
