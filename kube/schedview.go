@@ -2,8 +2,11 @@ package kube
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -59,6 +62,8 @@ type SchedulerViewOptions struct {
 //
 // Pod events are applied in the informer's order, and an event whose
 // resourceVersion is older than the one applied last for the pod is
+// ignored. A fresh listing ([SchedulerView.ObservePods]) is applied the
+// same way and may run ahead of the informer, whose older events are then
 // ignored. Between [SchedulerView.Reserve] and [SchedulerView.Bound] or
 // [SchedulerView.Forget] the pod's events are held back; after Bound only
 // events showing the pod bound are applied, because the bind is newer than
@@ -84,8 +89,16 @@ type SchedulerView struct {
 
 	byNode   map[string]map[string]*viewPod // pods by node, then UID
 	deadline map[string]time.Time           // by UID: deletion deadlines still to pass
-	seen     map[string]string              // by UID: resourceVersion of every pod's last event
+	seen     map[string]string              // by UID: resourceVersion of every pod's last event or fresh read
 	changed  chan struct{}                  // closed and replaced on every event
+
+	// Pods deleted while a fresh read ([SchedulerView.ObservePods]) was
+	// in flight, so that its listing, which may predate the deletion,
+	// does not bring them back: UID -> deletion count when deleted. Kept
+	// while a read that began before the deletion is in flight.
+	deletions uint64            // pod deletions applied so far
+	reads     map[uint64]int    // fresh reads in flight, by deletions when they began
+	tombs     map[string]uint64 // deleted UIDs a read in flight may still list
 }
 
 // bindState is where a pod stands with the scheduler's own bind.
@@ -136,6 +149,7 @@ func NewSchedulerView(ledger *placement.Ledger, opts SchedulerViewOptions) *Sche
 	}
 	return &SchedulerView{ledger: ledger, resource: opts.Resource, clock: opts.Clock, log: log,
 		pods: map[string]*viewPod{}, nodes: map[string]*viewNode{}, seen: map[string]string{}, changed: make(chan struct{}),
+		reads: map[uint64]int{}, tombs: map[string]uint64{},
 		byNode: map[string]map[string]*viewPod{}, deadline: map[string]time.Time{}}
 }
 
@@ -254,7 +268,18 @@ func (v *SchedulerView) applyPodEvent(obj any) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer v.notify()
-	v.seen[string(pod.UID)] = pod.ResourceVersion
+	v.observe(pod)
+}
+
+// observe applies one version of a pod, from an event or a fresh read,
+// unless the view has applied a newer one: a fresh read may be ahead of
+// the informer. v.mu is held.
+func (v *SchedulerView) observe(pod *corev1.Pod) {
+	uid := string(pod.UID)
+	if seen, ok := v.seen[uid]; ok && older(pod.ResourceVersion, seen) {
+		return
+	}
+	v.seen[uid] = pod.ResourceVersion
 	v.applyPod(pod)
 }
 
@@ -277,6 +302,10 @@ func (v *SchedulerView) deletePodEvent(obj any) {
 	defer v.mu.Unlock()
 	defer v.notify()
 	delete(v.seen, uid)
+	v.deletions++
+	if len(v.reads) > 0 {
+		v.tombs[uid] = v.deletions
+	}
 	v.ledger.DeletePod(uid)
 	if p := v.pods[uid]; p != nil && p.state == binding {
 		// UIDs are never reused: the bind cannot succeed, and Bound must
@@ -437,6 +466,90 @@ func (v *SchedulerView) Refresh() {
 			v.drop(uid)
 		}
 	}
+}
+
+// ObservePods applies a fresh listing of pods: list must read them from
+// the API server with a consistent read begun after ObservePods was called
+// (a List with resourceVersion "", the default: a quorum read). Each listed
+// pod is applied as an informer event would be, unless the view has
+// already applied a newer version of it or seen it deleted meanwhile (UIDs
+// are never reused); pods the listing lacks are left alone, since a
+// listing never deletes anything. ObservePods returns list's error
+// unchanged, having applied nothing.
+//
+// A scheduler calls it to make its view at least as new as the API server
+// at one moment, typically for the pods of the node it is about to bind
+// to: writes of another scheduler (a previous leader) that its informer
+// has not delivered yet then count. Later informer events older than what
+// it applied are ignored. ctx is passed to list.
+func (v *SchedulerView) ObservePods(ctx context.Context, list func(context.Context) ([]corev1.Pod, error)) error {
+	v.mu.Lock()
+	began := v.deletions
+	v.reads[began]++
+	v.mu.Unlock()
+	pods, err := list(ctx)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer v.endRead(began)
+	if err != nil {
+		return err
+	}
+	defer v.notify()
+	for i := range pods {
+		uid, rv := string(pods[i].UID), pods[i].ResourceVersion
+		if _, deleted := v.tombs[uid]; deleted {
+			continue
+		}
+		if rv != "" && v.seen[uid] == rv {
+			continue // applied already: the informer is not behind on it
+		}
+		v.observe(&pods[i])
+	}
+	return nil
+}
+
+// endRead ends the fresh read begun at deletion count began and drops the
+// tombstones no read in flight needs. v.mu is held.
+func (v *SchedulerView) endRead(began uint64) {
+	if v.reads[began]--; v.reads[began] <= 0 {
+		delete(v.reads, began)
+	}
+	if len(v.reads) == 0 {
+		clear(v.tombs)
+		return
+	}
+	oldest := uint64(math.MaxUint64)
+	for b := range v.reads {
+		oldest = min(oldest, b)
+	}
+	// A read begun at b lists pods deleted after it began: tombstones
+	// numbered above b.
+	maps.DeleteFunc(v.tombs, func(_ string, n uint64) bool { return n <= oldest })
+}
+
+// Unrealized reports whether the view holds pod uid bound with a
+// reservation some entry of which is not realized: a pod that may hold a
+// node's claim ([SchedulerView.Claims]). It is false once the pod is seen
+// realized, released or deleted, and for a pod being bound.
+func (v *SchedulerView) Unrealized(uid string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.pods[uid]
+	return p != nil && p.state != binding && unrealizedCounts(p.entries) != nil
+}
+
+// RegisteredGPUs returns how many GPUs of the node's registration the view
+// applied (unhealthy ones included; entries that could not be read are
+// not), and whether the node carries a registration annotation at all. A
+// node the view does not know, or that was deleted, has neither.
+func (v *SchedulerView) RegisteredGPUs(node string) (gpus int, annotated bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := v.nodes[node]
+	if n == nil || !n.applied {
+		return 0, false
+	}
+	return len(n.gpus), n.reg != ""
 }
 
 // put records p as the pod uid and indexes it by node and deadline.
@@ -643,6 +756,14 @@ func (v *SchedulerView) Reflects(pods []corev1.Pod, nodes []corev1.Node) (bool, 
 		}
 	}
 	return true, nil
+}
+
+// older reports whether resourceVersion a is older than b; versions that
+// are not numbers are never older.
+func older(a, b string) bool {
+	x, xerr := strconv.ParseUint(a, 10, 64)
+	y, yerr := strconv.ParseUint(b, 10, 64)
+	return xerr == nil && yerr == nil && x < y
 }
 
 // notOlder reports whether resourceVersion have is the same as or newer

@@ -60,3 +60,47 @@ func ExampleSchedulerView() {
 	// claim: default/train (uid-train) [1] true
 	// conflicts: 0
 }
+
+// Another scheduler bound a pod that this view's informer has not
+// delivered yet. A consistent listing of the node's pods, applied before
+// deciding, counts it; the informer's older events then change nothing.
+func ExampleSchedulerView_ObservePods() {
+	ctx := context.Background()
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	gpus, _, _ := capability.Discover(ctx, fakehal.MustNew(fakehal.Options{}), capability.DefaultAllowlist())
+	_, _ = kube.NewRegistrationPublisher(client, "n1", kube.RegistrationPublisherOptions{}).PublishGPUs(ctx, gpus)
+	node, _ := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	view := kube.NewSchedulerView(placement.NewLedger(placement.LedgerOptions{}), kube.SchedulerViewOptions{})
+	view.NodeHandler().OnAdd(node, true)
+
+	// The other scheduler's pod, bound to n1 with the whole GPU.
+	entry := reservation.Allocation{GPUUUID: gpus[0].UUID, Profile: "7g.40gb", Placement: capability.Placement{Start: 0, Size: 8}}
+	_, _ = client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other", UID: "uid-other", ResourceVersion: "7",
+			Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{entry})}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{kube.ResourceGPU: resource.MustParse("1")}}}}},
+	}, metav1.CreateOptions{})
+
+	err := view.ObservePods(ctx, func(ctx context.Context) ([]corev1.Pod, error) {
+		// resourceVersion unset: a consistent read.
+		list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=n1"})
+		if err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	whole := &placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Profile: "7g.40gb"}}}
+	_, err = view.Ledger().Evaluate("n1", whole)
+	fmt.Println("whole GPU free:", err == nil)
+	for _, c := range view.Claims("n1") {
+		fmt.Println("claim:", c.Pod, c.Pending, c.Ours)
+	}
+	// Output:
+	// whole GPU free: false
+	// claim: default/other (uid-other) [1] false
+}

@@ -1,0 +1,187 @@
+package kube_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// listing returns a list function for SchedulerView.ObservePods that runs
+// during (the informer's events arriving while the API server is read)
+// and returns pods.
+func listing(during func(), pods ...*corev1.Pod) func(context.Context) ([]corev1.Pod, error) {
+	return func(context.Context) ([]corev1.Pod, error) {
+		if during != nil {
+			during()
+		}
+		out := make([]corev1.Pod, len(pods))
+		for i, p := range pods {
+			out[i] = *p
+		}
+		return out, nil
+	}
+}
+
+// A fresh listing runs ahead of the informer: another scheduler's bind the
+// informer has not delivered counts at once, and the informer's older
+// events of the pod do not undo it.
+func TestSchedulerViewObservePodsAheadOfInformer(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	v, pods, gpu := newView(t, clk)
+	p := gpuPod("p", 1, 3)
+	pods.OnAdd(p, false) // created, unbound: holds nothing
+	bound := reserved(p, "n1", 5, alloc(gpu, "7g.40gb", 0, 8))
+	require.NoError(t, v.ObservePods(context.Background(), listing(nil, bound)))
+
+	_, _, ok := v.Ledger().Pod("uid-p")
+	assert.True(t, ok, "the listed bind counts before the informer delivers it")
+	assert.Equal(t, []string{"p"}, claimed(v), "and the unrealized pod holds the node")
+	_, err := v.Reserve("n1", gpuPod("z", 1, 1), wholeGPU())
+	assert.ErrorIs(t, err, placement.ErrUnschedulable)
+
+	// The informer catches up: its older views are ignored, a newer one
+	// applies.
+	annotated := reserved(p, "", 4, alloc(gpu, "7g.40gb", 0, 8))
+	pods.OnUpdate(p, annotated)
+	_, _, ok = v.Ledger().Pod("uid-p")
+	assert.True(t, ok, "an older unbound view does not drop the listed bind")
+	ok, _ = v.Reflects([]corev1.Pod{*bound}, nil)
+	assert.True(t, ok, "the view reflects the listed version")
+	pods.OnUpdate(annotated, bound)
+	succeeded := reserved(p, "n1", 6, alloc(gpu, "7g.40gb", 0, 8))
+	succeeded.Status.Phase = corev1.PodSucceeded
+	pods.OnUpdate(bound, succeeded)
+	_, _, ok = v.Ledger().Pod("uid-p")
+	assert.False(t, ok, "a newer event applies")
+}
+
+// A listing never brings back what the view has seen newer: a pod
+// deleted, or released, while the listing was read.
+func TestSchedulerViewObservePodsOlderThanTheView(t *testing.T) {
+	tests := []struct {
+		name   string
+		during func(pods cacheHandler, old *corev1.Pod)
+	}{
+		{name: "deleted meanwhile", during: func(pods cacheHandler, old *corev1.Pod) { pods.OnDelete(old) }},
+		{name: "released meanwhile", during: func(pods cacheHandler, old *corev1.Pod) {
+			done := old.DeepCopy()
+			done.ResourceVersion = "9"
+			done.Status.Phase = corev1.PodFailed
+			pods.OnUpdate(old, done)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+			v, pods, gpu := newView(t, clk)
+			running := reserved(gpuPod("p", 1, 1), "n1", 5, alloc(gpu, "7g.40gb", 0, 8))
+			pods.OnAdd(running, false)
+			require.NoError(t, v.ObservePods(context.Background(), listing(func() { tt.during(pods, running) }, running)))
+			_, _, ok := v.Ledger().Pod("uid-p")
+			assert.False(t, ok, "the listing, older than the event, is not applied")
+			_, err := v.Reserve("n1", gpuPod("z", 1, 1), wholeGPU())
+			assert.NoError(t, err, "the slots are free")
+		})
+	}
+}
+
+// cacheHandler is the part of cache.ResourceEventHandler the tests call.
+type cacheHandler interface {
+	OnAdd(obj any, isInInitialList bool)
+	OnUpdate(oldObj, newObj any)
+	OnDelete(obj any)
+}
+
+// Tombstones last only while a read that began before the deletion is in
+// flight: a listing begun after it applies the pod as listed (here a pod
+// of the same UID listed again, which the API server never does, to make
+// the tombstone visible).
+func TestSchedulerViewObservePodsTombstonesEnd(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	v, pods, gpu := newView(t, clk)
+	running := reserved(gpuPod("p", 1, 1), "n1", 5, alloc(gpu, "7g.40gb", 0, 8))
+	outer := v.ObservePods(context.Background(), listing(func() {
+		pods.OnAdd(running, false)
+		pods.OnDelete(running)
+		require.NoError(t, v.ObservePods(context.Background(), listing(nil, running)))
+		_, _, ok := v.Ledger().Pod("uid-p")
+		assert.False(t, ok, "a read that began after the deletion also skips it while an older read is in flight")
+	}, running))
+	require.NoError(t, outer)
+	_, _, ok := v.Ledger().Pod("uid-p")
+	assert.False(t, ok, "the read in flight during the deletion skips it")
+	require.NoError(t, v.ObservePods(context.Background(), listing(nil, running)))
+	_, _, ok = v.Ledger().Pod("uid-p")
+	assert.True(t, ok, "no read was in flight any more: the tombstone is gone")
+}
+
+func TestSchedulerViewObservePodsError(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	v, _, _ := newView(t, clk)
+	boom := errors.New("boom")
+	err := v.ObservePods(context.Background(), func(context.Context) ([]corev1.Pod, error) { return nil, boom })
+	assert.ErrorIs(t, err, boom)
+}
+
+func TestSchedulerViewUnrealized(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	v, pods, gpu := newView(t, clk)
+	p := gpuPod("p", 1, 1)
+	as, err := v.Reserve("n1", p, wholeGPU())
+	require.NoError(t, err)
+	assert.False(t, v.Unrealized("uid-p"), "being bound")
+	v.Bound(p, "n1", as)
+	assert.True(t, v.Unrealized("uid-p"))
+	realized := reserved(p, "n1", 7, kube.Allocations(as)[0].WithRuntime(runtimeID()))
+	pods.OnUpdate(nil, realized)
+	assert.False(t, v.Unrealized("uid-p"), "realized")
+	q := reserved(gpuPod("q", 1, 1), "n1", 2, alloc(gpu, "1g.5gb", 0, 1))
+	pods.OnAdd(q, false)
+	assert.True(t, v.Unrealized("uid-q"))
+	pods.OnDelete(q)
+	assert.False(t, v.Unrealized("uid-q"), "deleted")
+	assert.False(t, v.Unrealized("uid-unknown"))
+}
+
+func TestSchedulerViewRegisteredGPUs(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	v, _, _ := newView(t, clk)
+	nodes := v.NodeHandler()
+	nodes.OnAdd(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare", ResourceVersion: "1"}}, false)
+	nodes.OnAdd(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "empty", ResourceVersion: "1",
+		Annotations: map[string]string{capability.NodeRegisterAnnotation: "[]"}}}, false)
+	nodes.OnAdd(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bad", ResourceVersion: "1",
+		Annotations: map[string]string{capability.NodeRegisterAnnotation: "[{"}}}, false)
+	tests := []struct {
+		node          string
+		wantGPUs      int
+		wantAnnotated bool
+	}{
+		{node: "n1", wantGPUs: 1, wantAnnotated: true},
+		{node: "bare"},
+		{node: "empty", wantAnnotated: true},
+		{node: "bad", wantAnnotated: true},
+		{node: "unknown"},
+	}
+	for _, tt := range tests {
+		gpus, annotated := v.RegisteredGPUs(tt.node)
+		assert.Equal(t, tt.wantGPUs, gpus, tt.node)
+		assert.Equal(t, tt.wantAnnotated, annotated, tt.node)
+	}
+}
+
+func runtimeID() reservation.RuntimeIdentity {
+	return reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 7}
+}
