@@ -105,3 +105,47 @@ func (sh *shape) fragCost(used, m uint64) int64 {
 	strand := sh.stranded(after) - sh.stranded(used) + capability.MaxSlots
 	return strand<<32 | (sh.capacity(used) - sh.capacity(after))
 }
+
+// NodePlacement is one device of a node in [PublishNode]'s order: a
+// [PublishedPlacement] on the GPU at position GPU of the node's GPUs.
+type NodePlacement struct {
+	GPU int
+	PublishedPlacement
+}
+
+// PublishNode returns the devices of all of a node's GPUs in the order a
+// DRA driver should publish them for the current occupancy, so that the
+// structured allocator chooses exactly what the default policy chooses on
+// the node: grouped by profile name (groups in the order the profiles first
+// appear, GPU by GPU, each GPU's in [capability.CompareProfiles] order),
+// and within a group by (Cost, GPU position, start), Cost as
+// [PublishOrder] computes it on each GPU. A driver publishes each group in
+// one ResourceSlice (several groups may share one; see [PublishOrder] for
+// why) and republishes after every change of occupancy.
+//
+// GPUs without a Grid are skipped; GPUs that are not [Grid.Healthy] are
+// included, as they still carry their reservations, and a driver leaves
+// out or taints what it does not offer. With n devices in all it makes n
+// cost evaluations and sorts: O(n log n), plus O(n) allocation.
+func PublishNode(gpus []GPUState) []NodePlacement {
+	var out []NodePlacement
+	groups := map[string]int{}
+	for gi := range gpus {
+		g := gpus[gi].Grid
+		if g == nil {
+			continue
+		}
+		for _, pp := range g.shape.publishOrder(uint64(gpus[gi].Used)) {
+			if _, ok := groups[pp.Profile]; !ok {
+				groups[pp.Profile] = len(groups)
+			}
+			out = append(out, NodePlacement{GPU: gi, PublishedPlacement: pp})
+		}
+	}
+	// Each GPU's entries are in (Cost, start) order per profile, so a
+	// stable sort by (group, Cost, GPU) leaves starts in order.
+	slices.SortStableFunc(out, func(a, b NodePlacement) int {
+		return cmp.Or(cmp.Compare(groups[a.Profile], groups[b.Profile]), cmp.Compare(a.Cost, b.Cost), cmp.Compare(a.GPU, b.GPU))
+	})
+	return out
+}

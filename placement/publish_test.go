@@ -169,3 +169,68 @@ func TestPublishOrderRejectsBadTables(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishNodeIsTheDefaultPolicy checks, on random occupancies of
+// 4-GPU nodes, that PublishNode groups each profile's devices together and
+// that the first free device of each group is the default policy's choice
+// on the node.
+func TestPublishNodeIsTheDefaultPolicy(t *testing.T) {
+	for _, model := range []string{"A100-SXM4-40GB", "A30", "RTX PRO 6000"} {
+		t.Run(model, func(t *testing.T) {
+			st := node(t, model, 4)
+			st = append(st, placement.GPUState{}) // no grid: skipped
+			total := 0
+			for _, s := range st[:4] {
+				for _, p := range s.Grid.Profiles() {
+					total += len(p.Placements)
+				}
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			sel := placement.NewSelector(placement.SelectorOptions{})
+			for range 300 {
+				for i := range st[:4] {
+					st[i].Used = placement.Occupancy(rng.Uint64()&rng.Uint64()) & st[i].Grid.Full()
+				}
+				got := placement.PublishNode(st)
+				if len(got) != total {
+					t.Fatalf("entries: got %d, want %d", len(got), total)
+				}
+				done := map[string]bool{}
+				for i := 0; i < len(got); {
+					p := got[i].Profile
+					if done[p] {
+						t.Fatalf("profile %s in two groups", p)
+					}
+					done[p] = true
+					j := i
+					for j < len(got) && got[j].Profile == p {
+						j++
+					}
+					first := -1
+					for k := i; k < j; k++ {
+						e := got[k]
+						if k > i {
+							prev := got[k-1]
+							if cmp.Or(cmp.Compare(prev.Cost, e.Cost), cmp.Compare(prev.GPU, e.GPU), cmp.Compare(prev.Placement.Start, e.Placement.Start)) >= 0 {
+								t.Fatalf("%s: %+v before %+v", p, prev, e)
+							}
+						}
+						if first < 0 && e.Cost != placement.NotFree {
+							first = k
+						}
+					}
+					as, err := sel.Select(st, &placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Profile: p}}}, nil)
+					switch {
+					case err != nil && first >= 0:
+						t.Errorf("%s: default policy rejects (%v), first free published %+v", p, err, got[first])
+					case err == nil && first < 0:
+						t.Errorf("%s: default policy chose %v, nothing free published", p, as[0])
+					case err == nil && (as[0].GPU != got[first].GPU || as[0].Placement != got[first].Placement):
+						t.Errorf("%s: default policy chose GPU %d %v, first free published GPU %d %v", p, as[0].GPU, as[0].Placement, got[first].GPU, got[first].Placement)
+					}
+					i = j
+				}
+			}
+		})
+	}
+}
