@@ -215,3 +215,45 @@ func TestLayoutsRespectAPILimits(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshedByProfileIsPublishNode checks that the refreshed order in
+// the ByProfile layout publishes exactly placement.PublishNode's list, the
+// function a driver calls.
+func TestRefreshedByProfileIsPublishNode(t *testing.T) {
+	refreshed := dra.Orders()[len(dra.Orders())-1]
+	for _, model := range dra.QualityModels {
+		gpus, err := dra.PlainGPUs(model, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := dra.NewModel("node-a", gpus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seed := range uint64(3) {
+			n := dra.NewNode(m, dra.NodeOptions{Order: refreshed, Layout: dra.ByProfile})
+			n.Fill(seed, 0.5)
+			sl, err := n.Published()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range sl {
+				for _, d := range s.Spec.Devices {
+					got = append(got, d.Name)
+				}
+			}
+			var want []string
+			for _, np := range placement.PublishNode(n.State()) {
+				d, ok := m.Lookup(np.GPU, np.Profile, np.Placement)
+				if !ok {
+					t.Fatalf("PublishNode lists %+v, not a device", np)
+				}
+				want = append(want, d.Name)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, fill seed %d: published\n%v\nPublishNode\n%v", model, seed, got, want)
+			}
+		}
+	}
+}
