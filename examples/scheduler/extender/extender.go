@@ -16,12 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
@@ -42,8 +45,17 @@ type Options struct {
 	// the device plugin could not tell apart from it.
 	LockTimeout time.Duration
 	// Resource is the device plugin's extended resource; empty means
-	// kube.ResourceGPU. It decides which reservation entries count.
+	// kube.ResourceGPU. Its container limits are the pods' device counts
+	// ([kube.ParseRequestFor]) and decide which reservation entries count
+	// (the trust rule); the memory resources keep their names.
 	Resource corev1.ResourceName
+	// SkipFreshNodeRead turns off the consistent listing of a node's pods
+	// that Bind applies to the view before reserving on the node (see
+	// "High availability" in the package documentation). Without it a
+	// Bind decides on what the informers delivered so far, which misses
+	// another scheduler's recent writes; only a single extender that
+	// never shares its nodes with a previous leader may turn it off.
+	SkipFreshNodeRead bool
 	// Clock stamps bind times, ages locks and decides deletion deadlines;
 	// nil is the real clock.
 	Clock clock.PassiveClock
@@ -64,7 +76,9 @@ type Extender struct {
 	mu       sync.Mutex
 	binding  map[string]string // node -> UID of the MIG pod a Bind call is binding to it now
 	inflight map[string]bool   // UIDs of pods a Bind call is binding now
-	reported map[string]bool   // UIDs whose stale claim was reported
+	// UIDs whose stale claim was reported, while the view still holds
+	// them unrealized (pruned by prune).
+	reported map[string]bool
 }
 
 var (
@@ -79,6 +93,11 @@ var (
 	// ErrBindInProgress: Bind was called again for a pod whose earlier
 	// Bind call is still running; the earlier call keeps its claim.
 	ErrBindInProgress = kube.ErrBindInProgress
+	// ErrNoMIGGPUs: the node publishes no MIG GPUs: it has no
+	// hami.io/node-nvidia-register annotation (no dynmig device plugin
+	// registered it), or the annotation lists no usable MIG GPU. Filter
+	// gives it as the node's failure reason, and Bind wraps it.
+	ErrNoMIGGPUs = errors.New("extender: node publishes no MIG GPUs")
 )
 
 // New returns an extender over client. It reads nodes and pods through
@@ -89,6 +108,9 @@ func New(client kubernetes.Interface, opts Options) *Extender {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Resource == "" {
+		opts.Resource = kube.ResourceGPU
 	}
 	log := opts.Logger
 	if log == nil {
@@ -133,7 +155,42 @@ func (e *Extender) synced() error {
 		return ErrNotSynced
 	}
 	e.view.Refresh()
+	e.prune()
 	return nil
+}
+
+// prune forgets the reported claims the view no longer holds unrealized
+// (the pod was realized, released, deleted or its bind forgotten), so
+// that reported stays as small as the set of stale claims.
+func (e *Extender) prune() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid := range e.reported {
+		if !e.view.Unrealized(uid) {
+			delete(e.reported, uid)
+		}
+	}
+}
+
+// parse reads the pod's MIG request with the extender's resource.
+func (e *Extender) parse(pod *corev1.Pod) (placement.Request, error) {
+	return kube.ParseRequestFor(pod, e.opts.Resource)
+}
+
+// noMIG returns an error wrapping [ErrNoMIGGPUs] when the view knows the
+// node but it publishes no MIG GPUs, and nil otherwise.
+func (e *Extender) noMIG(node string) error {
+	gpus, annotated := e.view.RegisteredGPUs(node)
+	if gpus > 0 {
+		return nil
+	}
+	if _, known := e.view.Ledger().Node(node); !known {
+		return nil // the ledger says so: placement.ErrUnknownNode
+	}
+	if !annotated {
+		return fmt.Errorf("%w: node %s has no %s annotation (no MIG device plugin registered it)", ErrNoMIGGPUs, node, capability.NodeRegisterAnnotation)
+	}
+	return fmt.Errorf("%w: the %s annotation of node %s lists no usable MIG GPU", ErrNoMIGGPUs, capability.NodeRegisterAnnotation, node)
 }
 
 // Sync waits until the extender's view reflects the API server as listed
@@ -173,7 +230,7 @@ func (e *Extender) Sync(ctx context.Context) error {
 // do not opt in to MIG pass every node.
 func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 	names := args.names()
-	req, err := kube.ParseRequest(args.Pod)
+	req, err := e.parse(args.Pod)
 	if errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0) {
 		return FilterResult{NodeNames: &names, Nodes: args.Nodes}
 	}
@@ -194,6 +251,10 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 	res := FilterResult{FailedNodes: map[string]string{}}
 	kept := []string{}
 	for _, name := range names {
+		if err := e.noMIG(name); err != nil {
+			res.FailedNodes[name] = err.Error()
+			continue
+		}
 		if who := e.blocker(ctx, name, string(args.Pod.UID), &req); who != "" {
 			res.FailedNodes[name] = "waiting for the device plugin to realize " + who
 			continue
@@ -310,6 +371,14 @@ func (e *Extender) claimNode(ctx context.Context, node, uid string, req *placeme
 		}
 		delete(e.inflight, uid)
 	}
+	if !e.opts.SkipFreshNodeRead {
+		// Under the node claim: no other Bind of this extender changes
+		// the node's pods until the reservation is recorded.
+		if err := e.readNode(ctx, node); err != nil {
+			release()
+			return nil, fmt.Errorf("extender: read the pods of node %s: %w", node, err)
+		}
+	}
 	if who := e.blocker(ctx, node, uid, req); who != "" {
 		release()
 		return nil, fmt.Errorf("%w: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who)
@@ -317,12 +386,32 @@ func (e *Extender) claimNode(ctx context.Context, node, uid string, req *placeme
 	return release, nil
 }
 
+// readNode applies a consistent listing of the pods bound to node to the
+// view, so that a Bind counts every write the API server held when it
+// began, delivered by the informer or not (see "High availability" in the
+// package documentation).
+func (e *Extender) readNode(ctx context.Context, node string) error {
+	return e.view.ObservePods(ctx, func(ctx context.Context) ([]corev1.Pod, error) {
+		// resourceVersion unset: a consistent read, served as new as
+		// the API server's storage.
+		list, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		// Only the node's pods are needed, should the selector be
+		// ignored (as by client-go's fake clientset).
+		return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != node }), nil
+	})
+}
+
 // Prioritize scores each node with the ledger's node score, scaled to
 // 0..[MaxExtenderPriority]. Nodes where the pod does not fit score 0.
 func (e *Extender) Prioritize(ctx context.Context, args Args) ([]HostPriority, error) {
 	names := args.names()
 	out := make([]HostPriority, len(names))
-	req, err := kube.ParseRequest(args.Pod)
+	req, err := e.parse(args.Pod)
 	for i, name := range names {
 		out[i] = HostPriority{Host: name}
 	}
@@ -361,7 +450,7 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 		}
 		return fmt.Errorf("extender: pod %s/%s is already bound to %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
 	}
-	req, err := kube.ParseRequest(pod)
+	req, err := e.parse(pod)
 	if errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0) {
 		return e.bind(ctx, pod, args.Node)
 	}
@@ -369,6 +458,9 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 		return err
 	}
 	if err := e.synced(); err != nil {
+		return err
+	}
+	if err := e.noMIG(args.Node); err != nil {
 		return err
 	}
 	release, err := e.claimNode(ctx, args.Node, string(pod.UID), &req)
@@ -382,16 +474,15 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 		return fmt.Errorf("extender: reserve pod %s/%s on %s: %w", pod.Namespace, pod.Name, args.Node, err)
 	}
 	value := reservation.EncodeString(kube.Allocations(as))
-	if err := e.annotate(ctx, pod, value); err != nil {
+	annotated, err := e.annotate(ctx, pod, value)
+	if err != nil {
+		// Even if the patch was applied, an unbound pod's annotation
+		// occupies nothing, and the next bind overwrites it.
 		e.view.Forget(uid)
 		return fmt.Errorf("extender: annotate pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if err := e.bind(ctx, pod, args.Node); err != nil {
-		e.view.Forget(uid)
-		if uerr := e.unannotate(ctx, pod); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("extender: remove the annotation again: %w", uerr))
-		}
-		return err
+		return e.bindFailed(ctx, annotated, args.Node, value, as, err)
 	}
 	// Recorded before the node claim is released: the pod holds the
 	// node's lock until the device plugin realized it.
@@ -400,33 +491,119 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	return nil
 }
 
+// CleanupTimeout bounds the reads and writes with which Bind settles a
+// failed binding call. They run even when the call's context is done (a
+// timeout is the likeliest failure), so a Bind may return up to
+// CleanupTimeout after its context ended.
+const CleanupTimeout = 5 * time.Second
+
+// bindFailed settles a binding call that failed with berr after the pod
+// was annotated with value (annotated is the pod the annotation patch
+// returned). The call may have failed after the API server applied it (a
+// timeout after the commit), so the pod is read again: bound to node,
+// with the same UID and the same placements, it is recorded as bound and
+// the bind succeeds. Otherwise the annotation is removed on the condition
+// that the pod is still the version read (resourceVersion and UID), so
+// that a pod bound meanwhile keeps it, and only then is the reservation
+// forgotten. When neither the read nor the conditional removal gets
+// through, whether the bind was applied is unknown: the reservation is
+// forgotten, the annotation stays, and the pod counts again as soon as the
+// informer or the next Bind's read of the node shows it bound.
+func (e *Extender) bindFailed(ctx context.Context, annotated *corev1.Pod, node, value string, as []placement.Assignment, berr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	uid, ref := string(annotated.UID), annotated.Namespace+"/"+annotated.Name
+	const attempts = 3
+	for range attempts {
+		cur, err := e.client.CoreV1().Pods(annotated.Namespace).Get(ctx, annotated.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || err == nil && cur.UID != annotated.UID:
+			e.view.Forget(uid) // deleted: it holds nothing
+			return berr
+		case err != nil:
+			// Remove the annotation from the version the patch left,
+			// which a bind applied meanwhile has changed.
+			cur = annotated
+		case cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], value):
+			e.view.Bound(annotated, node, as)
+			e.log.Warn("bound MIG pod although the binding call failed", "pod", ref, "node", node, "reservation", value, "err", berr)
+			return nil
+		case cur.Spec.NodeName != "" || cur.Annotations[reservation.AnnotationKey] != value:
+			// Bound or annotated by someone else: nothing to remove; the
+			// view learns what it holds from the informer.
+			e.view.Forget(uid)
+			return fmt.Errorf("%w (pod %s is now bound to %q with another reservation)", berr, ref, cur.Spec.NodeName)
+		}
+		uerr := e.unannotate(ctx, cur)
+		if uerr == nil {
+			e.view.Forget(uid)
+			return berr
+		}
+		if !apierrors.IsConflict(uerr) && !apierrors.IsInvalid(uerr) {
+			e.view.Forget(uid)
+			e.log.Error("bind failed and the pod could not be read again: whether it is bound is unknown", "pod", ref, "node", node, "err", uerr)
+			return errors.Join(berr, fmt.Errorf("extender: remove the annotation again: %w", uerr))
+		}
+		// The pod changed since it was read: read it again.
+	}
+	e.view.Forget(uid)
+	return errors.Join(berr, fmt.Errorf("extender: pod %s changed %d times while the annotation was being removed", ref, attempts))
+}
+
+// samePlacements reports whether the annotation have holds the entries of
+// want, runtime identities aside (the device plugin may have realized
+// them already).
+func samePlacements(have, want string) bool {
+	h, err := reservation.DecodeString(have)
+	if err != nil {
+		return false
+	}
+	w, err := reservation.DecodeString(want)
+	if err != nil || len(h) != len(w) {
+		return false
+	}
+	for i := range h {
+		if h[i].Scheduled() != w[i].Scheduled() {
+			return false
+		}
+	}
+	return true
+}
+
 // annotate writes the allocation and bind time, conditioned on the pod's
-// resourceVersion: a pod changed meanwhile fails the bind rather than
-// being annotated blindly.
-func (e *Extender) annotate(ctx context.Context, pod *corev1.Pod, value string) error {
-	meta := map[string]any{"annotations": map[string]any{
+// resourceVersion and UID: a pod changed meanwhile fails the bind rather
+// than being annotated blindly. It returns the pod the patch left.
+func (e *Extender) annotate(ctx context.Context, pod *corev1.Pod, value string) (*corev1.Pod, error) {
+	return e.patch(ctx, pod, map[string]any{
 		reservation.AnnotationKey: value,
 		kube.BindTimeAnnotation:   strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
-	}}
+	})
+}
+
+// unannotate removes the allocation and bind time from pod, conditioned on
+// its resourceVersion and UID: a pod bound (or otherwise changed) since it
+// was read keeps them.
+func (e *Extender) unannotate(ctx context.Context, pod *corev1.Pod) error {
+	_, err := e.patch(ctx, pod, map[string]any{reservation.AnnotationKey: nil, kube.BindTimeAnnotation: nil})
+	return err
+}
+
+// patch merges annotations into pod, conditioned on its resourceVersion
+// (a Conflict when it changed) and UID (refused when the name is now
+// another pod's).
+func (e *Extender) patch(ctx context.Context, pod *corev1.Pod, annotations map[string]any) (*corev1.Pod, error) {
+	meta := map[string]any{"annotations": annotations}
 	if pod.ResourceVersion != "" {
 		meta["resourceVersion"] = pod.ResourceVersion
 	}
-	return e.patch(ctx, pod, meta)
-}
-
-func (e *Extender) unannotate(ctx context.Context, pod *corev1.Pod) error {
-	return e.patch(ctx, pod, map[string]any{"annotations": map[string]any{
-		reservation.AnnotationKey: nil, kube.BindTimeAnnotation: nil,
-	}})
-}
-
-func (e *Extender) patch(ctx context.Context, pod *corev1.Pod, meta map[string]any) error {
+	if pod.UID != "" {
+		meta["uid"] = pod.UID
+	}
 	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
-	return err
+	return e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
 }
 
 func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error {
