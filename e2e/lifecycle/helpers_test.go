@@ -1,0 +1,435 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/e2e/internal/cluster"
+	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
+	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// testNamespace holds the test's workload pods.
+const testNamespace = "e2e"
+
+// env is one running system: control plane, the deployed RBAC, a fake
+// kubelet node over fakehal hardware, the device plugin, the extender and
+// the kube-scheduler, each component with its own identity.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	c       *cluster.Cluster
+	admin   kubernetes.Interface
+	node    *cluster.Node
+	hw      *fakehal.Node
+	plugin  *cluster.Plugin
+	ext     *cluster.Extender
+	sched   *cluster.Scheduler
+	schedCf string
+
+	extenderSA, pluginSA  saRef
+	extenderCfg, pluginCf *rest.Config
+	schedulerName         string
+}
+
+type saRef struct{ Namespace, Name string }
+
+func (s saRef) String() string { return s.Namespace + "/" + s.Name }
+
+// logger writes component logs to stderr, which go test shows for failing
+// packages only.
+func logger(component string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", component)
+}
+
+// deployManifests applies deploy/namespace.yaml and deploy/rbac/*.yaml and
+// returns the ServiceAccounts of the scheduler extender (from
+// deploy/rbac/scheduler.yaml) and of the device plugin (from
+// deploy/rbac/device-plugin.yaml).
+func deployManifests(t *testing.T, ctx context.Context, c *cluster.Cluster) (extenderSA, pluginSA saRef) {
+	t.Helper()
+	files := []string{cluster.DeployPath("namespace.yaml")}
+	rbac, err := filepath.Glob(cluster.DeployPath("rbac", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The namespace first, then the RBAC files in name order; a policy
+	// file may name the ServiceAccounts, so it goes last.
+	slices.SortFunc(rbac, func(a, b string) int {
+		pa, pb := strings.Contains(a, "policy"), strings.Contains(b, "policy")
+		if pa != pb {
+			if pa {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	files = append(files, rbac...)
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("deploy manifest: %v", err)
+		}
+	}
+	if _, err := c.ApplyManifests(ctx, files...); err != nil {
+		t.Fatalf("apply deploy manifests: %v", err)
+	}
+	find := func(file string) saRef {
+		objs, err := cluster.ReadManifests(cluster.DeployPath("rbac", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sas []*unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "ServiceAccount" {
+				sas = append(sas, o)
+			}
+		}
+		if len(sas) != 1 {
+			t.Fatalf("deploy/rbac/%s: got %d ServiceAccounts, want 1", file, len(sas))
+		}
+		return saRef{Namespace: sas[0].GetNamespace(), Name: sas[0].GetName()}
+	}
+	return find("scheduler.yaml"), find("device-plugin.yaml")
+}
+
+// startEnv starts the whole system on one node with two A100-40GB GPUs.
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := cluster.TestContext(t, 10*time.Minute)
+	c := cluster.Start(t, cluster.Options{})
+	e := &env{t: t, ctx: ctx, c: c, admin: c.Admin(), schedCf: cluster.SchedulerConfigPath()}
+	e.extenderSA, e.pluginSA = deployManifests(t, ctx, c)
+	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := cluster.ReadSchedulerConfig(e.schedCf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.SchedulerNames) > 0 {
+		e.schedulerName = sc.SchedulerNames[0]
+	}
+
+	// The scheduler pod's ServiceAccount (deploy/rbac/scheduler.yaml) is
+	// shared by kube-scheduler and the extender sidecar, as deployed.
+	var errCfg error
+	if e.extenderCfg, errCfg = c.ServiceAccountConfig(ctx, e.extenderSA.Namespace, e.extenderSA.Name, cluster.TokenOptions{}); errCfg != nil {
+		t.Fatal(errCfg)
+	}
+
+	e.hw = fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
+	if e.node, err = c.StartNode(t, "gpu-node-1", cluster.NodeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The device plugin runs as a DaemonSet pod on the node, and its token
+	// is bound to that pod: the API server then names the node in the
+	// token's user info, which deploy/rbac/device-plugin-node-policy.yaml
+	// restricts the plugin's writes to.
+	pluginPod := e.daemonPod(e.pluginSA, e.node.Name)
+	if _, err := e.node.Admit(ctx, pluginPod); err != nil {
+		t.Fatal(err)
+	}
+	if e.pluginCf, errCfg = c.ServiceAccountConfig(ctx, e.pluginSA.Namespace, e.pluginSA.Name, cluster.TokenOptions{BoundPod: pluginPod}); errCfg != nil {
+		t.Fatal(errCfg)
+	}
+	e.startPlugin()
+	e.startScheduling()
+	return e
+}
+
+// daemonPod creates a running pod of the ServiceAccount sa on node, as a
+// DaemonSet would, and returns it.
+func (e *env) daemonPod(sa saRef, node string) *corev1.Pod {
+	e.t.Helper()
+	return createDaemonPod(e.t, e.ctx, e.admin, sa, node)
+}
+
+func createDaemonPod(t *testing.T, ctx context.Context, admin kubernetes.Interface, sa saRef, node string) *corev1.Pod {
+	t.Helper()
+	pod, err := admin.CoreV1().Pods(sa.Namespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: sa.Name + "-" + node},
+		Spec: corev1.PodSpec{
+			NodeName:           node,
+			ServiceAccountName: sa.Name,
+			Containers:         []corev1.Container{{Name: "main", Image: sa.Name + ":e2e"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create %s pod on %s: %v", sa, node, err)
+	}
+	return pod
+}
+
+func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// startPlugin starts a device plugin over the node's fakehal hardware with
+// the plugin ServiceAccount's client.
+func (e *env) startPlugin() {
+	e.t.Helper()
+	p, err := e.node.StartPlugin(e.ctx, e.t, plugin.Config{
+		Client:              clientFor(e.t, e.pluginCf),
+		Hardware:            e.hw,
+		ReconcileInterval:   300 * time.Millisecond,
+		SocketCheckInterval: 200 * time.Millisecond,
+		Logger:              logger("device-plugin"),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.plugin = p
+}
+
+// startScheduling starts the extender (extender ServiceAccount) and the
+// kube-scheduler with the deployed configuration.
+func (e *env) startScheduling() {
+	e.t.Helper()
+	addr, err := cluster.ExtenderAddr(e.schedCf)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if e.ext, err = cluster.StartExtender(e.ctx, e.t, clientFor(e.t, e.extenderCfg), addr, extender.Options{Logger: logger("extender")}); err != nil {
+		e.t.Fatal(err)
+	}
+	if e.sched, err = e.c.StartScheduler(e.t, cluster.SchedulerOptions{ConfigFile: e.schedCf, Client: e.extenderCfg}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) stopScheduling() {
+	e.sched.Stop()
+	e.ext.Stop()
+}
+
+// migPod is a MIG pod with one container requesting one device of
+// gpumemMiB.
+func (e *env) migPod(name string, gpumemMiB int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   testNamespace,
+			Name:        name,
+			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG},
+		},
+		Spec: corev1.PodSpec{
+			SchedulerName: e.schedulerName,
+			Containers: []corev1.Container{{
+				Name:  "cuda",
+				Image: "cuda:latest",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+					kube.ResourceGPU:    resource.MustParse("1"),
+					kube.ResourceGPUMem: *resource.NewQuantity(gpumemMiB, resource.DecimalSI),
+				}},
+			}},
+			TerminationGracePeriodSeconds: new(int64(600)),
+		},
+	}
+}
+
+func (e *env) create(pod *corev1.Pod) *corev1.Pod {
+	e.t.Helper()
+	out, err := e.admin.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("create pod %s: %v", pod.Name, err)
+	}
+	return out
+}
+
+func (e *env) get(name string) (*corev1.Pod, error) {
+	return e.admin.CoreV1().Pods(testNamespace).Get(e.ctx, name, metav1.GetOptions{})
+}
+
+func (e *env) wait(what string, cond func(context.Context) (bool, error)) {
+	e.t.Helper()
+	if err := cluster.WaitFor(e.ctx, 100*time.Millisecond, what, cond); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitBound waits until the pod is bound with a reservation and returns it.
+func (e *env) waitBound(name string) *corev1.Pod {
+	e.t.Helper()
+	var pod *corev1.Pod
+	e.wait("pod "+name+" bound with a reservation", func(context.Context) (bool, error) {
+		p, err := e.get(name)
+		if err != nil {
+			return false, nil
+		}
+		pod = p
+		return p.Spec.NodeName != "" && p.Annotations[reservation.AnnotationKey] != "", nil
+	})
+	return pod
+}
+
+func allocations(t *testing.T, pod *corev1.Pod) []reservation.Allocation {
+	t.Helper()
+	allocs, err := kube.PodAllocations(pod)
+	if err != nil {
+		t.Fatalf("pod %s reservation: %v", pod.Name, err)
+	}
+	return allocs
+}
+
+// waitPending waits until a pod is bound to the node and not yet admitted,
+// and returns the name of the earliest created one.
+func (e *env) waitPending() string {
+	e.t.Helper()
+	var name string
+	e.wait("a pod bound to the node", func(ctx context.Context) (bool, error) {
+		pending, err := e.node.PendingPods(ctx)
+		if err != nil || len(pending) == 0 {
+			return false, nil
+		}
+		name = pending[0].Name
+		return true, nil
+	})
+	return name
+}
+
+// admitNext admits the node's earliest pending pod, which must be name,
+// and checks that the plugin realized exactly its reservation: the
+// container's NVIDIA_VISIBLE_DEVICES names a MIG device that fakehal has at
+// the reserved GPU, profile and placement, and the pod's record carries the
+// same runtime identity.
+func (e *env) admitNext(name string) []reservation.Allocation {
+	e.t.Helper()
+	pending, err := e.node.PendingPods(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(pending) == 0 || pending[0].Name != name {
+		var names []string
+		for _, p := range pending {
+			names = append(names, p.Name)
+		}
+		e.t.Fatalf("pending pods on the node: got %v, want %s first", names, name)
+	}
+	pod := pending[0]
+	want := allocations(e.t, pod)
+	adm, err := e.node.Admit(e.ctx, pod)
+	if err != nil {
+		e.t.Fatalf("admit %s: %v", name, err)
+	}
+	if len(want) != 1 {
+		e.t.Fatalf("pod %s: got %d reservation entries, want 1", name, len(want))
+	}
+	visible := adm[0].Env[plugin.VisibleDevicesEnv]
+	inst := e.instanceByMIG(visible)
+	if inst == nil {
+		e.t.Fatalf("pod %s: %s=%q names no MIG device on the node; instances: %v", name, plugin.VisibleDevicesEnv, visible, e.hw.Snapshot())
+	}
+	if got, want := e.gpuUUID(inst.GPU), want[0].GPUUUID; got != want {
+		e.t.Errorf("pod %s: instance on GPU %s, reserved on %s", name, got, want)
+	}
+	if got, want := inst.Placement, want[0].Placement; got != want {
+		e.t.Errorf("pod %s: instance placement %v, reserved %v", name, got, want)
+	}
+	if got, want := e.profileName(inst.GPU, inst.Profile), want[0].Profile; got != want {
+		e.t.Errorf("pod %s: instance profile %q, reserved %q", name, got, want)
+	}
+
+	// The plugin writes the runtime identity back to the pod.
+	var realized []reservation.Allocation
+	e.wait("runtime identity of "+name, func(context.Context) (bool, error) {
+		p, err := e.get(name)
+		if err != nil {
+			return false, nil
+		}
+		realized = allocations(e.t, p)
+		_, ok := realized[0].Runtime()
+		return ok, nil
+	})
+	id, _ := realized[0].Runtime()
+	if id.MIGUUID != visible || id.GPUInstanceID != inst.GIID || id.ComputeInstanceID != inst.ComputeInstances[0].ID {
+		e.t.Errorf("pod %s: runtime identity %v, want %s GI %d CI %d", name, id, visible, inst.GIID, inst.ComputeInstances[0].ID)
+	}
+	if got, want := realized[0].Scheduled(), want[0].Scheduled(); got != want {
+		e.t.Errorf("pod %s: the reservation changed while it was realized: got %v, want %v", name, got, want)
+	}
+	return realized
+}
+
+func (e *env) instanceByMIG(uuid string) *realize.Instance {
+	for _, in := range e.hw.Snapshot() {
+		for _, ci := range in.ComputeInstances {
+			if ci.MIGUUID == uuid && uuid != "" {
+				return &in
+			}
+		}
+	}
+	return nil
+}
+
+func (e *env) gpuUUID(gpu int) string {
+	d, ok := e.hw.Device(gpu)
+	if !ok {
+		return fmt.Sprintf("<no GPU %d>", gpu)
+	}
+	return d.UUID
+}
+
+func (e *env) profileName(gpu int, idx capability.GIProfileIndex) string {
+	infos, err := e.hw.GIProfiles(e.ctx, gpu)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.Index == idx {
+			return in.Name
+		}
+	}
+	return fmt.Sprintf("<profile index %d>", idx)
+}
+
+// waitReconciles waits until the running plugin has completed n more
+// maintenance passes than it had when called.
+func (e *env) waitReconciles(n uint64) {
+	e.t.Helper()
+	start := e.plugin.Reconciles()
+	e.wait(fmt.Sprintf("%d reconcile passes", n), func(context.Context) (bool, error) {
+		return e.plugin.Reconciles() >= start+n, nil
+	})
+}
+
+func (e *env) deleteGracefully(name string) {
+	e.t.Helper()
+	if err := e.admin.CoreV1().Pods(testNamespace).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatalf("delete %s: %v", name, err)
+	}
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// overlaps reports whether two reservations share a slot on the same GPU.
+func overlaps(a, b reservation.Allocation) bool {
+	if a.GPUUUID != b.GPUUUID {
+		return false
+	}
+	return a.Placement.Overlaps(b.Placement)
+}
