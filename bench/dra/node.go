@@ -53,14 +53,25 @@ type NodeOptions struct {
 	RefreshEvery int
 }
 
-// PublishStats counts a node's republications.
+// PublishStats counts a node's republications the way the resourceslice
+// controller of k8s.io/dynamic-resource-allocation would send them: a
+// republication that changes at most one slice updates it in place; one
+// that changes more increases the pool generation and so rewrites every
+// slice of the pool, counter slices included, and until the scheduler has
+// seen them all the pool is incomplete and nothing on the node can be
+// allocated.
 type PublishStats struct {
 	// Publications counts republications after the first publication.
 	Publications int
-	// SliceWrites counts the device slices a republication changed (a
-	// slice whose devices or their order differ from the slice of the same
-	// name before), the ResourceSlice updates a driver would send.
+	// ChangedSlices counts device slices whose devices or their order
+	// changed.
+	ChangedSlices int
+	// SliceWrites counts ResourceSlice updates: the changed slice, or
+	// every slice when the generation increased.
 	SliceWrites int
+	// GenerationBumps counts republications that increased the pool
+	// generation (more than one slice changed).
+	GenerationBumps int
 }
 
 // Node is the DRA view of one node: the model plus the allocated devices
@@ -82,8 +93,9 @@ type Node struct {
 	gen       int64
 	// republished is set once the node published its own slices.
 	republished bool
-	every       int // RefreshEvery, at least 1
-	changes     int // occupancy changes since the last republication
+	every       int   // RefreshEvery, at least 1
+	pubErr      error // the first failed republication
+	changes     int   // occupancy changes since the last republication
 	stats       PublishStats
 	order       Order
 	layout      Layout
@@ -155,6 +167,9 @@ func (n *Node) Published() ([]*resourceapi.ResourceSlice, error) {
 
 // republish publishes the slices again when they are stale.
 func (n *Node) republish() error {
+	if n.pubErr != nil {
+		return n.pubErr
+	}
 	if !n.stale {
 		return nil
 	}
@@ -162,19 +177,26 @@ func (n *Node) republish() error {
 	if order.GPU == nil {
 		order = Orders()[0]
 	}
-	gen := n.gen
-	if n.republished {
-		gen++
-	}
-	s, err := n.model.publish(order, n.used, n.layout, gen)
+	s, err := n.model.publish(order, n.used, n.layout, n.gen)
 	if err != nil {
 		return err
 	}
 	if n.republished {
 		n.stats.Publications++
-		n.stats.SliceWrites += changedSlices(n.published, s)
+		changed := changedSlices(n.published, s)
+		n.stats.ChangedSlices += changed
+		if changed > 1 {
+			n.gen++
+			for _, sl := range s {
+				sl.Spec.Pool.Generation = n.gen
+			}
+			n.stats.GenerationBumps++
+			n.stats.SliceWrites += len(s)
+		} else {
+			n.stats.SliceWrites += changed
+		}
 	}
-	n.published, n.stale, n.gen, n.republished = s, false, gen, true
+	n.published, n.stale, n.republished = s, false, true
 	return nil
 }
 
@@ -271,14 +293,18 @@ func (n *Node) Release(devs []Device) {
 	}
 }
 
-// changed records an occupancy change: a refreshed order becomes stale
-// after every n.every-th.
+// changed records an occupancy change: a refreshed order is republished
+// at once after every n.every-th, as a driver watching its allocations
+// would. An error is kept for the next decision.
 func (n *Node) changed() {
 	if !n.order.Refresh {
 		return
 	}
 	if n.changes++; n.changes >= n.every {
 		n.stale, n.changes = true, 0
+		if err := n.republish(); err != nil && n.pubErr == nil {
+			n.pubErr = err
+		}
 	}
 }
 

@@ -24,8 +24,8 @@ import (
 // each with a cost (see [placement.PublishedPlacement]); Merge says how the
 // GPUs' lists combine into the node's one ordered list. A static order is
 // computed once, on the empty node; a refreshed one (Refresh) is
-// republished, every slice with the pool generation increased, after every
-// allocation and release, from the current occupancy.
+// republished from the current occupancy after every allocation and release
+// (or every [NodeOptions].RefreshEvery-th), as [PublishStats] describes.
 //
 // The zero Order is the model's own (GPU, profile, start) layout, which
 // equals [placement.FirstFit].

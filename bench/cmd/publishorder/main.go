@@ -95,8 +95,9 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 	if len(traces) == 0 {
 		return fmt.Errorf("no traces for models %q", cfg.models)
 	}
+	began := time.Now()
 	fmt.Fprintf(w, "# published device order vs the DRA structured allocator, %s, %s, dra=%v\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), cfg.dra)
+		began.UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), cfg.dra)
 	tw := tabwriter.NewWriter(io.Discard, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if cfg.perTrace {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -172,7 +173,9 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 				lagTotals[k].capacity += r.Capacity
 				lagTotals[k].fragmented += r.Fragmented
 				lagStats[k].Publications += st.Publications
+				lagStats[k].ChangedSlices += st.ChangedSlices
 				lagStats[k].SliceWrites += st.SliceWrites
+				lagStats[k].GenerationBumps += st.GenerationBumps
 			}
 		}
 	}
@@ -195,13 +198,13 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 	fmt.Fprintln(w, "\n# the refreshed order republished after every n-th allocation or release; ratios against the current order in the same layout")
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "model\tlayout\tevery\taccepted\trej capacity\trej fragmentation\tfrag / current\taccepted / current\trepublications\tslice writes\twrites / republication\t")
+	fmt.Fprintln(tw, "model\tlayout\tevery\taccepted\trej capacity\trej fragmentation\tfrag / current\taccepted / current\trepublications\tchanged slices\tgeneration bumps\tslice writes\twrites / republication\t")
 	for _, k := range lagKeys {
 		base := totals[key{k.model, k.layout, dra.Orders()[0].String()}]
 		r, st := lagTotals[k], lagStats[k]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.4f\t%d\t%d\t%s\t\n", k.model, k.layout, k.every, r.accepted, r.capacity, r.fragmented,
-			ratio(r.fragmented, base.fragmented), float64(r.accepted)/float64(base.accepted), st.Publications, st.SliceWrites,
-			ratio(st.SliceWrites, st.Publications))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.4f\t%d\t%d\t%d\t%d\t%s\t\n", k.model, k.layout, k.every, r.accepted, r.capacity, r.fragmented,
+			ratio(r.fragmented, base.fragmented), float64(r.accepted)/float64(base.accepted), st.Publications, st.ChangedSlices,
+			st.GenerationBumps, st.SliceWrites, ratio(st.SliceWrites, st.Publications))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -209,7 +212,8 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 	if cfg.dra {
 		fmt.Fprintf(w, "\nevery replay matched the allocator; allocator replays took %s\n", draTime.Round(time.Second))
 	}
-	return nil
+	_, err := fmt.Fprintf(w, "\n%d traces, %s\n", len(traces), time.Since(began).Round(time.Second))
+	return err
 }
 
 func ratio(a, b int) string {
