@@ -1,0 +1,391 @@
+package adversarial_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/e2e/internal/cluster"
+	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
+	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+const (
+	nodeName  = "adv-0"
+	namespace = metav1.NamespaceDefault
+	// reconcileInterval is the device plugin's maintenance period: short,
+	// so that reclamation (and any wrongful destruction) shows within the
+	// test.
+	reconcileInterval = 300 * time.Millisecond
+	// absentPodGrace is how long the plugin keeps the instance of a pod
+	// that vanished from its listing without being seen deleting (as after
+	// a partition, when the relist no longer has it): 1 minute by default,
+	// shortened so that the tests see the reclamation.
+	absentPodGrace = 5 * time.Second
+)
+
+// env is one control plane with one fake kubelet node (one fakehal A100),
+// the example device plugin on it and an extender.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	c       *cluster.Cluster
+	admin   kubernetes.Interface
+	node    *cluster.Node
+	hw      *fakehal.Node
+	plugin  *cluster.Plugin
+	ext     *extender.Extender
+	monitor *monitor
+	gpus    []capability.GPU
+}
+
+type envOptions struct {
+	// pluginClient returns the device plugin's client; nil means admin.
+	pluginClient func(*cluster.Cluster) kubernetes.Interface
+}
+
+func newEnv(t *testing.T, opts envOptions) *env {
+	t.Helper()
+	ctx := cluster.TestContext(t, 10*time.Minute)
+	c := cluster.Start(t, cluster.Options{})
+	e := &env{t: t, ctx: ctx, c: c, admin: c.Admin()}
+	var err error
+	if e.node, err = c.StartNode(t, nodeName, cluster.NodeOptions{}); err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	e.hw = fakehal.MustNew(fakehal.Options{Seed: 7})
+	client := e.admin
+	if opts.pluginClient != nil {
+		client = opts.pluginClient(c)
+	}
+	var log *slog.Logger
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "device-plugin")
+	}
+	e.plugin, err = e.node.StartPlugin(ctx, t, plugin.Config{
+		Client: client, Hardware: e.hw, ReconcileInterval: reconcileInterval, Logger: log,
+		Manager: realize.Options{AbsentPodGrace: absentPodGrace},
+	})
+	if err != nil {
+		t.Fatalf("start device plugin: %v", err)
+	}
+	e.ext = extender.New(e.admin, extender.Options{})
+	extCtx, stopExt := context.WithCancel(context.Background())
+	extDone := make(chan struct{})
+	go func() { defer close(extDone); _ = e.ext.Run(extCtx) }()
+	t.Cleanup(func() { stopExt(); <-extDone })
+
+	e.waitFor("node registration and device capacity", func(ctx context.Context) (bool, error) {
+		n, err := e.admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		gpus, err := kube.NodeGPUs(n)
+		q := n.Status.Allocatable[kube.ResourceGPU]
+		if err != nil || len(gpus) == 0 || q.IsZero() {
+			return false, nil
+		}
+		e.gpus = gpus
+		return true, nil
+	})
+	e.monitor = startMonitor(t, e.hw)
+	return e
+}
+
+// waitFor polls cond every 50 ms until it holds, failing the test when
+// cond errs or the test's context (bounded by -timeout) ends first.
+func (e *env) waitFor(what string, cond func(context.Context) (bool, error)) {
+	e.t.Helper()
+	if err := cluster.WaitFor(e.ctx, 50*time.Millisecond, what, cond); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// migPod is a pod opting in to MIG with one container requesting one
+// device of gpumem MiB.
+func migPod(name, gpumem string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "main", Image: "registry.example/workload:1",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				kube.ResourceGPU:    resource.MustParse("1"),
+				kube.ResourceGPUMem: resource.MustParse(gpumem),
+			}},
+		}}},
+	}
+}
+
+// schedule creates pod and runs it through the extender as kube-scheduler
+// would: filter, then bind to the node.
+func (e *env) schedule(pod *corev1.Pod) *corev1.Pod {
+	e.t.Helper()
+	created, err := e.admin.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("create pod %s: %v", pod.Name, err)
+	}
+	e.bind(created)
+	return e.get(pod.Name)
+}
+
+// bind filters and binds an existing pod through the extender, retrying
+// while the extender's view has not caught up or the node is locked by a
+// pod the device plugin is realizing.
+func (e *env) bind(pod *corev1.Pod) {
+	e.t.Helper()
+	nodes := []string{nodeName}
+	var last string
+	err := cluster.WaitFor(e.ctx, 50*time.Millisecond, "bind of "+pod.Name, func(ctx context.Context) (bool, error) {
+		if err := e.ext.Sync(ctx); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		res := e.ext.Filter(ctx, extender.Args{Pod: pod, NodeNames: &nodes})
+		if res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) != 1 {
+			last = fmt.Sprintf("filter: %q %v", res.Error, res.FailedNodes)
+			return false, nil
+		}
+		if err := e.ext.Bind(ctx, extender.BindingArgs{PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: nodeName}); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%v (last refusal: %s)", err, last)
+	}
+}
+
+func (e *env) get(name string) *corev1.Pod {
+	e.t.Helper()
+	p, err := e.admin.CoreV1().Pods(namespace).Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get pod %s: %v", name, err)
+	}
+	return p
+}
+
+// admit is the kubelet admitting the pod: the real device manager calls
+// the plugin's Allocate. It returns the MIG devices handed to the
+// container (NVIDIA_VISIBLE_DEVICES) or the admission error.
+func (e *env) admit(name string) (string, error) {
+	e.t.Helper()
+	adm, err := e.node.Admit(e.ctx, e.get(name))
+	if err != nil {
+		return "", err
+	}
+	if len(adm) != 1 {
+		e.t.Fatalf("pod %s: %d admitted containers, want 1", name, len(adm))
+	}
+	return adm[0].Env[plugin.VisibleDevicesEnv], nil
+}
+
+// mustAdmit admits the pod, checks that it received exactly the MIG
+// device its record names, and marks that device in use.
+func (e *env) mustAdmit(name string) string {
+	e.t.Helper()
+	mig, err := e.admit(name)
+	if err != nil {
+		e.t.Fatalf("admit %s: %v", name, err)
+	}
+	if got := e.recordedMIG(name); got != mig {
+		e.t.Fatalf("pod %s was handed %q, its record names %q", name, mig, got)
+	}
+	if !slices.Contains(liveMIGs(e.hw), mig) {
+		e.t.Fatalf("pod %s was handed %q, which is not a live MIG device (live: %v)", name, mig, liveMIGs(e.hw))
+	}
+	e.monitor.use(name, mig)
+	return mig
+}
+
+// recordedMIG returns the MIG UUID of the pod's single realized entry, ""
+// when it has none.
+func (e *env) recordedMIG(name string) string {
+	allocs, err := kube.PodAllocations(e.get(name))
+	if err != nil || len(allocs) != 1 {
+		return ""
+	}
+	id, ok := allocs[0].Runtime()
+	if !ok {
+		return ""
+	}
+	return id.MIGUUID
+}
+
+// remove ends a running pod (end) and waits until the plugin has
+// reclaimed its MIG device.
+func (e *env) remove(name string) {
+	e.t.Helper()
+	if mig := e.end(name); mig != "" {
+		e.waitReclaimed(name, mig)
+	}
+}
+
+// end deletes a running pod the way the kubelet ends one: deletion
+// timestamp, containers terminated, object removed. Its device is no
+// longer in use; end returns it.
+func (e *env) end(name string) string {
+	e.t.Helper()
+	pod := e.get(name)
+	mig := e.monitor.release(name)
+	if err := e.admin.CoreV1().Pods(namespace).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatalf("delete pod %s: %v", name, err)
+	}
+	if err := e.node.Terminate(e.ctx, namespace, name, 0, false); err != nil {
+		e.t.Fatalf("terminate pod %s: %v", name, err)
+	}
+	if err := e.node.FinishDeletion(e.ctx, pod); err != nil {
+		e.t.Fatalf("finish deletion of %s: %v", name, err)
+	}
+	return mig
+}
+
+func (e *env) waitReclaimed(name, mig string) {
+	e.t.Helper()
+	e.waitFor("reclamation of "+name+"'s "+mig, func(context.Context) (bool, error) {
+		return !slices.Contains(liveMIGs(e.hw), mig), nil
+	})
+}
+
+// waitPasses waits until the device plugin has completed n more
+// maintenance passes, each of which could destroy what it considers
+// unowned.
+func (e *env) waitPasses(n uint64) {
+	e.t.Helper()
+	start := e.plugin.Reconciles()
+	e.waitFor(fmt.Sprintf("%d maintenance passes", n), func(context.Context) (bool, error) {
+		return e.plugin.Reconciles() >= start+n, nil
+	})
+}
+
+// finalCheck checks that the hardware is consistent and holds exactly the
+// MIG devices of the pods in use, each the one its record names.
+func (e *env) finalCheck() {
+	e.t.Helper()
+	if err := e.hw.Check(); err != nil {
+		e.t.Errorf("hardware: %v", err)
+	}
+	var want []string
+	for name, mig := range e.monitor.inUse() {
+		if got := e.recordedMIG(name); got != mig {
+			e.t.Errorf("pod %s uses %s, its record names %q", name, mig, got)
+		}
+		want = append(want, mig)
+	}
+	slices.Sort(want)
+	if got := liveMIGs(e.hw); !slices.Equal(got, want) {
+		e.t.Errorf("live MIG devices %v, want exactly those in use %v", got, want)
+	}
+}
+
+// liveMIGs returns the MIG UUIDs of the node's compute instances, sorted.
+func liveMIGs(hw *fakehal.Node) []string {
+	var out []string
+	for _, in := range hw.Snapshot() {
+		for _, ci := range in.ComputeInstances {
+			out = append(out, ci.MIGUUID)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// monitor samples the fake hardware every few milliseconds and records
+// every moment a MIG device in use by a running pod is missing: the
+// "nothing destroyed that was in use" claim, checked throughout rather
+// than only at the end.
+type monitor struct {
+	t  *testing.T
+	hw *fakehal.Node
+
+	mu     sync.Mutex
+	used   map[string]string // pod name -> MIG UUID
+	losses []string
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func startMonitor(t *testing.T, hw *fakehal.Node) *monitor {
+	m := &monitor{t: t, hw: hw, used: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go m.run()
+	t.Cleanup(func() {
+		close(m.stop)
+		<-m.done
+		for _, l := range m.losses {
+			t.Error(l)
+		}
+	})
+	return m
+}
+
+func (m *monitor) run() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		live := liveMIGs(m.hw)
+		m.mu.Lock()
+		for pod, mig := range m.used {
+			if !slices.Contains(live, mig) {
+				m.losses = append(m.losses, fmt.Sprintf("MIG device %s of running pod %s was destroyed", mig, pod))
+				delete(m.used, pod) // reported once
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *monitor) use(pod, mig string) {
+	m.mu.Lock()
+	m.used[pod] = mig
+	m.mu.Unlock()
+}
+
+// release stops watching the pod's device (the pod is ending) and
+// returns it.
+func (m *monitor) release(pod string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mig := m.used[pod]
+	delete(m.used, pod)
+	return mig
+}
+
+func (m *monitor) inUse() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]string, len(m.used))
+	for k, v := range m.used {
+		out[k] = v
+	}
+	return out
+}
+
+// entries decodes the pod's reservation record.
+func entries(t *testing.T, pod *corev1.Pod) []reservation.Allocation {
+	t.Helper()
+	allocs, err := kube.PodAllocations(pod)
+	if err != nil {
+		t.Fatalf("pod %s record: %v", pod.Name, err)
+	}
+	return allocs
+}
