@@ -188,6 +188,7 @@ func TestNodePodSourceListingErrors(t *testing.T) {
 			}
 			return false, nil, nil
 		})
+		log := newOpLog(client) // outermost: sees failed calls too
 		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{})
 		startSource(t, src)
 
@@ -202,7 +203,9 @@ func TestNodePodSourceListingErrors(t *testing.T) {
 		settle(t, func() bool { return src.Snapshot().Complete })
 		settle(t, received(watching))
 
-		// Break the watch and refuse to re-establish it.
+		// Break the watch and refuse to re-establish it: the source
+		// relists, then its watch call fails, and every retry relists
+		// first.
 		failWatch.Store(true)
 		w.breakAll()
 		settle(t, func() bool { return apierrors.IsTooManyRequests(src.Err()) })
@@ -211,6 +214,13 @@ func TestNodePodSourceListingErrors(t *testing.T) {
 
 		failWatch.Store(false)
 		settle(t, func() bool { return src.Snapshot().Complete })
+		ops, _ := log.snapshot()
+		require.NotEmpty(t, ops)
+		for i := 1; i < len(ops); i++ {
+			if ops[i] == "watch" && ops[i-1] != "list" {
+				t.Fatalf("calls %v: call %d watches without listing first", ops, i)
+			}
+		}
 	})
 }
 
