@@ -30,7 +30,8 @@
 //
 // # Flags
 //
-// -addr (listen address, default :8888), -lock-timeout and -kubeconfig;
+// -addr (listen address, default :8888), -lock-timeout, -resource (the
+// device plugin's extended resource), -skip-fresh-node-read and -kubeconfig;
 // -help lists them. -kubeconfig names a kubeconfig file (its current
 // context) for running out of a cluster; empty means $KUBECONFIG, and with
 // that empty too, the pod's service account ([kube.RESTConfig], which

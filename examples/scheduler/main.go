@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dynmig/dynmig/examples/scheduler/extender"
@@ -21,15 +22,19 @@ func main() {
 	addr := flag.String("addr", ":8888", "listen address")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
 	lock := flag.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node to itself before it is reported as stale")
+	resource := flag.String("resource", string(kube.ResourceGPU), "the device plugin's extended resource (its -resource)")
+	skipFresh := flag.Bool("skip-fresh-node-read", false, "bind from the informer's view alone, without re-listing the node's pods from the API server (unsafe after a leadership change)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*kubeconfig, *addr, *lock, log); err != nil {
+	opts := extender.Options{LockTimeout: *lock, Resource: corev1.ResourceName(*resource), SkipFreshNodeRead: *skipFresh, Logger: log}
+	if err := run(*kubeconfig, *addr, opts); err != nil {
 		log.Error("scheduler extender failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, addr string, lock time.Duration, log *slog.Logger) error {
+func run(kubeconfig, addr string, opts extender.Options) error {
+	log := opts.Logger
 	cfg, err := kube.RESTConfig(kubeconfig)
 	if err != nil {
 		return err
@@ -38,7 +43,7 @@ func run(kubeconfig, addr string, lock time.Duration, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ext := extender.New(client, extender.Options{LockTimeout: lock, Logger: log})
+	ext := extender.New(client, opts)
 	srv := &http.Server{Addr: addr, Handler: ext.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
