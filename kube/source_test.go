@@ -451,3 +451,36 @@ func TestNodePodSourceOnInactiveAfterRelist(t *testing.T) {
 		assert.Equal(t, "gone", <-inactive)
 	})
 }
+
+// Against a server that deletes gracefully, as a real one does, a deleted
+// pod stays in the snapshot with its deletion deadline until the kubelet's
+// final delete; OnInactive fires at both steps.
+func TestNodePodSourceGracefulDeletion(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		now := time.Now()
+		p := podOn("a", "p", "n1", nil)
+		srv := kubetest.New(kubetest.Options{}, p)
+		inactive := make(chan reservation.Pod, 8)
+		src := kube.NewNodePodSource(srv, "n1", kube.NodePodSourceOptions{
+			OnInactive: func(p reservation.Pod) { inactive <- p },
+		})
+		startSource(t, src)
+		settle(t, func() bool { return src.Snapshot().Complete })
+		ctx := context.Background()
+
+		require.NoError(t, srv.CoreV1().Pods("a").Delete(ctx, "p", metav1.DeleteOptions{}))
+		synctest.Wait()
+		require.Len(t, inactive, 1)
+		assert.True(t, (<-inactive).Deleting)
+		snap := src.Snapshot()
+		require.Len(t, snap.Pods, 1, "a graceful deletion keeps the pod")
+		want := now.Add(30 * time.Second).Truncate(time.Second)
+		assert.True(t, snap.Pods[0].DeletionDeadline.Equal(want), "deletion deadline: got %v, want %v", snap.Pods[0].DeletionDeadline, want)
+
+		require.NoError(t, kubetest.FinishDeletion(ctx, srv, "a", "p", p.UID))
+		synctest.Wait()
+		require.Len(t, inactive, 1)
+		assert.Equal(t, "p", (<-inactive).Name)
+		assert.Empty(t, src.Snapshot().Pods)
+	})
+}
