@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -228,9 +228,20 @@ func (e *env) stopScheduling() {
 	e.ext.Stop()
 }
 
-// migPod is a MIG pod with one container requesting one device of
-// gpumemMiB.
-func (e *env) migPod(name string, gpumemMiB int64) *corev1.Pod {
+// migPod is a MIG pod with one container per gpumemMiB value, each
+// requesting one device of that much memory.
+func (e *env) migPod(name string, gpumemMiB ...int64) *corev1.Pod {
+	var containers []corev1.Container
+	for i, mem := range gpumemMiB {
+		containers = append(containers, corev1.Container{
+			Name:  "cuda-" + strconv.Itoa(i),
+			Image: "cuda:latest",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				kube.ResourceGPU:    resource.MustParse("1"),
+				kube.ResourceGPUMem: *resource.NewQuantity(mem, resource.DecimalSI),
+			}},
+		})
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   testNamespace,
@@ -238,15 +249,8 @@ func (e *env) migPod(name string, gpumemMiB int64) *corev1.Pod {
 			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG},
 		},
 		Spec: corev1.PodSpec{
-			SchedulerName: e.schedulerName,
-			Containers: []corev1.Container{{
-				Name:  "cuda",
-				Image: "cuda:latest",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-					kube.ResourceGPU:    resource.MustParse("1"),
-					kube.ResourceGPUMem: *resource.NewQuantity(gpumemMiB, resource.DecimalSI),
-				}},
-			}},
+			SchedulerName:                 e.schedulerName,
+			Containers:                    containers,
 			TerminationGracePeriodSeconds: new(int64(600)),
 		},
 	}
@@ -313,10 +317,11 @@ func (e *env) waitPending() string {
 }
 
 // admitNext admits the node's earliest pending pod, which must be name,
-// and checks that the plugin realized exactly its reservation: the
+// and checks that the plugin realized exactly its reservation: each
 // container's NVIDIA_VISIBLE_DEVICES names a MIG device that fakehal has at
-// the reserved GPU, profile and placement, and the pod's record carries the
-// same runtime identity.
+// the GPU, profile and placement reserved for that container, and the pod's
+// record carries the same runtime identities. Pods here request one device
+// per container. It returns the realized entries.
 func (e *env) admitNext(name string) []reservation.Allocation {
 	e.t.Helper()
 	pending, err := e.node.PendingPods(e.ctx)
@@ -336,43 +341,75 @@ func (e *env) admitNext(name string) []reservation.Allocation {
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", name, err)
 	}
-	if len(want) != 1 {
-		e.t.Fatalf("pod %s: got %d reservation entries, want 1", name, len(want))
+	if len(want) != len(adm) {
+		e.t.Fatalf("pod %s: got %d reservation entries for %d containers, want one each", name, len(want), len(adm))
 	}
-	visible := adm[0].Env[plugin.VisibleDevicesEnv]
-	inst := e.instanceByMIG(visible)
-	if inst == nil {
-		e.t.Fatalf("pod %s: %s=%q names no MIG device on the node; instances: %v", name, plugin.VisibleDevicesEnv, visible, e.hw.Snapshot())
-	}
-	if got, want := e.gpuUUID(inst.GPU), want[0].GPUUUID; got != want {
-		e.t.Errorf("pod %s: instance on GPU %s, reserved on %s", name, got, want)
-	}
-	if got, want := inst.Placement, want[0].Placement; got != want {
-		e.t.Errorf("pod %s: instance placement %v, reserved %v", name, got, want)
-	}
-	if got, want := e.profileName(inst.GPU, inst.Profile), want[0].Profile; got != want {
-		e.t.Errorf("pod %s: instance profile %q, reserved %q", name, got, want)
-	}
-
-	// The plugin writes the runtime identity back to the pod.
+	// The plugin writes the runtime identities back to the pod.
 	var realized []reservation.Allocation
-	e.wait("runtime identity of "+name, func(context.Context) (bool, error) {
+	e.wait("runtime identities of "+name, func(context.Context) (bool, error) {
 		p, err := e.get(name)
 		if err != nil {
 			return false, nil
 		}
 		realized = allocations(e.t, p)
-		_, ok := realized[0].Runtime()
-		return ok, nil
+		for _, a := range realized {
+			if _, ok := a.Runtime(); !ok {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
-	id, _ := realized[0].Runtime()
-	if id.MIGUUID != visible || id.GPUInstanceID != inst.GIID || id.ComputeInstanceID != inst.ComputeInstances[0].ID {
-		e.t.Errorf("pod %s: runtime identity %v, want %s GI %d CI %d", name, id, visible, inst.GIID, inst.ComputeInstances[0].ID)
-	}
-	if got, want := realized[0].Scheduled(), want[0].Scheduled(); got != want {
-		e.t.Errorf("pod %s: the reservation changed while it was realized: got %v, want %v", name, got, want)
+	for i, a := range adm {
+		var w, r *reservation.Allocation
+		for j := range want {
+			if want[j].ContainerIndex == i {
+				w, r = &want[j], &realized[j]
+			}
+		}
+		if w == nil {
+			e.t.Fatalf("pod %s container %s: no reservation entry", name, a.Container)
+		}
+		visible := a.Env[plugin.VisibleDevicesEnv]
+		inst := e.instanceByMIG(visible)
+		if inst == nil {
+			e.t.Fatalf("pod %s container %s: %s=%q names no MIG device on the node; instances: %v", name, a.Container, plugin.VisibleDevicesEnv, visible, e.hw.Snapshot())
+		}
+		if got, want := e.gpuUUID(inst.GPU), w.GPUUUID; got != want {
+			e.t.Errorf("pod %s container %s: instance on GPU %s, reserved on %s", name, a.Container, got, want)
+		}
+		if got, want := inst.Placement, w.Placement; got != want {
+			e.t.Errorf("pod %s container %s: instance placement %v, reserved %v", name, a.Container, got, want)
+		}
+		if got, want := e.profileName(inst.GPU, inst.Profile), w.Profile; got != want {
+			e.t.Errorf("pod %s container %s: instance profile %q, reserved %q", name, a.Container, got, want)
+		}
+		id, _ := r.Runtime()
+		if id.MIGUUID != visible || id.GPUInstanceID != inst.GIID || id.ComputeInstanceID != inst.ComputeInstances[0].ID {
+			e.t.Errorf("pod %s container %s: runtime identity %v, want %s GI %d CI %d", name, a.Container, id, visible, inst.GIID, inst.ComputeInstances[0].ID)
+		}
+		if got, want := r.Scheduled(), w.Scheduled(); got != want {
+			e.t.Errorf("pod %s container %s: the reservation changed while it was realized: got %v, want %v", name, a.Container, got, want)
+		}
 	}
 	return realized
+}
+
+// entryKey names one realized reservation entry: "pod/container index".
+func entryKey(pod string, a reservation.Allocation) string {
+	return pod + "/" + strconv.Itoa(a.ContainerIndex)
+}
+
+// podOf returns the pod name of an entryKey.
+func podOf(key string) string {
+	name, _, _ := strings.Cut(key, "/")
+	return name
+}
+
+// record adds a pod's realized entries to realized.
+func record(realized map[string]reservation.Allocation, pod string, entries []reservation.Allocation) {
+	for _, a := range entries {
+		realized[entryKey(pod, a)] = a
+	}
 }
 
 func (e *env) instanceByMIG(uuid string) *realize.Instance {
@@ -423,8 +460,6 @@ func (e *env) deleteGracefully(name string) {
 		e.t.Fatalf("delete %s: %v", name, err)
 	}
 }
-
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
 // overlaps reports whether two reservations share a slot on the same GPU.
 func overlaps(a, b reservation.Allocation) bool {

@@ -69,9 +69,18 @@ func TestLifecycle(t *testing.T) {
 				t.Fatalf("pod %s pending on the node, want one of %v", name, want)
 			}
 			delete(want, name)
-			got := e.admitNext(name)
-			realized[name] = got[0]
+			record(realized, name, e.admitNext(name))
 		}
+		assertDisjoint(t, realized)
+		assertHardwareMatches(t, e, realized)
+	})
+
+	t.Run("a pod with two MIG containers", func(t *testing.T) {
+		// The kubelet calls Allocate once per container; each gets the
+		// instance reserved for it.
+		e.create(e.migPod("pair", 4000, 4000))
+		e.waitBound("pair")
+		record(realized, "pair", e.admitNext("pair"))
 		assertDisjoint(t, realized)
 		assertHardwareMatches(t, e, realized)
 	})
@@ -122,7 +131,7 @@ func TestLifecycle(t *testing.T) {
 
 	t.Run("graceful deletion reclaims only when containers are done", func(t *testing.T) {
 		const name = "train-a"
-		want := realized[name]
+		want := realized[name+"/0"]
 		e.deleteGracefully(name)
 		pod, err := e.get(name)
 		if err != nil {
@@ -147,7 +156,7 @@ func TestLifecycle(t *testing.T) {
 		if err := e.node.FinishDeletion(e.ctx, pod); err != nil {
 			t.Fatal(err)
 		}
-		delete(realized, name)
+		delete(realized, name+"/0")
 		assertHardwareMatches(t, e, realized)
 	})
 
@@ -177,8 +186,7 @@ func TestLifecycle(t *testing.T) {
 		// admissions.
 		e.create(e.migPod("after-plugin-restart", 4000))
 		e.waitBound("after-plugin-restart")
-		got := e.admitNext("after-plugin-restart")
-		realized["after-plugin-restart"] = got[0]
+		record(realized, "after-plugin-restart", e.admitNext("after-plugin-restart"))
 		assertDisjoint(t, realized)
 	})
 
@@ -188,17 +196,24 @@ func TestLifecycle(t *testing.T) {
 		// The new extender rebuilds its ledger from the API alone: every
 		// realized reservation occupies its slots there, without conflict.
 		uids := map[string]string{}
-		for name := range realized {
-			p, err := e.get(name)
+		for key := range realized {
+			p, err := e.get(podOf(key))
 			if err != nil {
 				t.Fatal(err)
 			}
-			uids[name] = string(p.UID)
+			uids[key] = string(p.UID)
 		}
 		e.wait("the new extender's ledger", func(context.Context) (bool, error) {
-			for name, a := range realized {
-				rs, assumed, ok := e.ext.Ledger().Pod(uids[name])
-				if !ok || assumed || len(rs) != 1 || rs[0].GPUUUID != a.GPUUUID || rs[0].Placement != a.Placement {
+			for key, a := range realized {
+				rs, assumed, ok := e.ext.Ledger().Pod(uids[key])
+				if !ok || assumed {
+					return false, nil
+				}
+				found := false
+				for _, r := range rs {
+					found = found || r.ContainerIndex == a.ContainerIndex && r.GPUUUID == a.GPUUUID && r.Placement == a.Placement
+				}
+				if !found {
 					return false, nil
 				}
 			}
@@ -212,10 +227,9 @@ func TestLifecycle(t *testing.T) {
 		// that forgot any would place new pods over a live instance, which
 		// the disjointness check (and fakehal) refuses.
 		for i, name := range []string{"after-sched-restart-1", "after-sched-restart-2"} {
-			e.create(e.migPod(name, []int64{19000, 9000}[i]))
+			e.create(e.migPod(name, []int64{9000, 4000}[i]))
 			e.waitBound(name)
-			got := e.admitNext(name)
-			realized[name] = got[0]
+			record(realized, name, e.admitNext(name))
 			assertDisjoint(t, realized)
 		}
 		assertHardwareMatches(t, e, realized)
@@ -229,19 +243,18 @@ func TestLifecycle(t *testing.T) {
 		// through the whole path again.
 		e.create(e.migPod("after-apiserver-restart", 4000))
 		e.waitBound("after-apiserver-restart")
-		got := e.admitNext("after-apiserver-restart")
-		realized["after-apiserver-restart"] = got[0]
+		record(realized, "after-apiserver-restart", e.admitNext("after-apiserver-restart"))
 		assertDisjoint(t, realized)
 		assertHardwareMatches(t, e, realized)
 	})
 
 	t.Run("completed pods are reclaimed", func(t *testing.T) {
-		names := make([]string, 0, len(realized))
-		for name := range realized {
-			names = append(names, name)
+		var names []string
+		for key := range realized {
+			names = append(names, podOf(key))
 		}
 		slices.Sort(names)
-		for _, name := range names {
+		for _, name := range slices.Compact(names) {
 			if err := e.node.Terminate(e.ctx, testNamespace, name, 0, true); err != nil {
 				t.Fatal(err)
 			}
