@@ -44,6 +44,12 @@
 // instances take, and selection never adds an instance whose engines are
 // taken.
 //
+// For Kubernetes DRA drivers, whose structured allocator takes the first
+// free device in slice order, [PublishOrder] and [PublishNode] give the
+// order to publish partitionable devices in so that the allocator chooses
+// what the default policy would; republished after every change
+// (BENCHMARKS.md, "DRA published order", has the figures).
+//
 // Package placement/sim replays arrival/departure traces against the
 // policies; examples/simulate prints the comparison.
 //
