@@ -111,10 +111,12 @@ type NodePodSourceOptions struct {
 //     lists.
 //
 // An incomplete snapshot never authorises destructive reconciliation.
-// Relisting follows the reflector's backoff, about one to two seconds
-// after a watch ends while the API server is healthy, so snapshots are
-// incomplete for that long after each watch timeout (every five to ten
-// minutes) and for the length of every API server disruption.
+// Relisting follows the reflector's backoff: 0.8 to 1.6 s after a watch
+// ends while the API server is healthy, growing to at most a minute while
+// it keeps failing. Snapshots are therefore incomplete for about a second
+// after each watch timeout (the server ends a watch after five to ten
+// minutes) and for the length of every API server disruption. On the
+// client a relist of n pods costs about as much as n to 2n watch events.
 //
 // Goroutines: [NodePodSource.Run] runs the reflector and does not return
 // until ctx is done and every goroutine it started has stopped. No other
