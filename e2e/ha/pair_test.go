@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -43,7 +44,11 @@ const (
 )
 
 // TestMain runs a scheduler+extender pair instead of the tests when the
-// binary is re-executed as one (see startPair).
+// binary is re-executed as one (see startPair). Otherwise it runs the
+// tests and checks that no goroutine outlives them, ignoring, as the other
+// e2e packages do, the control plane's process-lifetime goroutines
+// (wait.Forever) and the watch cache's wake-up timer, which ends within
+// 3 s of the API server stopping.
 func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) == roleScheduler {
 		if err := runPair(os.Getenv(pairDirEnv)); err != nil {
@@ -52,7 +57,10 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.Forever"),
+		goleak.IgnoreTopFunction("k8s.io/apiserver/pkg/storage/cacher.(*watchCache).waitUntilFreshLocked.func2"),
+	)
 }
 
 // runPair is one replica of the deployed scheduler pod: the example
