@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"path"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
+	"github.com/dynmig/dynmig/examples/scheduler/extender"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -142,4 +144,87 @@ func TestConflictingWrites(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// interfering runs before each request of a client, on the request's
+// goroutine, so that a test can change an object between the client's
+// read and its write.
+type interfering struct {
+	rt     http.RoundTripper
+	before func(*http.Request)
+}
+
+func (i interfering) RoundTrip(r *http.Request) (*http.Response, error) {
+	i.before(r)
+	return i.rt.RoundTrip(r)
+}
+
+// TestExtenderBindConflict: the extender writes a pod's reservation with a
+// resourceVersion precondition, so that a pod changed since it was read
+// is not annotated blindly. Here another writer labels the pod between the
+// extender's read and its annotation patch, and the real API server
+// answers 409.
+//
+// Claims: that Bind fails and leaves the pod unbound and without a
+// reservation record, keeping the other writer's label; the next Bind
+// succeeds; and the pod is then admitted and realized at the placement
+// its record names, the node holding exactly its device (nothing of the
+// failed attempt stays reserved or realized).
+func TestExtenderBindConflict(t *testing.T) {
+	var armed atomic.Bool
+	var conflicts atomic.Int64
+	e := newEnv(t, envOptions{extenderClient: func(c *cluster.Cluster) kubernetes.Interface {
+		admin := c.Admin()
+		cfg := c.AdminConfig()
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			counted := conflictCounter{rt: rt, conflicts: &conflicts}
+			return interfering{rt: counted, before: func(r *http.Request) {
+				if r.Method != http.MethodPatch || !armed.CompareAndSwap(true, false) {
+					return
+				}
+				name := path.Base(r.URL.Path)
+				body := []byte(`{"metadata":{"labels":{"raced":"yes"}}}`)
+				if _, err := admin.CoreV1().Pods(namespace).Patch(r.Context(), name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+					t.Errorf("the other writer's patch of %s: %v", name, err)
+				}
+			}}
+		})
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}})
+
+	pod, err := e.admin.CoreV1().Pods(namespace).Create(e.ctx, migPod("raced", "4000"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ext.Sync(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	err = e.ext.Bind(e.ctx, extender.BindingArgs{PodName: pod.Name, PodNamespace: namespace, PodUID: pod.UID, Node: nodeName})
+	if err == nil {
+		t.Fatal("Bind succeeded although the pod changed between its read and its annotation")
+	}
+	t.Logf("Bind refused: %v", err)
+	if got := conflicts.Load(); got != 1 {
+		t.Errorf("409 answers to the extender: got %d, want 1", got)
+	}
+	got := e.get(pod.Name)
+	if got.Spec.NodeName != "" {
+		t.Errorf("pod bound to %q after the failed Bind", got.Spec.NodeName)
+	}
+	if v, ok := got.Annotations[reservation.AnnotationKey]; ok {
+		t.Errorf("pod carries a reservation record %q after the failed Bind", v)
+	}
+	if got.Labels["raced"] != "yes" {
+		t.Errorf("the other writer's label is gone: %v", got.Labels)
+	}
+
+	e.bind(got)
+	e.mustAdmit(pod.Name)
+	e.waitPasses(3)
+	e.finalCheck()
 }

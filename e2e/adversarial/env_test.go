@@ -57,6 +57,8 @@ type env struct {
 type envOptions struct {
 	// pluginClient returns the device plugin's client; nil means admin.
 	pluginClient func(*cluster.Cluster) kubernetes.Interface
+	// extenderClient returns the extender's client; nil means admin.
+	extenderClient func(*cluster.Cluster) kubernetes.Interface
 }
 
 func newEnv(t *testing.T, opts envOptions) *env {
@@ -84,7 +86,11 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	if err != nil {
 		t.Fatalf("start device plugin: %v", err)
 	}
-	e.ext = extender.New(e.admin, extender.Options{})
+	extClient := e.admin
+	if opts.extenderClient != nil {
+		extClient = opts.extenderClient(c)
+	}
+	e.ext = extender.New(extClient, extender.Options{})
 	extCtx, stopExt := context.WithCancel(context.Background())
 	extDone := make(chan struct{})
 	go func() { defer close(extDone); _ = e.ext.Run(extCtx) }()
