@@ -277,10 +277,12 @@ func (e *env) wait(what string, cond func(context.Context) (bool, error)) {
 }
 
 // waitBound waits until the pod is bound with a reservation and returns it.
+// On timeout it reports the pod's conditions and the node's allocatable
+// resources, which say why the scheduler did not place it.
 func (e *env) waitBound(name string) *corev1.Pod {
 	e.t.Helper()
 	var pod *corev1.Pod
-	e.wait("pod "+name+" bound with a reservation", func(context.Context) (bool, error) {
+	err := cluster.WaitFor(e.ctx, 100*time.Millisecond, "pod "+name+" bound with a reservation", func(context.Context) (bool, error) {
 		p, err := e.get(name)
 		if err != nil {
 			return false, nil
@@ -288,6 +290,17 @@ func (e *env) waitBound(name string) *corev1.Pod {
 		pod = p
 		return p.Spec.NodeName != "" && p.Annotations[reservation.AnnotationKey] != "", nil
 	})
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if n, nerr := e.admin.CoreV1().Nodes().Get(ctx, e.node.Name, metav1.GetOptions{}); nerr == nil {
+			e.t.Logf("node %s allocatable: %v", n.Name, n.Status.Allocatable)
+		}
+		if pod != nil {
+			e.t.Logf("pod %s: node %q, conditions %+v", name, pod.Spec.NodeName, pod.Status.Conditions)
+		}
+		e.t.Fatal(err)
+	}
 	return pod
 }
 

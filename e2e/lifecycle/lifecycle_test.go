@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/dynmig/dynmig/examples/scheduler/extender"
 	"github.com/dynmig/dynmig/fakehal"
@@ -19,9 +20,9 @@ import (
 
 // TestLifecycle runs dynmig's whole lifecycle through real Kubernetes
 // objects: registration, scheduling through the extender, admission by the
-// kubelet's device manager, realization, an unschedulable pod, graceful
-// deletion and reclamation, a device-plugin restart, a scheduler restart
-// and an API server restart. The steps share one system and run in order.
+// kubelet's device manager, realization, a two-container pod, an
+// unschedulable pod, graceful deletion and reclamation, and restarts of the
+// device plugin, the kubelet, the scheduler and the API server. The steps share one system and run in order.
 func TestLifecycle(t *testing.T) {
 	e := startEnv(t)
 	hwGPUs := e.hw.NumGPUs()
@@ -163,6 +164,9 @@ func TestLifecycle(t *testing.T) {
 	t.Run("plugin restart adopts", func(t *testing.T) {
 		before := e.hw.Snapshot()
 		destroyed := e.hw.Calls(fakehal.OpDestroyGI) + e.hw.Calls(fakehal.OpDestroyCI)
+		// As over the kubelet restart below: no status showing the
+		// devices unhealthy while the plugin is down.
+		e.node.PauseStatus(true)
 		if err := e.plugin.Stop(); err != nil {
 			t.Fatalf("plugin stopped with %v", err)
 		}
@@ -172,6 +176,15 @@ func TestLifecycle(t *testing.T) {
 		e.startPlugin()
 		// Adoption and a few reconcile passes later nothing in use is gone.
 		e.waitReconciles(3)
+		e.wait("the plugin to register again", func(context.Context) (bool, error) {
+			_, allocatable, _ := e.node.DeviceManager().GetCapacity(klog.Background())
+			q, ok := allocatable[kube.ResourceGPU]
+			return ok && q.Value() > 0, nil
+		})
+		e.node.PauseStatus(false)
+		if err := e.node.SyncStatus(e.ctx); err != nil {
+			t.Fatal(err)
+		}
 		if got := e.hw.Snapshot(); !sameInstances(got, before) {
 			t.Fatalf("after the restart: got %v, want %v", got, before)
 		}
@@ -188,6 +201,41 @@ func TestLifecycle(t *testing.T) {
 		e.waitBound("after-plugin-restart")
 		record(realized, "after-plugin-restart", e.admitNext("after-plugin-restart"))
 		assertDisjoint(t, realized)
+	})
+
+	t.Run("kubelet restart", func(t *testing.T) {
+		before := e.hw.Snapshot()
+		// The node's status is not published until the plugin has
+		// registered again (see Node.PauseStatus): a status showing no
+		// devices would leave a MIG pod created meanwhile Unschedulable
+		// for minutes, because kube-scheduler v1.37.2 does not requeue it
+		// when the devices come back (its NodeResourcesFit queueing hint
+		// ignores the extender's ignoredByScheduler resources, so
+		// nvidia.com/gpumem never "fits" a node there).
+		e.node.PauseStatus(true)
+		if err := e.node.RestartKubelet(); err != nil {
+			t.Fatal(err)
+		}
+		// The new device manager removed the plugin's socket; the plugin
+		// serves a new one and registers again, and only then does the
+		// manager count devices.
+		e.wait("the plugin to register with the restarted kubelet", func(context.Context) (bool, error) {
+			_, allocatable, _ := e.node.DeviceManager().GetCapacity(klog.Background())
+			q, ok := allocatable[kube.ResourceGPU]
+			return ok && q.Value() > 0, nil
+		})
+		if got := e.hw.Snapshot(); !sameInstances(got, before) {
+			t.Fatalf("the kubelet restart changed the hardware: got %v, want %v", got, before)
+		}
+		e.node.PauseStatus(false)
+		if err := e.node.SyncStatus(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.create(e.migPod("after-kubelet-restart", 4000))
+		e.waitBound("after-kubelet-restart")
+		record(realized, "after-kubelet-restart", e.admitNext("after-kubelet-restart"))
+		assertDisjoint(t, realized)
+		assertHardwareMatches(t, e, realized)
 	})
 
 	t.Run("scheduler restart rebuilds the ledger", func(t *testing.T) {

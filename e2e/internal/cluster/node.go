@@ -80,8 +80,13 @@ type Node struct {
 	c      *Cluster
 	client kubernetes.Interface
 	dir    string
-	mgr    *devicemanager.ManagerImpl
 	logger klog.Logger
+
+	mgrMu sync.Mutex
+	mgr   *devicemanager.ManagerImpl
+
+	syncMu sync.Mutex // serialises SyncStatus
+	paused bool       // under syncMu: the status loop publishes nothing
 
 	mu       sync.Mutex
 	admitted map[types.UID]bool
@@ -122,14 +127,9 @@ func (c *Cluster) StartNode(t interface {
 		cleanupDir()
 		return nil, err
 	}
-	n.mgr, err = newDeviceManager(n.logger, n.KubeletSocket(), nil, topologymanager.NewFakeManager(n.logger))
-	if err != nil {
+	if n.mgr, err = n.startDeviceManager(); err != nil {
 		cleanupDir()
-		return nil, fmt.Errorf("cluster: device manager: %w", err)
-	}
-	if err := n.mgr.Start(n.logger, n.activePods, allReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
-		cleanupDir()
-		return nil, fmt.Errorf("cluster: start device manager: %w", err)
+		return nil, err
 	}
 	interval := opts.StatusInterval
 	if interval <= 0 {
@@ -145,6 +145,49 @@ func (c *Cluster) StartNode(t interface {
 	return n, nil
 }
 
+// startDeviceManager builds and starts a device manager serving the
+// node's registration socket. Start removes every file in the directory but
+// its checkpoint, as the kubelet's does: plugin sockets included.
+func (n *Node) startDeviceManager() (*devicemanager.ManagerImpl, error) {
+	mgr, err := newDeviceManager(n.logger, n.KubeletSocket(), nil, topologymanager.NewFakeManager(n.logger))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: device manager: %w", err)
+	}
+	if err := mgr.Start(n.logger, n.activePods, allReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		return nil, fmt.Errorf("cluster: start device manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// manager returns the current device manager.
+func (n *Node) manager() *devicemanager.ManagerImpl {
+	n.mgrMu.Lock()
+	defer n.mgrMu.Unlock()
+	return n.mgr
+}
+
+// RestartKubelet replaces the device manager with a new one over the same
+// directory, as a kubelet restart does: the old one stops (disconnecting
+// every plugin), and the new one reads the old one's checkpoint (the
+// devices already assigned to containers) and removes the plugins'
+// sockets, so each plugin must notice, serve a new socket and register
+// again before the node's capacity returns (the new manager reports the
+// resource with no device until then). Pods already admitted stay
+// admitted. Admit and the status loop use the new manager once it returns.
+func (n *Node) RestartKubelet() error {
+	n.mgrMu.Lock()
+	defer n.mgrMu.Unlock()
+	if err := n.mgr.Stop(n.logger); err != nil {
+		return fmt.Errorf("cluster: stop device manager: %w", err)
+	}
+	mgr, err := n.startDeviceManager()
+	if err != nil {
+		return err
+	}
+	n.mgr = mgr
+	return nil
+}
+
 // SocketDir is the node's device-plugin directory, where plugins put their
 // sockets (a plugin's Config.SocketDir).
 func (n *Node) SocketDir() string { return n.dir }
@@ -154,7 +197,8 @@ func (n *Node) SocketDir() string { return n.dir }
 func (n *Node) KubeletSocket() string { return filepath.Join(n.dir, "kubelet.sock") }
 
 // DeviceManager returns the kubelet's device manager, for inspection.
-func (n *Node) DeviceManager() *devicemanager.ManagerImpl { return n.mgr }
+// After RestartKubelet it is the new one.
+func (n *Node) DeviceManager() *devicemanager.ManagerImpl { return n.manager() }
 
 // Stop stops the status loop and the device manager (which disconnects
 // every plugin). It is safe to call more than once.
@@ -162,7 +206,7 @@ func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
 		n.cancel()
 		<-n.done
-		if err := n.mgr.Stop(n.logger); err != nil {
+		if err := n.manager().Stop(n.logger); err != nil {
 			n.logger.Error(err, "stopping device manager")
 		}
 	})
@@ -204,7 +248,12 @@ func (n *Node) statusLoop(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		_ = n.SyncStatus(ctx)
+		n.syncMu.Lock()
+		paused := n.paused
+		n.syncMu.Unlock()
+		if !paused {
+			_ = n.SyncStatus(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -213,10 +262,25 @@ func (n *Node) statusLoop(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// PauseStatus stops (true) or resumes (false) the status loop's
+// publication; SyncStatus still publishes when called. A real kubelet
+// publishes its node status every 10 s by default, so a plugin that
+// re-registers within a second of a kubelet or plugin restart is usually
+// never seen with no devices; the harness's loop is much faster, and
+// pausing it over such a restart models the usual case.
+func (n *Node) PauseStatus(pause bool) {
+	n.syncMu.Lock()
+	n.paused = pause
+	n.syncMu.Unlock()
+}
+
 // SyncStatus publishes the device manager's capacity in the Node's status
-// now; the status loop calls it periodically.
+// now; the status loop calls it periodically. Calls are serialised, so
+// once one returns no capacity read before it can be published after it.
 func (n *Node) SyncStatus(ctx context.Context) error {
-	capacity, allocatable, deleted := n.mgr.GetCapacity(n.logger)
+	n.syncMu.Lock()
+	defer n.syncMu.Unlock()
+	capacity, allocatable, deleted := n.manager().GetCapacity(n.logger)
 	node, err := n.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -353,14 +417,15 @@ func (n *Node) Admit(ctx context.Context, pod *corev1.Pod) ([]Admission, error) 
 		}
 		return nil, aerr
 	}
+	mgr := n.manager()
 	for i := range containers {
-		if err := n.mgr.Allocate(ctx, pod, &containers[i], lifecycle.AddOperation); err != nil {
+		if err := mgr.Allocate(ctx, pod, &containers[i], lifecycle.AddOperation); err != nil {
 			return fail(containers[i].Name, err)
 		}
 	}
 	var out []Admission
 	for i := range containers {
-		opts, err := n.mgr.GetDeviceRunContainerOptions(ctx, pod, &containers[i])
+		opts, err := mgr.GetDeviceRunContainerOptions(ctx, pod, &containers[i])
 		if err != nil {
 			return fail(containers[i].Name, err)
 		}
