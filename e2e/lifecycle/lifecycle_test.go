@@ -22,7 +22,8 @@ import (
 // objects: registration, scheduling through the extender, admission by the
 // kubelet's device manager, realization, a two-container pod, an
 // unschedulable pod, graceful deletion and reclamation, and restarts of the
-// device plugin, the kubelet, the scheduler and the API server. The steps share one system and run in order.
+// device plugin, the kubelet, the scheduler and the API server. The steps
+// share one system and run in order.
 func TestLifecycle(t *testing.T) {
 	e := startEnv(t)
 	hwGPUs := e.hw.NumGPUs()
@@ -40,7 +41,18 @@ func TestLifecycle(t *testing.T) {
 				return false, nil
 			}
 			q, ok := n.Status.Allocatable[kube.ResourceGPU]
-			return ok && q.Value() > 0, nil
+			if !ok || q.Value() == 0 {
+				return false, nil
+			}
+			for _, g := range gpus {
+				if got, want := g.UUID, e.gpuUUID(g.Index); got != want {
+					t.Errorf("registered GPU %d: UUID %s, the hardware's is %s", g.Index, got, want)
+				}
+				if len(g.Profiles) == 0 || g.Unhealthy {
+					t.Errorf("registered GPU %d: %d profiles, unhealthy %v", g.Index, len(g.Profiles), g.Unhealthy)
+				}
+			}
+			return true, nil
 		})
 	})
 
