@@ -8,8 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -180,15 +179,7 @@ type informerSource struct {
 }
 
 func newInformerSource(client kubernetes.Interface, onChange func()) *informerSource {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return client.ResourceV1().ResourceClaims(metav1.NamespaceAll).Watch(ctx, opts)
-		},
-	}
-	inf := cache.NewSharedIndexInformer(lw, &resourceapi.ResourceClaim{}, 0, cache.Indexers{})
+	inf := resourceinformers.NewResourceClaimInformer(client, metav1.NamespaceAll, 0, cache.Indexers{})
 	h := func() { onChange() }
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { h() },
