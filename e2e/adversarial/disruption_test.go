@@ -20,8 +20,11 @@ const outage = 3 * time.Second
 // again over the same etcd while pods are at every stage of their
 // lifecycle: a and b realized and running, c bound but not yet admitted.
 //
-// Claims: while the server is down, maintenance passes destroy nothing
-// (the monitor checks the devices of a and b throughout); after the
+// Claims: nothing is destroyed while the server is down, nor by the
+// maintenance passes that run after the restart on a listing the plugin
+// has not yet renewed (the monitor checks the devices of a and b
+// throughout; a pass that started during the outage waits on its API
+// calls, so passes resume only after the restart); after the
 // restart c is admitted and receives its reservation, a new pod d is
 // scheduled and realized (the extender's and the plugin's informers
 // recovered), a pod deleted after the restart (a) has its device
