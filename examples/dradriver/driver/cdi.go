@@ -70,7 +70,7 @@ func ClaimSpec(claimUID string, devs []CDIDevice) (*cdispec.Spec, []string, erro
 		})
 		ids = append(ids, parser.QualifiedName(CDIVendor, CDIClass, name))
 	}
-	v, err := cdi.MinimumRequiredVersion(spec)
+	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -150,6 +150,12 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 // returns claim with its allocation, or nil when it does not fit.
 func allocate(t *testing.T, cat *driver.Catalog, claim *resourceapi.ResourceClaim, allocated ...*resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	t.Helper()
+	return allocateWith(t, cat, deviceClass(), claim, allocated...)
+}
+
+// allocateWith is allocate with the given DeviceClass.
+func allocateWith(t *testing.T, cat *driver.Catalog, class *resourceapi.DeviceClass, claim *resourceapi.ResourceClaim, allocated ...*resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	t.Helper()
 	ctx := context.Background()
 	features := structured.Features{PartitionableDevices: true, PrioritizedList: true}
 	taken := sets.New[structured.DeviceID]()
@@ -163,7 +169,7 @@ func allocate(t *testing.T, cat *driver.Catalog, claim *resourceapi.ResourceClai
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	a, err := structured.NewAllocator(ctx, features, state, classLister{deviceClass()}, cat.ResourceSlices(), cel.NewCache(8, cel.Features{}))
+	a, err := structured.NewAllocator(ctx, features, state, classLister{class}, cat.ResourceSlices(), cel.NewCache(8, cel.Features{}))
 	if err != nil {
 		t.Fatal(err)
 	}
