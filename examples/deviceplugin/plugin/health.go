@@ -177,23 +177,30 @@ const publishRetry = 5 * time.Second
 // devices that no longer exist, while there are any.
 var pruneInterval = 30 * time.Second
 
-// watchHealth follows the backend's health events until ctx is done, when
-// the backend is a [realize.HealthWatcher]; otherwise every GPU stays
-// healthy. Each transition is logged, recorded as an Event on the node,
-// republished in the node registration (retried every publishRetry while
-// the API server refuses it) and sent to ListAndWatch. It runs in a
-// goroutine of [Plugin.Run].
-func (p *Plugin) watchHealth(ctx context.Context) {
+// openHealth subscribes to the backend's health events when it is a
+// [realize.HealthWatcher]; nil otherwise (every GPU stays healthy). [Plugin.Run]
+// subscribes before it reports ready, so that no transition after Ready is
+// missed.
+func (p *Plugin) openHealth(ctx context.Context) realize.HealthWatch {
 	hw, ok := p.cfg.Hardware.(realize.HealthWatcher)
 	if !ok {
 		p.log.Info("backend reports no GPU health; every GPU is published healthy")
-		return
+		return nil
 	}
 	w, err := hw.WatchHealth(ctx)
 	if err != nil {
 		p.log.Error("cannot watch GPU health; every GPU is published healthy", "err", err)
-		return
+		return nil
 	}
+	return w
+}
+
+// watchHealth follows w's health events until ctx is done, and closes w.
+// Each transition is logged, recorded as an Event on the node,
+// republished in the node registration (retried every publishRetry while
+// the API server refuses it) and sent to ListAndWatch. It runs in a
+// goroutine of [Plugin.Run].
+func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 	defer func() {
 		if err := w.Close(); err != nil {
 			p.log.Warn("closing the health watch", "err", err)

@@ -234,7 +234,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err := p.publish(ctx); err != nil {
 		return err
 	}
-	wg.Go(func() { p.watchHealth(ctx) })
+	if w := p.openHealth(ctx); w != nil {
+		wg.Go(func() { p.watchHealth(ctx, w) })
+	}
 	// The first maintenance pass adopts live instances before the socket
 	// is served; later passes (the runner's) adopt again until adoption
 	// settles, reconcile and collect leaks.
