@@ -103,6 +103,7 @@ type Driver struct {
 	cdi *cdiWriter
 
 	mu        sync.Mutex
+	source    ClaimSource // cfg.Claims, or Run's informer
 	setUp     bool
 	allowlist capability.Allowlist
 	gpus      []capability.GPU
@@ -166,6 +167,7 @@ func New(cfg Config) (*Driver, error) {
 		cfg: cfg, log: log, cdi: w,
 		mgr:       realize.NewManager(cfg.Hardware, mopts),
 		allowlist: allow.Clone(),
+		source:    cfg.Claims,
 		changed:   make(chan struct{}, 1),
 		fatal:     make(chan error, 1),
 	}, nil
@@ -247,13 +249,14 @@ func (d *Driver) rebuild() {
 		}
 	}
 	ck := d.ck
-	prev := d.cat
 	d.mu.Unlock()
-	// Used needs a catalog to decode names; the previous one, or one
-	// without order, serves (decoding does not depend on order).
-	dec := prev
-	if dec == nil {
-		dec, _ = NewCatalog(d.cfg.Node, gpus, nil)
+	// Used decodes the allocations against the same GPUs and policy;
+	// decoding does not depend on the order, so an unordered catalog
+	// serves.
+	dec, err := NewCatalog(d.cfg.Node, gpus, nil)
+	if err != nil {
+		d.log.Error("catalog", "err", err)
+		return
 	}
 	cat, err := NewCatalog(d.cfg.Node, gpus, dec.Used(claims, ck))
 	if err != nil {
@@ -295,10 +298,13 @@ func cloneCheckpoint(ck Checkpoint) Checkpoint {
 }
 
 func (d *Driver) claims() ([]*resourceapi.ResourceClaim, bool) {
-	if d.cfg.Claims == nil {
+	d.mu.Lock()
+	src := d.source
+	d.mu.Unlock()
+	if src == nil {
 		return nil, false
 	}
-	return d.cfg.Claims.Claims()
+	return src.Claims()
 }
 
 // Demand returns the realize demand of the current claim listing and
@@ -541,9 +547,11 @@ func (d *Driver) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	if d.cfg.Claims == nil {
+	if d.claimSource() == nil {
 		src := newInformerSource(d.cfg.Client, d.signal)
-		d.cfg.Claims = src
+		d.mu.Lock()
+		d.source = src
+		d.mu.Unlock()
 		src.run(ctx, &wg)
 		for {
 			if _, ok := src.Claims(); ok {
@@ -601,6 +609,12 @@ func (d *Driver) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+func (d *Driver) claimSource() ClaimSource {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.source
 }
 
 func (d *Driver) isSetUp() bool {

@@ -441,3 +441,37 @@ func TestCorruptCheckpointRefusesSetup(t *testing.T) {
 		t.Errorf("Setup = %v, want a *CheckpointError for claims[0]", err)
 	}
 }
+
+// TestMaintainReleasesDeletedClaim: a prepared claim that is gone from a
+// complete listing is released by the next maintenance pass (its
+// consumers cannot run any more); the kubelet's later unprepare finds
+// nothing left and succeeds.
+func TestMaintainReleasesDeletedClaim(t *testing.T) {
+	e := newEnv(t, "NVIDIA A30")
+	d := e.driver(t)
+	a := allocate(t, d.Catalog(), profileClaim("uid-a", "2g.12gb", 1))
+	b := allocate(t, d.Catalog(), profileClaim("uid-b", "2g.12gb", 1), a)
+	e.claims.set(true, a, b)
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if r := prepareOne(t, d, c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	e.claims.set(true, b)
+	if _, err := d.Maintain(context.Background()); err != nil {
+		t.Fatalf("maintain: %v", err)
+	}
+	pb, err := driver.ParseDeviceName(b.Status.Allocation.Devices.Results[0].Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := liveInstances(e.hw); len(got) != 1 || got[0].Placement != pb.Placement {
+		t.Errorf("live %v, want only b's at %v", got, pb.Placement)
+	}
+	if err := unprepareOne(t, d, a); err != nil {
+		t.Errorf("unprepare after release: %v", err)
+	}
+	if _, ok := d.Checkpoint().Claim("uid-a"); ok {
+		t.Error("released claim still checkpointed after unprepare")
+	}
+}
