@@ -73,6 +73,42 @@ func DevicePlugin(ctx context.Context, client kubernetes.Interface, node string,
 	return err
 }
 
+// DRADriver is README's "In a DRA kubelet plugin": a driver's start-up,
+// then the kubelet's NodePrepareResources and NodeUnprepareResources of
+// one claim. listClaims returns the node's holders as the driver's
+// informer and checkpoint know them; record persists prepared devices.
+func DRADriver(ctx context.Context, hw realize.Realizer, logger *slog.Logger, claimUID string,
+	listClaims func() (holders []realize.Holder, synced bool), record func([]realize.Device) error) error {
+	// readme:begin dra-driver
+	mgr := realize.NewManager(hw, realize.Options{Logger: logger})
+	demand := func() realize.Demand {
+		// every claim allocated to this node, with its checkpointed runtime identities,
+		// and every checkpointed claim no longer allocated, with Released: true
+		holders, synced := listClaims()
+		return realize.Demand{Complete: synced, Holders: holders, AdoptAtPlacement: true} // only the scheduler writes allocations
+	}
+	if _, err := mgr.MaintainDemand(ctx, demand()); err != nil { // at start-up, then periodically
+		return err
+	}
+
+	// NodePrepareResources of one claim: idempotent, rolls back what it created
+	devs, err := mgr.Prepare(ctx, demand(), claimUID)
+	if err != nil {
+		return err // the kubelet retries
+	}
+	if err := record(devs); err != nil { // checkpoint devs[i].Entry BEFORE answering
+		return err
+	}
+	// answer with one CDI device per devs[i].Runtime.MIGUUID
+
+	// NodeUnprepareResources of the claim: never destroys an instance in use
+	if _, err := mgr.Unprepare(ctx, demand(), claimUID); err != nil {
+		return err // in use, or the listing does not authorise destruction: the kubelet retries
+	}
+	// readme:end
+	return nil
+}
+
 // Scheduler is README's "In a scheduler": the ledger learns node and the
 // bound pods, then reserves a placement for pod, the one being scheduled.
 // It returns the annotation value to write before binding.
