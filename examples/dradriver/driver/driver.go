@@ -52,6 +52,7 @@ func (e *ClaimError) Error() string {
 	return msg + ": " + e.Err.Error()
 }
 
+// Unwrap returns the cause.
 func (e *ClaimError) Unwrap() error { return e.Err }
 
 // Config configures a [Driver]. Node and Hardware are required; Run also
