@@ -67,10 +67,10 @@ const (
 )
 
 // Pod is the small view of a Kubernetes pod that reservation needs. The
-// kube package converts corev1.Pod into it. Every field but Annotations is
-// set by the API server or the kubelet; Annotations are writable by whoever
-// may update the pod and are trusted only as far as [ValidateRequests]
-// allows.
+// kube package converts corev1.Pod into it. Every field but Annotations and
+// RecordSeen is set by the API server or the kubelet; RecordSeen is the
+// observer's own. Annotations are writable by whoever may update the pod
+// and are trusted only as far as [ValidateRequests] allows.
 //
 // The zero value is a pending pod without UID, reservation or device
 // request.
@@ -96,6 +96,14 @@ type Pod struct {
 	// requests of the device plugin's resource (its limit). Nil means the
 	// pod requests none; see [ValidateRequests].
 	DeviceRequests []int
+	// RecordSeen is when the observer that lists the pods (a device
+	// plugin's pod cache) first saw the pod with its current reservation
+	// claim: the record's scheduled fields, whatever runtime identities
+	// were added since. It is the observer's own clock, never a value the
+	// pod's creator can write. Zero means unknown: the observer keeps no
+	// such history. [Desired] lets the earlier of two overlapping records
+	// win when both times are known and differ.
+	RecordSeen time.Time
 }
 
 // Snapshot is a listing of the pods assigned to one node. Complete is false

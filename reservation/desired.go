@@ -23,6 +23,11 @@ var (
 	// ErrPodIdentity: an active pod has an empty UID, or two listed pods
 	// share a UID.
 	ErrPodIdentity = errors.New("reservation: pod without a unique UID")
+	// ErrLaterConflict is matched by a [*ConflictError] that [Desired]
+	// resolved: the second entry's record was first seen on the node
+	// strictly after the first's ([Pod.RecordSeen]), so the second entry
+	// is withheld and the first kept. It does not withhold authorisation.
+	ErrLaterConflict = errors.New("reservation: record first seen after a conflicting one")
 )
 
 // PodRef names a pod. It is comparable; the zero value names no pod.
@@ -109,19 +114,35 @@ func (e *PodError) Unwrap() error { return e.Err }
 
 // ConflictError reports two active pods whose otherwise valid records claim
 // the same hardware. It matches [ErrConflict] and Problem ([ErrOverlap] or
-// [ErrRuntimeConflict]) with errors.Is.
+// [ErrRuntimeConflict]) with errors.Is, and [ErrLaterConflict] when Later
+// is set.
 type ConflictError struct {
 	Problem       error
 	First, Second Entry
 	Detail        string
+	// Later is set when [Desired] resolved the conflict by the records'
+	// first observations ([Pod.RecordSeen]): Second's record was first
+	// seen strictly after First's, so Second's entry is withheld and
+	// First's kept.
+	Later bool
 }
 
 func (e *ConflictError) Error() string {
-	return "reservation: " + e.First.String() + " and " + e.Second.String() + ": " + e.Detail
+	msg := "reservation: " + e.First.String() + " and " + e.Second.String() + ": " + e.Detail
+	if e.Later {
+		msg += "; the second record was first seen later and is withheld"
+	}
+	return msg
 }
 
-// Unwrap returns [ErrConflict] and Problem.
-func (e *ConflictError) Unwrap() []error { return []error{ErrConflict, e.Problem} }
+// Unwrap returns [ErrConflict] and Problem, and [ErrLaterConflict] when
+// Later is set.
+func (e *ConflictError) Unwrap() []error {
+	if e.Later {
+		return []error{ErrConflict, e.Problem, ErrLaterConflict}
+	}
+	return []error{ErrConflict, e.Problem}
+}
 
 // DesiredSet is the node's desired allocation set computed by [Desired]:
 // the reservations the realization manager must keep, and whether it may
@@ -136,7 +157,9 @@ type DesiredSet struct {
 	Active []Entry
 	// Authorized reports whether destructive reconciliation may run:
 	// the listing was complete and every unreleased pod's record was valid
-	// and conflict-free. Reasons is empty exactly when Authorized is true.
+	// and conflict-free, but for the conflicts [Desired] resolved by the
+	// records' first observations. Reasons is empty exactly when
+	// Authorized is true.
 	Authorized bool
 	// Reasons explain a withheld authorisation: [ErrIncompleteSnapshot],
 	// [*PodError] values in pod listing order (at most [MaxProblems] per
@@ -148,17 +171,23 @@ type DesiredSet struct {
 	// UID. What they might own is unknown: never destroy it, never hand it
 	// out.
 	Unknown []PodRef
-	// Withheld are the decodable entries of Unknown pods and the entries
-	// that fail the trust rule, in the same order as Active. They are
-	// claims to respect (never destroyed under), not reservations to
-	// realize or grant.
+	// Withheld are the decodable entries of Unknown pods, the entries
+	// that fail the trust rule and the entries that lose a conflict to an
+	// earlier record, in the same order as Active. They are claims to
+	// respect (never destroyed under), not reservations to realize or
+	// grant.
 	Withheld []Entry
-	// Untrusted are the [*PodError] values, each matching [ErrInvalid] and
-	// [ErrNotRequested], of entries of otherwise valid records that fail
-	// the trust rule, in pod listing order (at most [MaxProblems] per
-	// pod). Such entries are fully known, so they do not withhold
-	// authorisation: otherwise anyone allowed to create a pod could stop
-	// all reclamation on a node by annotating a pod that requests no GPU.
+	// Untrusted are the [*PodError] values of entries of otherwise valid
+	// records that are withheld without withholding authorisation: first
+	// those that fail the trust rule, each matching [ErrInvalid] and
+	// [ErrNotRequested], in pod listing order (at most [MaxProblems] per
+	// pod); then those that lose a conflict to an earlier record, each
+	// wrapping a [*ConflictError] whose Second is the entry and that
+	// matches [ErrLaterConflict], in the order of Reasons' conflicts (at
+	// most MaxProblems). Such entries are fully known, so they do not
+	// withhold authorisation: otherwise anyone allowed to create a pod
+	// could stop all reclamation on a node by annotating a pod that
+	// requests no GPU, or by copying another pod's record.
 	Untrusted []error
 }
 
@@ -179,6 +208,29 @@ type DesiredSet struct {
 // entries for containers that do not request them go to Withheld, their
 // errors to Untrusted, and take part in no conflict; the pod's other
 // entries stay in Active.
+//
+// # Earlier records win overlaps
+//
+// When two entries' placements overlap on one GPU and both pods carry a
+// [Pod.RecordSeen] that is not zero and one is strictly earlier, the
+// earlier pod's entry stays in Active and the later pod's entry goes to
+// Withheld, its [*PodError] (wrapping a [*ConflictError] that matches
+// [ErrLaterConflict]) to Untrusted; neither pod goes to Unknown for that
+// pair and authorisation is not withheld. An entry withheld so takes part
+// in no other conflict: it is never realized, so a record that lost cannot
+// make others untrusted. Whatever it names or overlaps is still never
+// destroyed ([DesiredSet.Claimed]). A scheduler that counts every
+// pod with a record that requests the resource never places a pod over
+// slots another pod of the node already claims, so of two overlapping
+// records the one that appeared on the node later can only be forged or
+// stale. RecordSeen is the observer's own clock, never data the pod's
+// creator can write (a bind-time annotation, a creation timestamp set
+// long before the pod reached the node). Without it (zero, as after a
+// device plugin restart, when the plugin has no history: every pod it
+// lists at start shares one time) or with equal times, both pods go to
+// Unknown as above. Conflicts over one MIG UUID or one GPU instance ID are
+// never resolved this way: RecordSeen does not date runtime identities,
+// which the device plugin writes after scheduling.
 func Desired(snap Snapshot) DesiredSet {
 	var set DesiredSet
 	if !snap.Complete {
@@ -191,6 +243,7 @@ func Desired(snap Snapshot) DesiredSet {
 		listed[snap.Pods[i].UID]++
 	}
 	unknown := make(map[string]PodRef)
+	seen := make(map[string]time.Time) // RecordSeen of the trusted pods
 	var trusted []Entry
 	for i := range snap.Pods {
 		pod := &snap.Pods[i]
@@ -203,6 +256,7 @@ func Desired(snap Snapshot) DesiredSet {
 		}
 		if len(reasons) == 0 {
 			kept, withheld, untrusted := applyTrustRule(pod, allocs, entries)
+			seen[pod.UID] = pod.RecordSeen
 			trusted = append(trusted, kept...)
 			set.Withheld = append(set.Withheld, withheld...)
 			set.Untrusted = append(set.Untrusted, untrusted...)
@@ -212,12 +266,37 @@ func Desired(snap Snapshot) DesiredSet {
 		unknown[pod.UID] = pod.Ref()
 		set.Withheld = append(set.Withheld, entries...)
 	}
-	conflicts := crossPodConflicts(trusted, func(e *Entry) { unknown[e.PodUID] = e.Pod() })
-	for _, c := range conflicts {
-		set.Reasons = append(set.Reasons, c)
+	untrustedBefore := len(set.Untrusted)
+	// First the overlaps the records' first observations resolve, then
+	// the other conflicts of entries that lost none.
+	pairs := conflictPairs(trusted)
+	lost := make([]bool, len(trusted))
+	for _, p := range pairs {
+		w, l, ok := earlierWins(trusted, p.j, p.i, seen)
+		if !ok {
+			continue
+		}
+		if !lost[l] && len(set.Untrusted) < untrustedBefore+MaxProblems {
+			c := conflictOf(&trusted[w], &trusted[l])
+			c.Later = true
+			set.Untrusted = append(set.Untrusted, &PodError{Pod: trusted[l].Pod(), Index: trusted[l].Index, Err: c})
+		}
+		lost[l] = true
 	}
-	for _, e := range trusted {
-		if _, bad := unknown[e.PodUID]; bad {
+	conflicts := 0
+	for _, p := range pairs {
+		if lost[p.i] || lost[p.j] {
+			continue // the loser is withheld: no claim of its can be realized
+		}
+		a, b := &trusted[p.j], &trusted[p.i]
+		unknown[a.PodUID], unknown[b.PodUID] = a.Pod(), b.Pod()
+		if conflicts < MaxProblems {
+			set.Reasons = append(set.Reasons, conflictOf(a, b))
+			conflicts++
+		}
+	}
+	for i, e := range trusted {
+		if _, bad := unknown[e.PodUID]; bad || lost[i] {
 			set.Withheld = append(set.Withheld, e)
 		} else {
 			set.Active = append(set.Active, e)
@@ -231,6 +310,24 @@ func Desired(snap Snapshot) DesiredSet {
 	slices.SortFunc(set.Withheld, compareEntries)
 	set.Authorized = len(set.Reasons) == 0
 	return set
+}
+
+// earlierWins resolves the conflict of trusted[i] and trusted[j] by their
+// pods' first observations: it returns the winner's and the loser's
+// indexes and true when the two overlap and both pods' times are known
+// and differ.
+func earlierWins(trusted []Entry, i, j int, seen map[string]time.Time) (winner, loser int, ok bool) {
+	if conflictProblem(&trusted[i], &trusted[j]) != ErrOverlap {
+		return 0, 0, false
+	}
+	ti, tj := seen[trusted[i].PodUID], seen[trusted[j].PodUID]
+	switch {
+	case ti.IsZero() || tj.IsZero() || ti.Equal(tj):
+		return 0, 0, false
+	case ti.Before(tj):
+		return i, j, true
+	}
+	return j, i, true
 }
 
 // applyTrustRule splits a valid record's entries into those the trust rule
@@ -342,8 +439,26 @@ func Conflicts(entries []Entry) (holders []PodRef, conflicts []*ConflictError) {
 // records of thousands of entries on distinct GPUs therefore cost linear
 // time, not the square of every pod's entries.
 func crossPodConflicts(entries []Entry, claimant func(*Entry)) []*ConflictError {
-	type pair struct{ i, j int }
-	var found []pair
+	found := conflictPairs(entries)
+	out := make([]*ConflictError, 0, min(len(found), MaxProblems))
+	for _, p := range found {
+		claimant(&entries[p.j])
+		claimant(&entries[p.i])
+		if len(out) < MaxProblems {
+			out = append(out, conflictOf(&entries[p.j], &entries[p.i]))
+		}
+	}
+	return out
+}
+
+// entryPair names two entries by index, j < i.
+type entryPair struct{ i, j int }
+
+// conflictPairs returns every pair of entries of two different pods that
+// conflict, ordered as a scan of every pair (i, j<i) would find them; see
+// crossPodConflicts for what is compared.
+func conflictPairs(entries []Entry) []entryPair {
+	var found []entryPair
 	check := func(group []int, sameGPU bool) {
 		for x, i := range group {
 			for _, j := range group[:x] {
@@ -352,9 +467,7 @@ func crossPodConflicts(entries []Entry, claimant func(*Entry)) []*ConflictError 
 					continue // the same GPU's pairs are the sameGPU pass's
 				}
 				if conflictProblem(a, b) != nil {
-					claimant(a)
-					claimant(b)
-					found = append(found, pair{i, j})
+					found = append(found, entryPair{i, j})
 				}
 			}
 		}
@@ -373,12 +486,8 @@ func crossPodConflicts(entries []Entry, claimant func(*Entry)) []*ConflictError 
 	for _, g := range byMIG {
 		check(g, false)
 	}
-	slices.SortFunc(found, func(p, q pair) int { return cmp.Or(cmp.Compare(p.i, q.i), cmp.Compare(p.j, q.j)) })
-	out := make([]*ConflictError, 0, min(len(found), MaxProblems))
-	for _, p := range found[:min(len(found), MaxProblems)] {
-		out = append(out, conflictOf(&entries[p.j], &entries[p.i]))
-	}
-	return out
+	slices.SortFunc(found, func(p, q entryPair) int { return cmp.Or(cmp.Compare(p.i, q.i), cmp.Compare(p.j, q.j)) })
+	return found
 }
 
 // conflictProblem returns the problem ([ErrOverlap], [ErrRuntimeConflict])

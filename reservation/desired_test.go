@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/reservation"
@@ -359,6 +360,146 @@ func TestConflicts(t *testing.T) {
 			}
 			if len(conflicts) != 1 || !errors.Is(conflicts[0], tt.wantProblem) || !errors.Is(conflicts[0], reservation.ErrConflict) {
 				t.Errorf("conflicts = %v, want one matching %v", conflicts, tt.wantProblem)
+			}
+		})
+	}
+}
+
+func TestDesiredEarlierRecordWins(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	seenAt := func(p reservation.Pod, at time.Time) reservation.Pod {
+		p.RecordSeen = at
+		return p
+	}
+	owner := pod("owner", reservation.PodPending, alloc(0, 0, gpuA, "2g.10gb", 0, 2))
+	forged := pod("forged", reservation.PodPending, alloc(0, 0, gpuA, "2g.10gb", 0, 2))
+	third := pod("third", reservation.PodPending, alloc(0, 0, gpuA, "1g.5gb", 1, 1))
+	other := pod("other", reservation.PodRunning, alloc(0, 0, gpuB, "1g.5gb", 0, 1))
+	tests := []struct {
+		name           string
+		pods           []reservation.Pod
+		wantAuthorized bool
+		wantActive     []string
+		wantWithheld   []string
+		wantUnknown    []string
+		wantLosers     []string // pods of the Untrusted errors, in order
+	}{
+		{
+			name:           "earlier record wins",
+			pods:           []reservation.Pod{seenAt(owner, t0), seenAt(forged, t0.Add(time.Second)), seenAt(other, t0.Add(time.Hour))},
+			wantAuthorized: true,
+			wantActive:     []string{"other", "owner"}, wantWithheld: []string{"forged"}, wantLosers: []string{"forged"},
+		},
+		{
+			name:           "listing order does not matter",
+			pods:           []reservation.Pod{seenAt(forged, t0.Add(time.Nanosecond)), seenAt(owner, t0)},
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged"}, wantLosers: []string{"forged"},
+		},
+		{
+			name:        "equal times: both unknown",
+			pods:        []reservation.Pod{seenAt(owner, t0), seenAt(forged, t0), seenAt(other, t0)},
+			wantActive:  []string{"other"},
+			wantUnknown: []string{"forged", "owner"}, wantWithheld: []string{"forged", "owner"},
+		},
+		{
+			name:        "one time unknown: both unknown",
+			pods:        []reservation.Pod{owner, seenAt(forged, t0)},
+			wantUnknown: []string{"forged", "owner"}, wantWithheld: []string{"forged", "owner"},
+		},
+		{
+			name:        "no history: both unknown",
+			pods:        []reservation.Pod{owner, forged},
+			wantUnknown: []string{"forged", "owner"}, wantWithheld: []string{"forged", "owner"},
+		},
+		{
+			name: "runtime identity conflicts are not resolved by time",
+			pods: []reservation.Pod{
+				seenAt(pod("owner", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 3, 0)), t0),
+				seenAt(pod("copy", reservation.PodRunning, realized(alloc(0, 0, gpuB, "2g.10gb", 0, 2), migA, 3, 0)), t0.Add(time.Second)),
+			},
+			wantUnknown: []string{"copy", "owner"}, wantWithheld: []string{"copy", "owner"},
+		},
+		{
+			name: "three-way: the earliest wins",
+			pods: []reservation.Pod{seenAt(third, t0.Add(2*time.Second)), seenAt(forged, t0.Add(time.Second)), seenAt(owner, t0)},
+			// forged loses to owner, third to both.
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged", "third"}, wantLosers: []string{"third", "forged"},
+		},
+		{
+			name: "three-way: losers tied with each other",
+			pods: []reservation.Pod{seenAt(third, t0.Add(time.Second)), seenAt(forged, t0.Add(time.Second)), seenAt(owner, t0)},
+			// Both lost to owner; their own tie no longer matters.
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged", "third"}, wantLosers: []string{"third", "forged"},
+		},
+		{
+			name: "three-way: winner's rival tied",
+			pods: []reservation.Pod{seenAt(third, t0), seenAt(forged, t0.Add(time.Second)), seenAt(owner, t0)},
+			// owner and third overlap with one time: both unknown;
+			// forged lost to both.
+			wantActive:  nil,
+			wantUnknown: []string{"owner", "third"}, wantWithheld: []string{"forged", "owner", "third"}, wantLosers: []string{"forged"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: tt.pods})
+			if set.Authorized != tt.wantAuthorized {
+				t.Fatalf("Authorized = %t (%v), want %t", set.Authorized, set.Verdict(), tt.wantAuthorized)
+			}
+			if !tt.wantAuthorized && !errors.Is(set.Verdict(), reservation.ErrConflict) {
+				t.Errorf("Verdict = %v, want a conflict", set.Verdict())
+			}
+			if got := uids(set.Active); !slices.Equal(got, tt.wantActive) {
+				t.Errorf("active = %v, want %v", got, tt.wantActive)
+			}
+			if got := uids(set.Withheld); !slices.Equal(got, tt.wantWithheld) {
+				t.Errorf("withheld = %v, want %v", got, tt.wantWithheld)
+			}
+			if got := refs(set.Unknown); !slices.Equal(got, tt.wantUnknown) {
+				t.Errorf("unknown = %v, want %v", got, tt.wantUnknown)
+			}
+			var losers []string
+			for _, err := range set.Untrusted {
+				var pe *reservation.PodError
+				var ce *reservation.ConflictError
+				if !errors.As(err, &pe) || !errors.As(err, &ce) {
+					t.Fatalf("untrusted %v: not a *PodError wrapping a *ConflictError", err)
+				}
+				if !errors.Is(err, reservation.ErrLaterConflict) || !errors.Is(err, reservation.ErrConflict) || !errors.Is(err, reservation.ErrOverlap) {
+					t.Errorf("untrusted %v does not match ErrLaterConflict, ErrConflict and ErrOverlap", err)
+				}
+				if errors.Is(err, reservation.ErrNotRequested) {
+					t.Errorf("untrusted %v matches ErrNotRequested", err)
+				}
+				if got, want := ce.Second.PodUID, pe.Pod.UID; got != want {
+					t.Errorf("conflict's second = %s, want the loser %s", got, want)
+				}
+				if got, want := pe.Index, ce.Second.Index; got != want {
+					t.Errorf("PodError index = %d, want %d", got, want)
+				}
+				if !ce.Later {
+					t.Errorf("conflict %v: Later not set", ce)
+				}
+				losers = append(losers, pe.Pod.UID)
+			}
+			if !slices.Equal(losers, tt.wantLosers) {
+				t.Errorf("losers = %v, want %v", losers, tt.wantLosers)
+			}
+			for _, r := range set.Reasons {
+				if errors.Is(r, reservation.ErrLaterConflict) {
+					t.Errorf("reason %v is a resolved conflict", r)
+				}
+			}
+			for _, e := range set.Withheld {
+				if _, ok := set.Lookup(e.PodUID, e.ContainerIndex, e.DeviceIndex); ok {
+					t.Errorf("withheld %v is also active", e)
+				}
+				if !set.Claimed(e.GPUUUID, e.Placement) {
+					t.Errorf("withheld %v is not claimed", e)
+				}
 			}
 		})
 	}
