@@ -5,15 +5,18 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -227,16 +230,128 @@ func (w *trackedWatch) Stop() {
 // cache as fresh) exactly when Replace returns. onChange, when set, is
 // called after each change with the pod before it (nil when added) and
 // after it (nil when deleted).
+//
+// The store also dates each pod's reservation claim (records): see
+// recordSeen.
 type podStore struct {
 	pods     cache.Store
 	fresh    *freshness
 	onChange func(old, cur *corev1.Pod)
+	records  *records
 }
 
 var _ cache.ReflectorStore = (*podStore)(nil)
 
-func newPodStore(fresh *freshness) *podStore {
-	return &podStore{pods: cache.NewStore(cache.MetaNamespaceKeyFunc), fresh: fresh}
+func newPodStore(fresh *freshness, clk clock.PassiveClock) *podStore {
+	return &podStore{pods: cache.NewStore(cache.MetaNamespaceKeyFunc), fresh: fresh,
+		records: &records{clock: clk, seen: make(map[types.UID]recordSeen)}}
+}
+
+// recordSeen is the first observation of one pod's reservation claim: the
+// scheduled fields of its hami.io/vgpu-mig-allocations record. Runtime
+// identities, which the device plugin adds after scheduling, do not
+// change the claim, so a pod's own realization keeps its time.
+type recordSeen struct {
+	value string    // the annotation value last observed
+	claim string    // its scheduled part; the value itself when it does not decode
+	at    time.Time // when the claim was first observed
+}
+
+// records dates the claims of the pods the store holds. Every pod of one
+// listing that the store did not already hold with the same claim gets
+// that listing's time, so the pods of the first listing (after a restart)
+// all share one time and none of them wins a conflict against another.
+type records struct {
+	clock clock.PassiveClock
+
+	mu   sync.Mutex
+	seen map[types.UID]recordSeen
+}
+
+// claimOf returns the part of an annotation value that claims hardware.
+func claimOf(value string) string {
+	allocs, err := reservation.DecodeString(value)
+	if err != nil {
+		return "raw:" + value
+	}
+	for i := range allocs {
+		allocs[i] = allocs[i].Scheduled()
+	}
+	return "scheduled:" + reservation.EncodeString(allocs)
+}
+
+// observe records pod's claim as seen at now unless it was seen before.
+// The caller holds r.mu.
+func (r *records) observe(pod *corev1.Pod, now time.Time) {
+	value := pod.Annotations[reservation.AnnotationKey]
+	if value == "" {
+		delete(r.seen, pod.UID)
+		return
+	}
+	old, ok := r.seen[pod.UID]
+	if ok && old.value == value {
+		return
+	}
+	claim := claimOf(value)
+	if ok && old.claim == claim {
+		old.value = value
+		r.seen[pod.UID] = old
+		return
+	}
+	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now}
+}
+
+func (r *records) update(pod *corev1.Pod) {
+	if pod == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.observe(pod, r.clock.Now())
+}
+
+func (r *records) forget(pod *corev1.Pod) {
+	if pod == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, pod.UID)
+}
+
+// replace observes a listing at one time and forgets the pods it lacks.
+func (r *records) replace(items []any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	listed := make(map[types.UID]bool, len(items))
+	for _, it := range items {
+		if p, ok := it.(*corev1.Pod); ok {
+			listed[p.UID] = true
+			r.observe(p, now)
+		}
+	}
+	for uid := range r.seen {
+		if !listed[uid] {
+			delete(r.seen, uid)
+		}
+	}
+}
+
+// at returns when pod's current claim was first observed, or the zero
+// time when the store has not observed this very annotation value (the
+// pod changed between the caller's read and the store's).
+func (r *records) at(pod *corev1.Pod) time.Time {
+	if pod == nil {
+		return time.Time{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.seen[pod.UID]
+	if !ok || e.value != pod.Annotations[reservation.AnnotationKey] {
+		return time.Time{}
+	}
+	return e.at
 }
 
 func (s *podStore) old(obj any) *corev1.Pod {
@@ -264,6 +379,7 @@ func (s *podStore) Update(obj any) error {
 		return err
 	}
 	cur, _ := obj.(*corev1.Pod)
+	s.records.update(cur)
 	s.notify(old, cur)
 	return nil
 }
@@ -274,6 +390,7 @@ func (s *podStore) Delete(obj any) error {
 		return err
 	}
 	p, _ := obj.(*corev1.Pod)
+	s.records.forget(p)
 	s.notify(p, nil)
 	return nil
 }
@@ -290,6 +407,7 @@ func (s *podStore) Replace(items []any, rv string) error {
 	if err := s.pods.Replace(items, rv); err != nil {
 		return err
 	}
+	s.records.replace(items)
 	s.fresh.listed()
 	if s.onChange == nil {
 		return nil

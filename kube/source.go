@@ -111,6 +111,32 @@ type NodePodSourceOptions struct {
 //     lists.
 //
 // An incomplete snapshot never authorises destructive reconciliation.
+//
+// # First observations of records
+//
+// The source dates each pod's reservation claim with its own clock
+// (NodePodSourceOptions.Clock): reservation.Pod.RecordSeen, in snapshots
+// and views, is when the source first held the pod with the scheduled
+// fields of its current hami.io/vgpu-mig-allocations record. Runtime
+// identities the device plugin adds later keep the time; any other change
+// of the record, or its removal and return, restarts it. Pods of one
+// listing that the source did not already hold with the same claim share
+// that listing's time: after a restart every pod has the same time, and
+// a relist after a watch gap dates what changed during the gap by the
+// relist. A pod whose record changed between the cache and the lookup has
+// the zero time (unknown). reservation.Desired uses these times to keep
+// the earlier of two overlapping records and withhold the later one: a
+// scheduler extender never places a pod over slots a pod of the node
+// already claims, so a record that appears on the node after an
+// overlapping one can only be forged or stale. Nothing a pod's creator
+// writes (annotations such as hami.io/bind-time, a preset spec.nodeName,
+// the creation timestamp) enters this time; a creator can only make their
+// own record later. Records of the first listing after a restart carry no
+// history: overlapping ones are both untrusted, as without these times.
+// One window remains: a scheduler extender writes a pod's record before it
+// binds the pod, so a pod created with a copy of that record and the node
+// preset between the two calls reaches the node first and keeps the
+// placement.
 // Relisting follows the reflector's backoff: 0.8 to 1.6 s after a watch
 // ends while the API server is healthy, growing to at most a minute while
 // it keeps failing. Snapshots are therefore incomplete for about a second
@@ -149,7 +175,7 @@ func NewNodePodSource(client kubernetes.Interface, node string, opts NodePodSour
 	s := &NodePodSource{node: node, resource: opts.Resource, clock: opts.Clock, log: log}
 	fresh := newFreshness()
 	s.lw = &trackingListWatch{client: client, node: node, log: log, fresh: fresh}
-	s.store = newPodStore(fresh)
+	s.store = newPodStore(fresh, opts.Clock)
 	if fn := opts.OnInactive; fn != nil {
 		s.store.onChange = func(old, cur *corev1.Pod) { s.notifyInactive(fn, old, cur) }
 	}
@@ -211,13 +237,20 @@ func (s *NodePodSource) Snapshot() reservation.Snapshot {
 	// copy can only make the snapshot incomplete, never the reverse.
 	complete := s.Err() == nil
 	now := s.clock.Now()
-	return SnapshotFor(s.Pods(), complete, now, s.resource)
+	pods := s.Pods()
+	snap := SnapshotFor(pods, complete, now, s.resource)
+	for i, p := range pods {
+		snap.Pods[i].RecordSeen = s.store.records.at(p)
+	}
+	return snap
 }
 
 // View converts one of the node's pods as the source's snapshots do, for
-// the resource the source was configured with.
+// the resource the source was configured with, RecordSeen included.
 func (s *NodePodSource) View(pod *corev1.Pod) reservation.Pod {
-	return PodViewFor(pod, s.resource)
+	v := PodViewFor(pod, s.resource)
+	v.RecordSeen = s.store.records.at(pod)
+	return v
 }
 
 // Pods returns the cached pods of the node, ordered by namespace and name.

@@ -14,12 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/reservation"
@@ -482,5 +485,122 @@ func TestNodePodSourceGracefulDeletion(t *testing.T) {
 		require.Len(t, inactive, 1)
 		assert.Equal(t, "p", (<-inactive).Name)
 		assert.Empty(t, src.Snapshot().Pods)
+	})
+}
+
+// The source dates each pod's claim (the scheduled fields of its record)
+// with its own clock when it first holds it: a copied record is later than
+// the original, the device plugin's runtime identities keep the time, any
+// other change restarts it, and one listing dates everything it brings at
+// once.
+func TestNodePodSourceRecordSeen(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		const gpu = "GPU-8d7f3c2e-5b1a-4c3d-9e8f-0a1b2c3d4e5f"
+		entry := func(start, size uint32) reservation.Allocation {
+			return reservation.Allocation{GPUUUID: gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: start, Size: size}}
+		}
+		withRecord := func(p *corev1.Pod, allocs ...reservation.Allocation) *corev1.Pod {
+			p = p.DeepCopy()
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[reservation.AnnotationKey] = reservation.EncodeString(allocs)
+			p.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{kube.ResourceGPU: resource.MustParse("1")}}}}
+			return p
+		}
+		t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		clk := clocktesting.NewFakePassiveClock(t0)
+		bound := withRecord(podOn("a", "bound", "n1", nil), entry(0, 1))
+		other := withRecord(podOn("a", "other", "n1", nil), entry(1, 1))
+		client := fake.NewClientset(bound, other, podOn("a", "plain", "n1", nil))
+		w := newWatchBreaker(client)
+		log := newOpLog(client)
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{Clock: clk})
+		startSource(t, src)
+		settle(t, func() bool { return src.Snapshot().Complete && log.watches() == 1 })
+		ctx := context.Background()
+		seen := func(name string) time.Time {
+			t.Helper()
+			for _, p := range src.Snapshot().Pods {
+				if p.Name == name {
+					return p.RecordSeen
+				}
+			}
+			t.Fatalf("pod %s not listed", name)
+			return time.Time{}
+		}
+		update := func(p *corev1.Pod) {
+			t.Helper()
+			_, err := client.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			synctest.Wait()
+		}
+		assert.Equal(t, t0, seen("bound"), "the first listing dates every record at once")
+		assert.Equal(t, t0, seen("other"))
+		assert.True(t, seen("plain").IsZero(), "a pod without a record has no time")
+
+		// A copy of bound's record, created a second later.
+		t1 := t0.Add(time.Second)
+		clk.SetTime(t1)
+		copied := withRecord(podOn("a", "copy", "n1", nil), entry(0, 1))
+		copied.Annotations[kube.BindTimeAnnotation] = "1"
+		_, err := client.CoreV1().Pods("a").Create(ctx, copied, metav1.CreateOptions{})
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, t1, seen("copy"))
+		set := reservation.Desired(src.Snapshot())
+		assert.True(t, set.Authorized, "resolved: %v", set.Verdict())
+		_, ok := set.Lookup(string(bound.UID), 0, 0)
+		assert.True(t, ok, "the earlier record is active")
+		_, ok = set.Lookup(string(copied.UID), 0, 0)
+		assert.False(t, ok, "the copy is not")
+
+		// The device plugin records bound's runtime identity: same claim.
+		clk.SetTime(t0.Add(2 * time.Second))
+		realized := withRecord(bound, entry(0, 1).WithRuntime(reservation.RuntimeIdentity{
+			MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 7, ComputeInstanceID: 0}))
+		update(realized)
+		assert.Equal(t, t0, seen("bound"), "runtime identities keep the time")
+		assert.Equal(t, t0, src.View(realized).RecordSeen, "View as Snapshot")
+		assert.True(t, src.View(bound).RecordSeen.IsZero(), "a value the cache does not hold is undated")
+
+		// Any other change of the claim restarts it; other changes do not.
+		t3 := t0.Add(3 * time.Second)
+		clk.SetTime(t3)
+		moved := withRecord(copied, entry(2, 1))
+		update(moved)
+		assert.Equal(t, t3, seen("copy"))
+		clk.SetTime(t0.Add(4 * time.Second))
+		labelled := moved.DeepCopy()
+		labelled.Labels = map[string]string{"x": "y"}
+		update(labelled)
+		assert.Equal(t, t3, seen("copy"), "not a record change")
+		bare := labelled.DeepCopy()
+		delete(bare.Annotations, reservation.AnnotationKey)
+		update(bare)
+		assert.True(t, seen("copy").IsZero())
+		t5 := t0.Add(5 * time.Second)
+		clk.SetTime(t5)
+		update(labelled)
+		assert.Equal(t, t5, seen("copy"), "a record that returns is dated anew")
+
+		// What changes during a watch gap is dated by the relist.
+		w.breakAll()
+		synctest.Wait()
+		update(withRecord(other, entry(3, 1)))
+		_, err = client.CoreV1().Pods("a").Create(ctx, withRecord(podOn("a", "new", "n1", nil), entry(4, 1)), metav1.CreateOptions{})
+		require.NoError(t, err)
+		t6 := t0.Add(6 * time.Second)
+		clk.SetTime(t6)
+		settle(t, func() bool { return src.Snapshot().Complete })
+		assert.Equal(t, t0, seen("bound"), "unchanged across the relist")
+		assert.Equal(t, t5, seen("copy"))
+		assert.Equal(t, t6, seen("other"))
+		assert.Equal(t, t6, seen("new"))
+
+		require.NoError(t, client.CoreV1().Pods("a").Delete(ctx, "bound", metav1.DeleteOptions{}))
+		synctest.Wait()
+		assert.True(t, src.View(realized).RecordSeen.IsZero(), "a deleted pod is forgotten")
 	})
 }
