@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,62 +19,19 @@ import (
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
-	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/examples/internal/backend"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
-
-// backend opens a MIG backend and returns it with its close function.
-type backend func(ctx context.Context, log *slog.Logger) (realize.Realizer, func(), error)
-
-// backends maps -backend values to constructors; backend_nvml.go adds
-// "nvml" when built with cgo.
-var backends = map[string]backend{"fake": fakeBackend}
 
 var metricsAddr = flag.String("metrics-addr", "", `serve Prometheus metrics (dynmig_gpu_healthy per GPU, dynmig_deviceplugin_allocation_mismatches_total) on this address, e.g. ":9400"; "" serves none`)
 
 var kubeconfig = flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
 
-var fakeGPUs = flag.String("fake-gpus", "2x"+fakehal.DefaultModel, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
-
-// maxFakeGPUs bounds "NxMODEL", so that a typo cannot ask for billions of
-// GPUs.
-const maxFakeGPUs = 64
-
-func fakeBackend(context.Context, *slog.Logger) (realize.Realizer, func(), error) {
-	models, err := parseFakeGPUs(*fakeGPUs)
-	if err != nil {
-		return nil, nil, err
-	}
-	hw, err := fakehal.New(fakehal.Options{GPUs: models})
-	if err != nil {
-		return nil, nil, err
-	}
-	return hw, func() {}, nil
-}
-
-// parseFakeGPUs reads -fake-gpus: "NxMODEL" (N of one model, 1..64) or a
-// comma-separated list of models. Unknown models are fakehal's to refuse.
-func parseFakeGPUs(v string) ([]string, error) {
-	if n, model, ok := strings.Cut(v, "x"); ok && !strings.Contains(v, ",") {
-		if count, err := strconv.Atoi(n); err == nil {
-			if count < 1 || count > maxFakeGPUs {
-				return nil, fmt.Errorf("-fake-gpus %q: want 1..%d GPUs", v, maxFakeGPUs)
-			}
-			return fakehal.Repeat(count, model), nil
-		}
-	}
-	return strings.Split(v, ","), nil
-}
-
 func main() {
-	var names []string
-	for name := range backends {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 	node := flag.String("node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(names, ", "))
+	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(backend.Names(), ", "))
+	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 	socketDir := flag.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
 	podResources := flag.String("pod-resources-socket", plugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
@@ -84,10 +39,8 @@ func main() {
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	open, ok := backends[*backendName]
-	if !ok {
-		log.Error("unknown backend (nvml needs a cgo build)", "backend", *backendName, "available", names)
-		os.Exit(2)
+	open := func(ctx context.Context) (realize.Realizer, func(), error) {
+		return backend.Open(ctx, *backendName, *fakeGPUs, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -100,7 +53,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, open backend, cfg plugin.Config) error {
+func run(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), cfg plugin.Config) error {
 	rc, err := kube.RESTConfig(*kubeconfig)
 	if err != nil {
 		return err
@@ -108,7 +61,7 @@ func run(ctx context.Context, open backend, cfg plugin.Config) error {
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
-	hw, closeHW, err := open(ctx, cfg.Logger)
+	hw, closeHW, err := open(ctx)
 	if err != nil {
 		return fmt.Errorf("open backend: %w", err)
 	}

@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,49 +18,10 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/examples/dradriver/driver"
-	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/examples/internal/backend"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
-
-// backend opens a MIG backend and returns it with its close function.
-type backend func(ctx context.Context, log *slog.Logger) (realize.Realizer, func(), error)
-
-// backends maps -backend values to constructors; backend_nvml.go adds
-// "nvml" when built with cgo.
-var backends = map[string]backend{"fake": fakeBackend}
-
-var fakeGPUs = flag.String("fake-gpus", "2x"+fakehal.DefaultModel, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
-
-// maxFakeGPUs bounds "NxMODEL", so that a typo cannot ask for billions of
-// GPUs.
-const maxFakeGPUs = 64
-
-func fakeBackend(context.Context, *slog.Logger) (realize.Realizer, func(), error) {
-	models, err := parseFakeGPUs(*fakeGPUs)
-	if err != nil {
-		return nil, nil, err
-	}
-	hw, err := fakehal.New(fakehal.Options{GPUs: models})
-	if err != nil {
-		return nil, nil, err
-	}
-	return hw, func() {}, nil
-}
-
-// parseFakeGPUs reads -fake-gpus: "NxMODEL" (N of one model, 1..64) or a
-// comma-separated list of models. Unknown models are fakehal's to refuse.
-func parseFakeGPUs(v string) ([]string, error) {
-	if n, model, ok := strings.Cut(v, "x"); ok && !strings.Contains(v, ",") {
-		if count, err := strconv.Atoi(n); err == nil {
-			if count < 1 || count > maxFakeGPUs {
-				return nil, fmt.Errorf("-fake-gpus %q: want 1..%d GPUs", v, maxFakeGPUs)
-			}
-			return fakehal.Repeat(count, model), nil
-		}
-	}
-	return strings.Split(v, ","), nil
-}
 
 // readAllowlist reads the device config file's allowlist; "" means the
 // default.
@@ -82,14 +41,10 @@ func readAllowlist(file string) (capability.Allowlist, error) {
 }
 
 func main() {
-	var names []string
-	for name := range backends {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 	node := flag.String("node", os.Getenv("NODE_NAME"), "this node's name, also the resource pool's (default $NODE_NAME)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
-	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(names, ", "))
+	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(backend.Names(), ", "))
+	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from; claim specs are written there")
 	dataDir := flag.String("plugin-data-dir", path.Join(kubeletplugin.KubeletPluginsDir, driver.DriverName), "plugin data directory: the DRA socket and the checkpoint of prepared claims")
 	registrarDir := flag.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
@@ -98,10 +53,8 @@ func main() {
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	open, ok := backends[*backendName]
-	if !ok {
-		log.Error("unknown backend (nvml needs a cgo build)", "backend", *backendName, "available", names)
-		os.Exit(2)
+	open := func(ctx context.Context) (realize.Realizer, func(), error) {
+		return backend.Open(ctx, *backendName, *fakeGPUs, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -115,7 +68,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, open backend, kubeconfig, deviceConfig string, cfg driver.Config) error {
+func run(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), kubeconfig, deviceConfig string, cfg driver.Config) error {
 	rc, err := kube.RESTConfig(kubeconfig)
 	if err != nil {
 		return err
@@ -126,7 +79,7 @@ func run(ctx context.Context, log *slog.Logger, open backend, kubeconfig, device
 	if cfg.Allowlist, err = readAllowlist(deviceConfig); err != nil {
 		return err
 	}
-	hw, closeHW, err := open(ctx, log)
+	hw, closeHW, err := open(ctx)
 	if err != nil {
 		return fmt.Errorf("open backend: %w", err)
 	}

@@ -7,28 +7,7 @@ import (
 	"testing"
 
 	"github.com/dynmig/dynmig/capability"
-	"github.com/dynmig/dynmig/fakehal"
 )
-
-func TestParseFakeGPUs(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		value   string
-		want    []string
-		wantErr bool
-	}{
-		{name: "count and model", value: "3x" + fakehal.DefaultModel, want: fakehal.Repeat(3, fakehal.DefaultModel)},
-		{name: "list", value: "A30,A100-SXM4-40GB", want: []string{"A30", "A100-SXM4-40GB"}},
-		{name: "one model", value: "A30", want: []string{"A30"}},
-		{name: "zero", value: "0xA30", wantErr: true},
-		{name: "absurdly many", value: "99999999999xA30", wantErr: true},
-	} {
-		got, err := parseFakeGPUs(tc.value)
-		if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
-			t.Errorf("%s: parseFakeGPUs(%q) = %v, %v; want %v, error %v", tc.name, tc.value, got, err, tc.want, tc.wantErr)
-		}
-	}
-}
 
 func TestReadAllowlist(t *testing.T) {
 	if a, err := readAllowlist(""); err != nil || len(a) != len(capability.DefaultAllowlist()) {

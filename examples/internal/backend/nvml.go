@@ -1,6 +1,6 @@
 //go:build cgo
 
-package main
+package backend
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 	"github.com/dynmig/dynmig/realize"
 )
 
-// The NVML backend needs cgo (go-nvml); without cgo the binary offers only
-// the fake backend.
-func init() { backends["nvml"] = nvmlBackend }
+// The NVML backend needs cgo (go-nvml); without cgo only the fake backend
+// is offered.
+func init() { openers["nvml"] = openNVML }
 
-func nvmlBackend(ctx context.Context, log *slog.Logger) (realize.Realizer, func(), error) {
+func openNVML(ctx context.Context, _ string, log *slog.Logger) (realize.Realizer, func(), error) {
 	b := nvmlhal.New(nvmlhal.Options{Logger: log})
 	if err := b.Init(ctx); err != nil {
 		return nil, nil, err
