@@ -375,7 +375,15 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	}
 	v.put(uid, p)
 	if err := v.ledger.UpdatePod(p.node, uid, LedgerReservations(uid, kept)); err != nil {
-		v.log.Warn("pod reservation recorded with problems", "pod", view.Ref().String(), "err", err)
+		// Before the node's registration is seen (informers deliver pods
+		// and nodes in any order) every reservation on it reads as "GPU
+		// not on node"; the ledger counts them once the node arrives, so
+		// that is not worth a warning.
+		level := slog.LevelWarn
+		if gpus, ok := v.ledger.Node(p.node); !ok || len(gpus) == 0 {
+			level = slog.LevelDebug
+		}
+		v.log.Log(context.Background(), level, "pod reservation recorded with problems", "pod", view.Ref().String(), "err", err)
 	}
 }
 
