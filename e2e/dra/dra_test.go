@@ -77,6 +77,11 @@ kind: KubeSchedulerConfiguration
 // what that controller would: drops the reservation and the allocation and
 // the claim's finalizer, then deletes the claim.
 //
+// Before the driver starts, the test waits for the kubelet's startup wipe
+// of the node's ResourceSlices (a sentinel slice of another driver
+// disappears), and checks that the driver's bound token cannot write a
+// slice of another node (node-policy.yaml refuses it).
+//
 // It checks that the scheduler's allocations name the driver's devices,
 // the first 1g.6gb device in the published order for the first claim; that
 // after prepare fakehal holds exactly the allocated placements and each
@@ -119,8 +124,17 @@ func TestDRA(t *testing.T) {
 	}
 
 	// The kubelet side first: its DRA plugin manager wipes the node's
-	// ResourceSlices when it starts, as a restarted kubelet does.
+	// ResourceSlices when it starts, as a restarted kubelet does. A
+	// sentinel slice of another driver on the node shows when that wipe
+	// is done, so that it cannot race with the driver's first publication.
+	sentinel := createSentinelSlice(t, ctx, admin)
 	k := startKubelet(t, admin, dirs.reg, dirs.kubelet)
+	if err := cluster.WaitFor(ctx, 50*time.Millisecond, "the kubelet's startup wipe of the node's ResourceSlices", func(ctx context.Context) (bool, error) {
+		_, err := admin.ResourceV1().ResourceSlices().Get(ctx, sentinel, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	// The driver, as its DaemonSet pod on the node would run it.
 	driverPod, err := admin.CoreV1().Pods(driverNS).Create(ctx, &corev1.Pod{
@@ -142,6 +156,7 @@ func TestDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkOwnNodeOnly(t, ctx, driverClient)
 	hw := fakehal.MustNew(fakehal.Options{GPUs: []string{"NVIDIA A30"}})
 	cfg := driver.Config{
 		Node: nodeName, Hardware: hw, Client: driverClient,
@@ -744,6 +759,62 @@ func (k *kubelet) waitRegistered(t *testing.T, ctx context.Context) {
 		}
 		k.last = p
 		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createSentinelSlice creates a ResourceSlice of another driver on the
+// node and returns its name.
+func createSentinelSlice(t *testing.T, ctx context.Context, admin kubernetes.Interface) string {
+	t.Helper()
+	node := nodeName
+	s, err := admin.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "sentinel-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   "sentinel.e2e.example.com",
+			Pool:     resourceapi.ResourcePool{Name: nodeName, ResourceSliceCount: 1},
+			NodeName: &node,
+			Devices:  []resourceapi.Device{{Name: "sentinel"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Name
+}
+
+// checkOwnNodeOnly checks that deploy/dra/node-policy.yaml holds for the
+// driver's token, bound to its pod on nodeName: a ResourceSlice of
+// another node is refused at admission. The policy takes effect shortly
+// after it is created, so a slice admitted before then is deleted and the
+// write tried again.
+func checkOwnNodeOnly(t *testing.T, ctx context.Context, client kubernetes.Interface) {
+	t.Helper()
+	other := "other-node"
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged-" + other},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driver.DriverName,
+			Pool:     resourceapi.ResourcePool{Name: other, ResourceSliceCount: 1},
+			NodeName: &other,
+			Devices:  []resourceapi.Device{{Name: "forged"}},
+		},
+	}
+	err := cluster.WaitFor(ctx, 100*time.Millisecond, "the node admission policy to refuse another node's slice", func(ctx context.Context) (bool, error) {
+		_, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			// Admitted before the policy took effect.
+			_ = client.ResourceV1().ResourceSlices().Delete(ctx, slice.Name, metav1.DeleteOptions{})
+			return false, nil
+		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+			t.Logf("driver's slice for %s refused: %v", other, err)
+			return true, nil
+		default:
+			return false, nil
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
