@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -503,4 +505,68 @@ func TestDesiredEarlierRecordWins(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDesiredRecordSeenProperties: whatever the records and their first
+// observations, the active entries never conflict, a resolved conflict's
+// loser was seen strictly after its winner, and pods without observations
+// are judged as before (no conflict resolved).
+func TestDesiredRecordSeenProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		snap := reservation.Snapshot{Complete: true}
+		seen := map[string]time.Time{}
+		anySeen := false
+		for i := range rapid.IntRange(0, 5).Draw(t, "pods") {
+			uid := "p" + strconv.Itoa(i)
+			r := propRecords.Draw(t, "record")
+			p := reservation.Pod{UID: uid, Namespace: "ns", Name: uid, Phase: reservation.PodRunning,
+				Annotations:    map[string]string{reservation.AnnotationKey: r.Value()},
+				DeviceRequests: r.DeviceRequests}
+			if n := rapid.IntRange(-1, 2).Draw(t, "seen"); n >= 0 {
+				p.RecordSeen = t0.Add(time.Duration(n) * time.Second)
+				anySeen = true
+			}
+			seen[uid] = p.RecordSeen
+			snap.Pods = append(snap.Pods, p)
+		}
+		set := reservation.Desired(snap)
+		if _, conflicts := reservation.Conflicts(set.Active); len(conflicts) > 0 {
+			t.Fatalf("active entries conflict: %v", conflicts[0])
+		}
+		if set.Authorized != (len(set.Reasons) == 0) {
+			t.Fatalf("Authorized = %t with reasons %v", set.Authorized, set.Reasons)
+		}
+		for _, r := range set.Reasons {
+			if errors.Is(r, reservation.ErrLaterConflict) {
+				t.Fatalf("resolved conflict among the reasons: %v", r)
+			}
+		}
+		for _, err := range set.Untrusted {
+			var ce *reservation.ConflictError
+			if !errors.As(err, &ce) {
+				continue
+			}
+			if !anySeen {
+				t.Fatalf("conflict %v resolved without observations", ce)
+			}
+			win, lose := seen[ce.First.PodUID], seen[ce.Second.PodUID]
+			if win.IsZero() || !win.Before(lose) || !errors.Is(ce, reservation.ErrOverlap) {
+				t.Fatalf("conflict %v resolved for %s seen %v over %s seen %v", ce, ce.First.PodUID, win, ce.Second.PodUID, lose)
+			}
+			if _, ok := set.Lookup(ce.Second.PodUID, ce.Second.ContainerIndex, ce.Second.DeviceIndex); ok {
+				t.Fatalf("loser %v is active", ce.Second)
+			}
+		}
+		// Every unreleased pod's decodable entries are active or withheld.
+		var all int
+		for _, p := range snap.Pods {
+			if allocs, err := reservation.DecodeString(p.Annotations[reservation.AnnotationKey]); err == nil {
+				all += len(allocs)
+			}
+		}
+		if got := len(set.Active) + len(set.Withheld); got != all {
+			t.Fatalf("%d entries active or withheld, want %d", got, all)
+		}
+	})
 }
