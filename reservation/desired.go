@@ -183,8 +183,8 @@ type DesiredSet struct {
 	// [ErrNotRequested], in pod listing order (at most [MaxProblems] per
 	// pod); then those that lose a conflict to an earlier record, each
 	// wrapping a [*ConflictError] whose Second is the entry and that
-	// matches [ErrLaterConflict], in the order of Reasons' conflicts (at
-	// most MaxProblems). Such entries are fully known, so they do not
+	// matches [ErrLaterConflict], one per entry in the order a scan of
+	// the conflicting pairs finds them (at most MaxProblems). Such entries are fully known, so they do not
 	// withhold authorisation: otherwise anyone allowed to create a pod
 	// could stop all reclamation on a node by annotating a pod that
 	// requests no GPU, or by copying another pod's record.
@@ -412,7 +412,9 @@ func flatten(err error) []error {
 // here; [Validate] checks those.
 //
 // It returns every holder with an entry in a conflict, sorted by UID
-// (what they own is unknown: [Desired] puts them in Unknown), and the first
+// (what they own is unknown: [Desired] puts them in Unknown unless the
+// records' first observations resolve the conflict; Conflicts does not
+// know them), and the first
 // [MaxProblems] conflicts, in the order [Desired] reports them. Its cost is
 // linear in the entries but for entries sharing a GPU or a MIG UUID.
 func Conflicts(entries []Entry) (holders []PodRef, conflicts []*ConflictError) {
