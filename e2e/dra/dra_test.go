@@ -16,11 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
@@ -39,8 +40,10 @@ const (
 	// and what the driver's shared counters need. resource.k8s.io/v1 and
 	// DynamicResourceAllocation are GA.
 	featureGates = "--feature-gates=DRAPartitionableDevices=true"
-	driverSA     = "dynmig-dra-driver"
-	driverNS     = "dynmig-system"
+	// examplePod is deploy/dra/claim-example.yaml's pod.
+	examplePod = "mig-1g-6gb-example"
+	driverSA   = "dynmig-dra-driver"
+	driverNS   = "dynmig-system"
 )
 
 // schedulerConfig is a plain default-profile KubeSchedulerConfiguration:
@@ -69,13 +72,15 @@ kind: KubeSchedulerConfiguration
 //     containers. The kubelet parts use the admin client;
 //   - a default-profile kube-scheduler whose DynamicResources plugin
 //     allocates the claims of pods from the published devices and binds
-//     the pods.
+//     the pods;
+//   - kube-controller-manager's resourceclaim controller
+//     (pkg/controller/resourceclaim), which creates each pod's claim from
+//     its ResourceClaimTemplate and unreserves and deallocates it when the
+//     pod is gone. No garbage collector runs: the test deletes a
+//     deallocated claim whose pod is gone, as it would.
 //
-// Claims are created from the specs of deploy/dra/claim-example.yaml's
-// templates and named in the pods (no resourceclaim controller runs, so
-// templates are not instantiated); after a pod is deleted the test does
-// what that controller would: drops the reservation and the allocation and
-// the claim's finalizer, then deletes the claim.
+// The workload is deploy/dra/claim-example.yaml as it is (its templates
+// and its pod, a 1g.6gb claim), and further pods using its templates.
 //
 // Before the driver starts, the test waits for the kubelet's startup wipe
 // of the node's ResourceSlices (a sentinel slice of another driver
@@ -104,8 +109,8 @@ func TestDRA(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	templates := readTemplates(t)
 	createNode(t, ctx, admin)
+	startClaimController(t, admin)
 	t.Logf("control plane up in %v", time.Since(start).Round(time.Millisecond))
 
 	// Short directories: Unix socket paths are limited to about 100 bytes.
@@ -168,6 +173,14 @@ func TestDRA(t *testing.T) {
 	published := waitPublished(t, ctx, admin, drv.d)
 	t.Logf("driver registered, %d devices published in %d ResourceSlices, at %v", len(drv.d.Catalog().Devices()), published, time.Since(start).Round(time.Millisecond))
 
+	// The first 1g.6gb device in the published order, before anything is
+	// allocated.
+	want := firstOfProfile(drv.d.Catalog(), "1g.6gb")
+	// The example's templates and its pod (a 1g.6gb claim), which stays
+	// Pending until the scheduler starts.
+	if _, err := c.ApplyManifests(ctx, cluster.DeployPath("dra", "claim-example.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	schedFile := filepath.Join(t.TempDir(), "kube-scheduler-config.yaml")
 	if err := os.WriteFile(schedFile, []byte(schedulerConfig), 0o600); err != nil {
 		t.Fatal(err)
@@ -176,11 +189,11 @@ func TestDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e := &env{t: t, ctx: ctx, admin: admin, hw: hw, k: k, cdiDir: dirs.cdi, templates: templates, prepared: map[string]driver.Partition{}}
+	e := &env{t: t, ctx: ctx, admin: admin, hw: hw, k: k, cdiDir: dirs.cdi, prepared: map[string]driver.Partition{}}
 
-	// 1. One 1g.6gb device: the first one in the published order.
-	want := firstOfProfile(drv.d.Catalog(), "1g.6gb")
-	a := e.schedule("a", "mig-1g-6gb")
+	// 1. The example pod's 1g.6gb device: the first one in the
+	// published order.
+	a := e.waitScheduled(examplePod)
 	if got := a.devices[0]; got != want {
 		t.Errorf("claim a allocated %s, want the first published 1g.6gb device %s", got, want)
 	}
@@ -242,13 +255,12 @@ func TestDRA(t *testing.T) {
 // env is the test's view of the node: hardware, the kubelet's DRA
 // manager, and the claims prepared so far.
 type env struct {
-	t         *testing.T
-	ctx       context.Context
-	admin     kubernetes.Interface
-	hw        *fakehal.Node
-	k         *kubelet
-	cdiDir    string
-	templates map[string]resourceapi.ResourceClaimSpec
+	t      *testing.T
+	ctx    context.Context
+	admin  kubernetes.Interface
+	hw     *fakehal.Node
+	k      *kubelet
+	cdiDir string
 	// prepared maps a prepared claim's name to its device's partition.
 	prepared map[string]driver.Partition
 }
@@ -262,20 +274,11 @@ type scheduled struct {
 
 func (e *env) createPod(name, template string) {
 	e.t.Helper()
-	spec, ok := e.templates[template]
-	if !ok {
-		e.t.Fatalf("no ResourceClaimTemplate %s in claim-example.yaml", template)
-	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Spec: *spec.DeepCopy()}
-	if _, err := e.admin.ResourceV1().ResourceClaims(namespace).Create(e.ctx, claim, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	claimName := name
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: corev1.PodSpec{
 			RestartPolicy:  corev1.RestartPolicyNever,
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "mig", ResourceClaimName: &claimName}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "mig", ResourceClaimTemplateName: &template}},
 			Containers: []corev1.Container{{
 				Name: "cuda", Image: "cuda:e2e",
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "mig"}}},
@@ -312,28 +315,38 @@ func (e *env) waitScheduled(name string) scheduled {
 	if s.pod.Spec.NodeName != nodeName {
 		e.t.Fatalf("pod %s bound to %q, want %q", name, s.pod.Spec.NodeName, nodeName)
 	}
-	claim, err := e.admin.ResourceV1().ResourceClaims(namespace).Get(e.ctx, name, metav1.GetOptions{})
+	// The resourceclaim controller's claim for the pod's "mig" claim.
+	var claimName string
+	for _, st := range s.pod.Status.ResourceClaimStatuses {
+		if st.Name == "mig" && st.ResourceClaimName != nil {
+			claimName = *st.ResourceClaimName
+		}
+	}
+	if claimName == "" {
+		e.t.Fatalf("bound pod %s has no generated claim: %v", name, s.pod.Status.ResourceClaimStatuses)
+	}
+	claim, err := e.admin.ResourceV1().ResourceClaims(namespace).Get(e.ctx, claimName, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	s.claim = claim
 	if claim.Status.Allocation == nil {
-		e.t.Fatalf("claim %s of bound pod %s has no allocation", name, name)
+		e.t.Fatalf("claim %s of bound pod %s has no allocation", claimName, name)
 	}
 	if !slices.ContainsFunc(claim.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == s.pod.UID }) {
-		e.t.Errorf("claim %s reserved for %v, want pod %s", name, claim.Status.ReservedFor, s.pod.UID)
+		e.t.Errorf("claim %s reserved for %v, want pod %s", claimName, claim.Status.ReservedFor, s.pod.UID)
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != driver.DriverName || r.Pool != nodeName || r.Request != "gpu" {
-			e.t.Errorf("claim %s allocation result %+v, want request gpu of driver %s in pool %s", name, r, driver.DriverName, nodeName)
+			e.t.Errorf("claim %s allocation result %+v, want request gpu of driver %s in pool %s", claimName, r, driver.DriverName, nodeName)
 		}
 		s.devices = append(s.devices, r.Device)
 	}
 	if len(s.devices) != 1 {
-		e.t.Fatalf("claim %s allocated %v, want one device", name, s.devices)
+		e.t.Fatalf("claim %s allocated %v, want one device", claimName, s.devices)
 	}
 	e.partition(s.devices[0])
-	e.t.Logf("pod %s bound; claim allocated %s", name, s.devices[0])
+	e.t.Logf("pod %s bound; claim %s allocated %s", name, claimName, s.devices[0])
 	return s
 }
 
@@ -434,30 +447,38 @@ func (e *env) unprepare(s scheduled) {
 	}
 }
 
-// deletePod deletes the pod and does what the resourceclaim controller
-// would for its claim: unreserve and deallocate it, drop its finalizers,
-// delete it.
+// deletePod deletes the pod (as the kubelet does once its containers
+// stopped and its claims are unprepared), waits until the resourceclaim
+// controller has unreserved and deallocated its generated claim and
+// dropped the claim's finalizer, and deletes the claim, as the garbage
+// collector would (its owner, the pod, is gone; no garbage collector runs
+// here).
 func (e *env) deletePod(s scheduled) {
 	e.t.Helper()
 	zero := int64(0)
-	if err := e.admin.CoreV1().Pods(namespace).Delete(e.ctx, s.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	pods := e.admin.CoreV1().Pods(namespace)
+	if err := pods.Delete(e.ctx, s.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		e.t.Fatal(err)
 	}
-	claims := e.admin.ResourceV1().ResourceClaims(namespace)
-	claim, err := claims.Get(e.ctx, s.claim.Name, metav1.GetOptions{})
+	err := cluster.WaitFor(e.ctx, 50*time.Millisecond, "pod "+s.pod.Name+" deleted", func(ctx context.Context) (bool, error) {
+		_, err := pods.Get(ctx, s.pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	claim.Status.ReservedFor = nil
-	claim.Status.Allocation = nil
-	if claim, err = claims.UpdateStatus(e.ctx, claim, metav1.UpdateOptions{}); err != nil {
+	claims := e.admin.ResourceV1().ResourceClaims(namespace)
+	err = cluster.WaitFor(e.ctx, 50*time.Millisecond, "claim "+s.claim.Name+" deallocated", func(ctx context.Context) (bool, error) {
+		c, err := claims.Get(ctx, s.claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return len(c.Status.ReservedFor) == 0 && c.Status.Allocation == nil && len(c.Finalizers) == 0, nil
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	claim.Finalizers = nil
-	if _, err := claims.Update(e.ctx, claim, metav1.UpdateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := claims.Delete(e.ctx, claim.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := claims.Delete(e.ctx, s.claim.Name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -563,28 +584,6 @@ func firstOfProfile(cat *driver.Catalog, profile string) string {
 		}
 	}
 	return ""
-}
-
-// readTemplates reads the ResourceClaimTemplates of
-// deploy/dra/claim-example.yaml, by name.
-func readTemplates(t *testing.T) map[string]resourceapi.ResourceClaimSpec {
-	t.Helper()
-	objs, err := cluster.ReadManifests(cluster.DeployPath("dra", "claim-example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]resourceapi.ResourceClaimSpec{}
-	for _, o := range objs {
-		if o.GetKind() != "ResourceClaimTemplate" {
-			continue
-		}
-		var tmpl resourceapi.ResourceClaimTemplate
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &tmpl); err != nil {
-			t.Fatal(err)
-		}
-		out[tmpl.Name] = tmpl.Spec.Spec
-	}
-	return out
 }
 
 // createNode creates a Ready Node object, as the harness's fake kubelet
@@ -819,4 +818,35 @@ func checkOwnNodeOnly(t *testing.T, ctx context.Context, client kubernetes.Inter
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startClaimController runs kube-controller-manager's resourceclaim
+// controller (k8s.io/kubernetes/pkg/controller/resourceclaim) with the
+// admin client: it creates each pod's claims from their templates, and
+// deallocates and deletes them when the pod is gone.
+func startClaimController(t *testing.T, admin kubernetes.Interface) {
+	t.Helper()
+	logger := klog.Background().WithName("resourceclaim-controller")
+	factory := informers.NewSharedInformerFactory(admin, 0)
+	ctrl, err := resourceclaim.NewController(logger, admin,
+		factory.Core().V1().Pods(),
+		// Used only with the GenericWorkload feature, off by default.
+		factory.Scheduling().V1beta1().PodGroups(),
+		factory.Resource().V1().ResourceClaims(),
+		factory.Resource().V1().ResourceClaimTemplates())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctrl.Run(ctx, 2)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		factory.Shutdown()
+	})
 }
