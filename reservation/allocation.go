@@ -67,10 +67,11 @@ const (
 )
 
 // Pod is the small view of a Kubernetes pod that reservation needs. The
-// kube package converts corev1.Pod into it. Every field but Annotations and
-// RecordSeen is set by the API server or the kubelet; RecordSeen is the
-// observer's own. Annotations are writable by whoever may update the pod
-// and are trusted only as far as [ValidateRequests] allows.
+// kube package converts corev1.Pod into it. Every field but Annotations,
+// RecordSeen and RecordScheduled is set by the API server or the kubelet;
+// RecordSeen and RecordScheduled are the observer's own. Annotations are
+// writable by whoever may update the pod and are trusted only as far as
+// [ValidateRequests] allows.
 //
 // The zero value is a pending pod without UID, reservation or device
 // request.
@@ -104,6 +105,17 @@ type Pod struct {
 	// such history. [Desired] lets the earlier of two overlapping records
 	// win when both times are known and differ.
 	RecordSeen time.Time
+	// RecordScheduled reports that the pod's current claim arrived on the
+	// node with a scheduler's binding: the observer's first sight of the
+	// pod already carried the claim and the PodScheduled=True condition,
+	// which the API server sets when it binds a pod and which the pod's
+	// creator cannot write (a pod created with spec.nodeName preset has
+	// its status cleared on create, and only the kubelet writes it, after
+	// admission). A claim that changed since the observer first saw the
+	// pod is not scheduled. False means not, or unknown. Of two
+	// overlapping records [Desired] keeps the one scheduled so when the
+	// other is not.
+	RecordScheduled bool
 }
 
 // Snapshot is a listing of the pods assigned to one node. Complete is false

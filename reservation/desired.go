@@ -28,6 +28,12 @@ var (
 	// strictly after the first's ([Pod.RecordSeen]), so the second entry
 	// is withheld and the first kept. It does not withhold authorisation.
 	ErrLaterConflict = errors.New("reservation: record first seen after a conflicting one")
+	// ErrUnscheduledConflict is matched, together with [ErrLaterConflict],
+	// by a [*ConflictError] that [Desired] resolved because only the
+	// first entry's record arrived on the node with a scheduler's binding
+	// ([Pod.RecordScheduled]): the second entry is withheld and the first
+	// kept, whatever the records' first observations.
+	ErrUnscheduledConflict = errors.New("reservation: record did not arrive with a scheduler's binding, a conflicting one did")
 )
 
 // PodRef names a pod. It is comparable; the zero value names no pod.
@@ -114,34 +120,45 @@ func (e *PodError) Unwrap() error { return e.Err }
 
 // ConflictError reports two active pods whose otherwise valid records claim
 // the same hardware. It matches [ErrConflict] and Problem ([ErrOverlap] or
-// [ErrRuntimeConflict]) with errors.Is, and [ErrLaterConflict] when Later
-// is set.
+// [ErrRuntimeConflict]) with errors.Is, [ErrLaterConflict] when Later is
+// set, and [ErrUnscheduledConflict] when Unscheduled is set too.
 type ConflictError struct {
 	Problem       error
 	First, Second Entry
 	Detail        string
-	// Later is set when [Desired] resolved the conflict by the records'
-	// first observations ([Pod.RecordSeen]): Second's record was first
-	// seen strictly after First's, so Second's entry is withheld and
-	// First's kept.
+	// Later is set when [Desired] resolved the conflict: Second's entry
+	// is withheld and First's kept. Second's record either did not arrive
+	// with a scheduler's binding while First's did (Unscheduled), or was
+	// first seen strictly after First's ([Pod.RecordSeen]).
 	Later bool
+	// Unscheduled is set when [Desired] resolved the conflict by
+	// [Pod.RecordScheduled]: First's record arrived on the node with a
+	// scheduler's binding and Second's did not. Later is set too.
+	Unscheduled bool
 }
 
 func (e *ConflictError) Error() string {
 	msg := "reservation: " + e.First.String() + " and " + e.Second.String() + ": " + e.Detail
-	if e.Later {
+	switch {
+	case e.Unscheduled:
+		msg += "; the second record did not arrive with a scheduler's binding and is withheld"
+	case e.Later:
 		msg += "; the second record was first seen later and is withheld"
 	}
 	return msg
 }
 
-// Unwrap returns [ErrConflict] and Problem, and [ErrLaterConflict] when
-// Later is set.
+// Unwrap returns [ErrConflict] and Problem, [ErrLaterConflict] when Later
+// is set, and [ErrUnscheduledConflict] when Unscheduled is set.
 func (e *ConflictError) Unwrap() []error {
+	errs := []error{ErrConflict, e.Problem}
 	if e.Later {
-		return []error{ErrConflict, e.Problem, ErrLaterConflict}
+		errs = append(errs, ErrLaterConflict)
 	}
-	return []error{ErrConflict, e.Problem}
+	if e.Unscheduled {
+		errs = append(errs, ErrUnscheduledConflict)
+	}
+	return errs
 }
 
 // DesiredSet is the node's desired allocation set computed by [Desired]:
@@ -172,8 +189,8 @@ type DesiredSet struct {
 	// out.
 	Unknown []PodRef
 	// Withheld are the decodable entries of Unknown pods, the entries
-	// that fail the trust rule and the entries that lose a conflict to an
-	// earlier record, in the same order as Active. They are claims to
+	// that fail the trust rule and the entries that lose a conflict to
+	// another record, in the same order as Active. They are claims to
 	// respect (never destroyed under), not reservations to realize or
 	// grant.
 	Withheld []Entry
@@ -181,13 +198,15 @@ type DesiredSet struct {
 	// records that are withheld without withholding authorisation: first
 	// those that fail the trust rule, each matching [ErrInvalid] and
 	// [ErrNotRequested], in pod listing order (at most [MaxProblems] per
-	// pod); then those that lose a conflict to an earlier record, each
-	// wrapping a [*ConflictError] whose Second is the entry and that
-	// matches [ErrLaterConflict], one per entry in the order a scan of
-	// the conflicting pairs finds them (at most MaxProblems). Such entries are fully known, so they do not
-	// withhold authorisation: otherwise anyone allowed to create a pod
-	// could stop all reclamation on a node by annotating a pod that
-	// requests no GPU, or by copying another pod's record.
+	// pod); then those that lose a conflict to another record (see
+	// [Desired]), each wrapping a [*ConflictError] whose Second is the
+	// entry and that matches [ErrLaterConflict], exactly one per losing
+	// entry (not capped, so that callers can map them back to entries),
+	// in the order a scan of the conflicting pairs finds them. Such
+	// entries are fully known, so they do not withhold authorisation:
+	// otherwise anyone allowed to create a pod could stop all reclamation
+	// on a node by annotating a pod that requests no GPU, or by copying
+	// another pod's record.
 	Untrusted []error
 }
 
@@ -209,18 +228,31 @@ type DesiredSet struct {
 // errors to Untrusted, and take part in no conflict; the pod's other
 // entries stay in Active.
 //
-// # Earlier records win overlaps
+// # Scheduled, then earlier, records win overlaps
 //
-// When two entries' placements overlap on one GPU and both pods carry a
-// [Pod.RecordSeen] that is not zero and one is strictly earlier, the
-// earlier pod's entry stays in Active and the later pod's entry goes to
-// Withheld, its [*PodError] (wrapping a [*ConflictError] that matches
-// [ErrLaterConflict]) to Untrusted; neither pod goes to Unknown for that
-// pair and authorisation is not withheld. An entry withheld so takes part
-// in no other conflict: it is never realized, so a record that lost cannot
-// make others untrusted. Whatever it names or overlaps is still never
-// destroyed ([DesiredSet.Claimed]). A scheduler that counts every
-// pod with a record that requests the resource never places a pod over
+// When two entries' placements overlap on one GPU and exactly one of the
+// two pods has [Pod.RecordScheduled], that pod's entry stays in Active and
+// the other's goes to Withheld, its [*PodError] (wrapping a
+// [*ConflictError] that matches [ErrLaterConflict] and
+// [ErrUnscheduledConflict]) to Untrusted. A scheduler extender writes a
+// pod's record and then binds the pod, and the binding sets the
+// PodScheduled condition, which the pod's creator cannot write: a pod
+// created with spec.nodeName preset and a copy of that record reaches the
+// node between the two calls, before the pod it copies, but without the
+// condition (its status is cleared on create, and the kubelet writes it
+// only after admission); a record copied into a pod the node already
+// holds is a changed claim, never scheduled. So this rule comes first.
+// Otherwise (both or neither scheduled) the earlier record wins:
+//
+// When both pods carry a [Pod.RecordSeen] that is not zero and one is
+// strictly earlier, the earlier pod's entry stays in Active and the later
+// pod's entry goes to Withheld, its [*PodError] (wrapping a
+// [*ConflictError] that matches [ErrLaterConflict]) to Untrusted; neither
+// pod goes to Unknown for that pair and authorisation is not withheld. An
+// entry withheld by either rule takes part in no other conflict: it is
+// never realized, so a record that lost cannot make others untrusted.
+// Whatever it names or overlaps is still never destroyed
+// ([DesiredSet.Claimed]). A scheduler that counts every pod with a record that requests the resource never places a pod over
 // slots another pod of the node already claims, so of two overlapping
 // records the one that appeared on the node later can only be forged or
 // stale. RecordSeen is the observer's own clock, never data the pod's
@@ -228,9 +260,12 @@ type DesiredSet struct {
 // long before the pod reached the node). Without it (zero, as after a
 // device plugin restart, when the plugin has no history: every pod it
 // lists at start shares one time) or with equal times, both pods go to
-// Unknown as above. Conflicts over one MIG UUID or one GPU instance ID are
-// never resolved this way: RecordSeen does not date runtime identities,
-// which the device plugin writes after scheduling.
+// Unknown as above. After a device plugin restart the pods of its first
+// listing that the kubelet already runs all carry PodScheduled, whoever
+// set it, so a conflict between two of them stays unresolved. Conflicts
+// over one MIG UUID or one GPU instance ID are never resolved by either
+// rule: neither dates runtime identities, which the device plugin writes
+// after scheduling.
 func Desired(snap Snapshot) DesiredSet {
 	var set DesiredSet
 	if !snap.Complete {
@@ -243,7 +278,7 @@ func Desired(snap Snapshot) DesiredSet {
 		listed[snap.Pods[i].UID]++
 	}
 	unknown := make(map[string]PodRef)
-	seen := make(map[string]time.Time) // RecordSeen of the trusted pods
+	seen := make(map[string]*Pod) // the trusted pods
 	var trusted []Entry
 	for i := range snap.Pods {
 		pod := &snap.Pods[i]
@@ -256,7 +291,7 @@ func Desired(snap Snapshot) DesiredSet {
 		}
 		if len(reasons) == 0 {
 			kept, withheld, untrusted := applyTrustRule(pod, allocs, entries)
-			seen[pod.UID] = pod.RecordSeen
+			seen[pod.UID] = pod
 			trusted = append(trusted, kept...)
 			set.Withheld = append(set.Withheld, withheld...)
 			set.Untrusted = append(set.Untrusted, untrusted...)
@@ -266,19 +301,18 @@ func Desired(snap Snapshot) DesiredSet {
 		unknown[pod.UID] = pod.Ref()
 		set.Withheld = append(set.Withheld, entries...)
 	}
-	untrustedBefore := len(set.Untrusted)
-	// First the overlaps the records' first observations resolve, then
-	// the other conflicts of entries that lost none.
+	// First the overlaps the records' binding and first observations
+	// resolve, then the other conflicts of entries that lost none.
 	pairs := conflictPairs(trusted)
 	lost := make([]bool, len(trusted))
 	for _, p := range pairs {
-		w, l, ok := earlierWins(trusted, p.j, p.i, seen)
+		w, l, unscheduled, ok := resolve(trusted, p.j, p.i, seen)
 		if !ok {
 			continue
 		}
-		if !lost[l] && len(set.Untrusted) < untrustedBefore+MaxProblems {
+		if !lost[l] {
 			c := conflictOf(&trusted[w], &trusted[l])
-			c.Later = true
+			c.Later, c.Unscheduled = true, unscheduled
 			set.Untrusted = append(set.Untrusted, &PodError{Pod: trusted[l].Pod(), Index: trusted[l].Index, Err: c})
 		}
 		lost[l] = true
@@ -312,22 +346,30 @@ func Desired(snap Snapshot) DesiredSet {
 	return set
 }
 
-// earlierWins resolves the conflict of trusted[i] and trusted[j] by their
-// pods' first observations: it returns the winner's and the loser's
-// indexes and true when the two overlap and both pods' times are known
+// resolve resolves the conflict of trusted[i] and trusted[j]: it returns
+// the winner's and the loser's indexes and true when the two overlap and
+// either exactly one pod's record arrived with a scheduler's binding
+// (unscheduled is then true) or both pods' first observations are known
 // and differ.
-func earlierWins(trusted []Entry, i, j int, seen map[string]time.Time) (winner, loser int, ok bool) {
+func resolve(trusted []Entry, i, j int, pods map[string]*Pod) (winner, loser int, unscheduled, ok bool) {
 	if conflictProblem(&trusted[i], &trusted[j]) != ErrOverlap {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
-	ti, tj := seen[trusted[i].PodUID], seen[trusted[j].PodUID]
+	pi, pj := pods[trusted[i].PodUID], pods[trusted[j].PodUID]
+	switch {
+	case pi.RecordScheduled && !pj.RecordScheduled:
+		return i, j, true, true
+	case pj.RecordScheduled && !pi.RecordScheduled:
+		return j, i, true, true
+	}
+	ti, tj := pi.RecordSeen, pj.RecordSeen
 	switch {
 	case ti.IsZero() || tj.IsZero() || ti.Equal(tj):
-		return 0, 0, false
+		return 0, 0, false, false
 	case ti.Before(tj):
-		return i, j, true
+		return i, j, false, true
 	}
-	return j, i, true
+	return j, i, false, true
 }
 
 // applyTrustRule splits a valid record's entries into those the trust rule

@@ -373,6 +373,10 @@ func TestDesiredEarlierRecordWins(t *testing.T) {
 		p.RecordSeen = at
 		return p
 	}
+	bound := func(p reservation.Pod) reservation.Pod {
+		p.RecordScheduled = true
+		return p
+	}
 	owner := pod("owner", reservation.PodPending, alloc(0, 0, gpuA, "2g.10gb", 0, 2))
 	forged := pod("forged", reservation.PodPending, alloc(0, 0, gpuA, "2g.10gb", 0, 2))
 	third := pod("third", reservation.PodPending, alloc(0, 0, gpuA, "1g.5gb", 1, 1))
@@ -385,7 +389,51 @@ func TestDesiredEarlierRecordWins(t *testing.T) {
 		wantWithheld   []string
 		wantUnknown    []string
 		wantLosers     []string // pods of the Untrusted errors, in order
+		// wantUnscheduled: every loser lost by RecordScheduled.
+		wantUnscheduled bool
 	}{
+		{
+			name:           "scheduled record wins over an earlier unscheduled one",
+			pods:           []reservation.Pod{seenAt(bound(owner), t0.Add(time.Second)), seenAt(forged, t0)},
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged"}, wantLosers: []string{"forged"},
+			wantUnscheduled: true,
+		},
+		{
+			name:           "scheduled record wins without times",
+			pods:           []reservation.Pod{forged, bound(owner)},
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged"}, wantLosers: []string{"forged"},
+			wantUnscheduled: true,
+		},
+		{
+			name:           "both scheduled: the earlier wins",
+			pods:           []reservation.Pod{seenAt(bound(forged), t0.Add(time.Second)), seenAt(bound(owner), t0)},
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged"}, wantLosers: []string{"forged"},
+		},
+		{
+			name:        "both scheduled, equal times: both unknown",
+			pods:        []reservation.Pod{seenAt(bound(owner), t0), seenAt(bound(forged), t0)},
+			wantUnknown: []string{"forged", "owner"}, wantWithheld: []string{"forged", "owner"},
+		},
+		{
+			name: "three-way: the scheduled one wins over two earlier ones",
+			pods: []reservation.Pod{seenAt(bound(owner), t0.Add(2*time.Second)), seenAt(third, t0), seenAt(forged, t0.Add(time.Second))},
+			// third and forged both lose to owner; third's earlier time
+			// over forged no longer matters.
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged", "third"}, wantLosers: []string{"third", "forged"},
+			wantUnscheduled: true,
+		},
+		{
+			name: "runtime identity conflicts are not resolved by binding",
+			pods: []reservation.Pod{
+				bound(pod("owner", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 3, 0))),
+				pod("copy", reservation.PodRunning, realized(alloc(0, 0, gpuB, "2g.10gb", 0, 2), migA, 3, 0)),
+			},
+			wantUnknown: []string{"copy", "owner"}, wantWithheld: []string{"copy", "owner"},
+		},
 		{
 			name:           "earlier record wins",
 			pods:           []reservation.Pod{seenAt(owner, t0), seenAt(forged, t0.Add(time.Second)), seenAt(other, t0.Add(time.Hour))},
@@ -485,6 +533,9 @@ func TestDesiredEarlierRecordWins(t *testing.T) {
 				if !ce.Later {
 					t.Errorf("conflict %v: Later not set", ce)
 				}
+				if got := errors.Is(err, reservation.ErrUnscheduledConflict); got != tt.wantUnscheduled || ce.Unscheduled != got {
+					t.Errorf("untrusted %v: matches ErrUnscheduledConflict = %t, Unscheduled = %t, want %t", err, got, ce.Unscheduled, tt.wantUnscheduled)
+				}
 				losers = append(losers, pe.Pod.UID)
 			}
 			if !slices.Equal(losers, tt.wantLosers) {
@@ -516,7 +567,8 @@ func TestDesiredRecordSeenProperties(t *testing.T) {
 		t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 		snap := reservation.Snapshot{Complete: true}
 		seen := map[string]time.Time{}
-		anySeen := false
+		scheduled := map[string]bool{}
+		anySeen, anyScheduled := false, false
 		for i := range rapid.IntRange(0, 5).Draw(t, "pods") {
 			uid := "p" + strconv.Itoa(i)
 			r := propRecords.Draw(t, "record")
@@ -527,7 +579,10 @@ func TestDesiredRecordSeenProperties(t *testing.T) {
 				p.RecordSeen = t0.Add(time.Duration(n) * time.Second)
 				anySeen = true
 			}
+			p.RecordScheduled = rapid.Bool().Draw(t, "scheduled")
+			anyScheduled = anyScheduled || p.RecordScheduled
 			seen[uid] = p.RecordSeen
+			scheduled[uid] = p.RecordScheduled
 			snap.Pods = append(snap.Pods, p)
 		}
 		set := reservation.Desired(snap)
@@ -542,16 +597,35 @@ func TestDesiredRecordSeenProperties(t *testing.T) {
 				t.Fatalf("resolved conflict among the reasons: %v", r)
 			}
 		}
+		type entryKey struct {
+			uid   string
+			index int
+		}
+		losers := map[entryKey]bool{}
 		for _, err := range set.Untrusted {
 			var ce *reservation.ConflictError
 			if !errors.As(err, &ce) {
 				continue
 			}
-			if !anySeen {
+			k := entryKey{ce.Second.PodUID, ce.Second.Index}
+			if losers[k] {
+				t.Fatalf("loser %v reported twice", ce.Second)
+			}
+			losers[k] = true
+			if !anySeen && !anyScheduled {
 				t.Fatalf("conflict %v resolved without observations", ce)
 			}
+			if !errors.Is(ce, reservation.ErrOverlap) || !errors.Is(ce, reservation.ErrLaterConflict) {
+				t.Fatalf("conflict %v resolved but not an overlap matching ErrLaterConflict", ce)
+			}
 			win, lose := seen[ce.First.PodUID], seen[ce.Second.PodUID]
-			if win.IsZero() || !win.Before(lose) || !errors.Is(ce, reservation.ErrOverlap) {
+			schedWin, schedLose := scheduled[ce.First.PodUID], scheduled[ce.Second.PodUID]
+			switch {
+			case ce.Unscheduled != errors.Is(ce, reservation.ErrUnscheduledConflict):
+				t.Fatalf("conflict %v: Unscheduled = %t but ErrUnscheduledConflict match differs", ce, ce.Unscheduled)
+			case ce.Unscheduled && (!schedWin || schedLose):
+				t.Fatalf("conflict %v resolved by binding for %s (scheduled %t) over %s (scheduled %t)", ce, ce.First.PodUID, schedWin, ce.Second.PodUID, schedLose)
+			case !ce.Unscheduled && (schedWin != schedLose || win.IsZero() || !win.Before(lose)):
 				t.Fatalf("conflict %v resolved for %s seen %v over %s seen %v", ce, ce.First.PodUID, win, ce.Second.PodUID, lose)
 			}
 			if _, ok := set.Lookup(ce.Second.PodUID, ce.Second.ContainerIndex, ce.Second.DeviceIndex); ok {
