@@ -242,19 +242,24 @@ type podStore struct {
 
 var _ cache.ReflectorStore = (*podStore)(nil)
 
-func newPodStore(fresh *freshness, clk clock.PassiveClock) *podStore {
+func newPodStore(fresh *freshness, clk clock.PassiveClock, node string) *podStore {
 	return &podStore{pods: cache.NewStore(cache.MetaNamespaceKeyFunc), fresh: fresh,
-		records: &records{clock: clk, seen: make(map[types.UID]recordSeen)}}
+		records: &records{clock: clk, node: node, seen: make(map[types.UID]recordSeen)}}
 }
 
 // recordSeen is the first observation of one pod's reservation claim: the
 // scheduled fields of its hami.io/vgpu-mig-allocations record. Runtime
 // identities, which the device plugin adds after scheduling, do not
-// change the claim, so a pod's own realization keeps its time.
+// change the claim, so a pod's own realization keeps its time. A pod the
+// store holds without a record has an entry with an empty value, so that
+// a claim added later is known not to have arrived with the pod.
 type recordSeen struct {
 	value string    // the annotation value last observed
 	claim string    // its scheduled part; the value itself when it does not decode
 	at    time.Time // when the claim was first observed
+	// scheduled: the claim was on the pod when the store first saw the
+	// pod, and the pod then carried PodScheduled=True (see podBound).
+	scheduled bool
 }
 
 // records dates the claims of the pods the store holds. Every pod of one
@@ -263,6 +268,7 @@ type recordSeen struct {
 // all share one time and none of them wins a conflict against another.
 type records struct {
 	clock clock.PassiveClock
+	node  string // pods of other nodes (clients that ignore the field selector) are not held
 
 	mu   sync.Mutex
 	seen map[types.UID]recordSeen
@@ -281,14 +287,22 @@ func claimOf(value string) string {
 }
 
 // observe records pod's claim as seen at now unless it was seen before.
-// The caller holds r.mu.
+// A claim is scheduled only when it is on the pod at the store's first
+// sight of the pod and the pod is bound (podBound): a scheduler extender
+// writes the record before it binds the pod, so a claim that appears or
+// changes on a pod the node already holds is never a scheduler's. The
+// caller holds r.mu.
 func (r *records) observe(pod *corev1.Pod, now time.Time) {
-	value := pod.Annotations[reservation.AnnotationKey]
-	if value == "" {
+	if pod.Spec.NodeName != r.node {
 		delete(r.seen, pod.UID)
 		return
 	}
+	value := pod.Annotations[reservation.AnnotationKey]
 	old, ok := r.seen[pod.UID]
+	if value == "" {
+		r.seen[pod.UID] = recordSeen{}
+		return
+	}
 	if ok && old.value == value {
 		return
 	}
@@ -298,7 +312,22 @@ func (r *records) observe(pod *corev1.Pod, now time.Time) {
 		r.seen[pod.UID] = old
 		return
 	}
-	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now}
+	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now, scheduled: !ok && podBound(pod)}
+}
+
+// podBound reports whether pod carries the PodScheduled=True condition.
+// The API server sets it when it binds a pod (the pods/binding
+// subresource); a pod created with spec.nodeName preset has its status
+// cleared on create and gets the condition only when the kubelet first
+// writes its status, after admission. A pod's creator cannot write status
+// without the pods/status permission.
+func podBound(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func (r *records) update(pod *corev1.Pod) {
@@ -338,20 +367,21 @@ func (r *records) replace(items []any) {
 	}
 }
 
-// at returns when pod's current claim was first observed, or the zero
-// time when the store has not observed this very annotation value (the
-// pod changed between the caller's read and the store's).
-func (r *records) at(pod *corev1.Pod) time.Time {
+// at returns when pod's current claim was first observed and whether it
+// was scheduled (see observe), or the zero time and false when the store
+// has not observed this very annotation value (the pod changed between
+// the caller's read and the store's) or the pod has no record.
+func (r *records) at(pod *corev1.Pod) (time.Time, bool) {
 	if pod == nil {
-		return time.Time{}
+		return time.Time{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.seen[pod.UID]
-	if !ok || e.value != pod.Annotations[reservation.AnnotationKey] {
-		return time.Time{}
+	if !ok || e.value == "" || e.value != pod.Annotations[reservation.AnnotationKey] {
+		return time.Time{}, false
 	}
-	return e.at
+	return e.at, e.scheduled
 }
 
 func (s *podStore) old(obj any) *corev1.Pod {

@@ -133,10 +133,25 @@ type NodePodSourceOptions struct {
 // the creation timestamp) enters this time; a creator can only make their
 // own record later. Records of the first listing after a restart carry no
 // history: overlapping ones are both untrusted, as without these times.
-// One window remains: a scheduler extender writes a pod's record before it
-// binds the pod, so a pod created with a copy of that record and the node
-// preset between the two calls reaches the node first and keeps the
-// placement.
+//
+// The source also notes whether each claim arrived with a scheduler's
+// binding: reservation.Pod.RecordScheduled is true when the claim was on
+// the pod at the source's first sight of the pod and the pod then carried
+// the PodScheduled=True condition. The API server sets that condition when
+// it binds a pod (pods/binding); a pod created with spec.nodeName preset
+// has its status cleared on create and gets the condition only when the
+// kubelet first writes its status, after admission, and a pod's creator
+// cannot write status. A claim added to or changed on a pod the source
+// already holds is never scheduled: a scheduler extender writes a pod's
+// record before it binds the pod. reservation.Desired keeps a scheduled
+// record over an overlapping one that is not, whatever their times. This
+// closes the window between an extender's record write and its bind, in
+// which a pod created with the node preset and a copy of the record
+// reaches the node first. The pods of a listing the source did not
+// already hold, as after a restart or a watch gap, are judged by what the
+// listing shows: pods the kubelet already runs carry the condition
+// whoever bound them, and their times are equal, so a conflict between
+// two of them stays unresolved.
 // Relisting follows the reflector's backoff: 0.8 to 1.6 s after a watch
 // ends while the API server is healthy, growing to at most a minute while
 // it keeps failing. Snapshots are therefore incomplete for about a second
@@ -175,7 +190,7 @@ func NewNodePodSource(client kubernetes.Interface, node string, opts NodePodSour
 	s := &NodePodSource{node: node, resource: opts.Resource, clock: opts.Clock, log: log}
 	fresh := newFreshness()
 	s.lw = &trackingListWatch{client: client, node: node, log: log, fresh: fresh}
-	s.store = newPodStore(fresh, opts.Clock)
+	s.store = newPodStore(fresh, opts.Clock, node)
 	if fn := opts.OnInactive; fn != nil {
 		s.store.onChange = func(old, cur *corev1.Pod) { s.notifyInactive(fn, old, cur) }
 	}
@@ -240,16 +255,17 @@ func (s *NodePodSource) Snapshot() reservation.Snapshot {
 	pods := s.Pods()
 	snap := SnapshotFor(pods, complete, now, s.resource)
 	for i, p := range pods {
-		snap.Pods[i].RecordSeen = s.store.records.at(p)
+		snap.Pods[i].RecordSeen, snap.Pods[i].RecordScheduled = s.store.records.at(p)
 	}
 	return snap
 }
 
 // View converts one of the node's pods as the source's snapshots do, for
-// the resource the source was configured with, RecordSeen included.
+// the resource the source was configured with, RecordSeen and
+// RecordScheduled included.
 func (s *NodePodSource) View(pod *corev1.Pod) reservation.Pod {
 	v := PodViewFor(pod, s.resource)
-	v.RecordSeen = s.store.records.at(pod)
+	v.RecordSeen, v.RecordScheduled = s.store.records.at(pod)
 	return v
 }
 

@@ -604,3 +604,108 @@ func TestNodePodSourceRecordSeen(t *testing.T) {
 		assert.True(t, src.View(realized).RecordSeen.IsZero(), "a deleted pod is forgotten")
 	})
 }
+
+// The source notes whether a claim arrived with a scheduler's binding:
+// only a claim on the pod at the source's first sight of it, when the pod
+// then carries PodScheduled=True. A pod created with the node preset and
+// a copy of a record the extender wrote before binding reaches the node
+// first, but without the condition, and loses to the bound pod.
+func TestNodePodSourceRecordScheduled(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		const gpu = "GPU-8d7f3c2e-5b1a-4c3d-9e8f-0a1b2c3d4e5f"
+		entry := func(start uint32) reservation.Allocation {
+			return reservation.Allocation{GPUUUID: gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: start, Size: 1}}
+		}
+		withRecord := func(p *corev1.Pod, a reservation.Allocation) *corev1.Pod {
+			p = p.DeepCopy()
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[reservation.AnnotationKey] = reservation.EncodeString([]reservation.Allocation{a})
+			p.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{kube.ResourceGPU: resource.MustParse("1")}}}}
+			return p
+		}
+		// bound is what the API server's pods/binding does: it sets the
+		// node and the PodScheduled condition in one update.
+		bound := func(p *corev1.Pod) *corev1.Pod {
+			p = p.DeepCopy()
+			p.Spec.NodeName = "n1"
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
+			return p
+		}
+		t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		clk := clocktesting.NewFakePassiveClock(t0)
+		running := bound(withRecord(podOn("a", "running", "", nil), entry(0)))
+		unadmitted := withRecord(podOn("a", "unadmitted", "n1", nil), entry(1))
+		idle := bound(podOn("a", "idle", "", nil))
+		client := fake.NewClientset(running, unadmitted, idle)
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{Clock: clk})
+		startSource(t, src)
+		settle(t, func() bool { return src.Snapshot().Complete })
+		ctx := context.Background()
+		view := func(name string) reservation.Pod {
+			t.Helper()
+			for _, p := range src.Snapshot().Pods {
+				if p.Name == name {
+					return p
+				}
+			}
+			t.Fatalf("pod %s not listed", name)
+			return reservation.Pod{}
+		}
+		write := func(p *corev1.Pod, create bool) {
+			t.Helper()
+			var err error
+			if create {
+				_, err = client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+			} else {
+				_, err = client.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+			}
+			require.NoError(t, err)
+			synctest.Wait()
+		}
+		assert.True(t, view("running").RecordScheduled, "a bound pod of the first listing")
+		assert.False(t, view("unadmitted").RecordScheduled, "a pod without PodScheduled")
+		assert.False(t, view("idle").RecordScheduled, "a pod without a record")
+
+		// The extender writes w's record, then a forger creates x with the
+		// node preset and a copy, then the extender binds w.
+		clk.SetTime(t0.Add(time.Second))
+		w := withRecord(podOn("a", "w", "", nil), entry(2))
+		write(w, true)
+		x := withRecord(podOn("a", "x", "n1", nil), entry(2))
+		write(x, true)
+		clk.SetTime(t0.Add(2 * time.Second))
+		write(bound(w), false)
+		assert.False(t, view("x").RecordScheduled)
+		assert.True(t, view("w").RecordScheduled)
+		assert.True(t, view("x").RecordSeen.Before(view("w").RecordSeen), "the forged copy is seen first")
+		set := reservation.Desired(src.Snapshot())
+		_, ok := set.Lookup(string(w.UID), 0, 0)
+		assert.True(t, ok, "the bound pod's record is active: %v", set.Verdict())
+		_, ok = set.Lookup(string(x.UID), 0, 0)
+		assert.False(t, ok, "the forged copy is not")
+		assert.True(t, set.Authorized, "resolved: %v", set.Verdict())
+
+		// The kubelet's status write does not make x's claim scheduled.
+		admitted := x.DeepCopy()
+		admitted.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		write(admitted, false)
+		assert.False(t, view("x").RecordScheduled, "the claim was first seen without the condition")
+		assert.True(t, src.View(admitted).RecordSeen.Equal(view("x").RecordSeen), "View as Snapshot")
+
+		// A record copied into a bound pod the node already holds is a
+		// changed claim, never scheduled.
+		write(withRecord(idle, entry(0)), false)
+		assert.False(t, view("idle").RecordScheduled, "a claim added after the pod arrived")
+
+		// Runtime identities keep the flag.
+		realized := withRecord(bound(w), entry(2).WithRuntime(reservation.RuntimeIdentity{
+			MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 7, ComputeInstanceID: 0}))
+		write(realized, false)
+		assert.True(t, view("w").RecordScheduled, "runtime identities keep the flag")
+		assert.True(t, src.View(realized).RecordScheduled, "View as Snapshot")
+		assert.False(t, src.View(bound(w)).RecordScheduled, "a value the cache does not hold is unknown")
+	})
+}
