@@ -79,7 +79,8 @@ type Want struct {
 	// to respect (nothing it names or overlaps is destroyed or collected)
 	// but never realized, and it takes part in no conflict. The annotation
 	// protocol uses it for entries that fail the trust rule
-	// (reservation.ValidateRequests).
+	// (reservation.ValidateRequests) and for entries that lose an overlap
+	// to another pod's record (reservation.ErrLaterConflict).
 	Untrusted error
 }
 
@@ -88,17 +89,32 @@ type Want struct {
 // with the pod's decoded hami.io/vgpu-mig-allocations entries as devices.
 // A pod whose record reservation.Desired cannot trust (malformed, invalid,
 // legacy identifiers, duplicate UID) carries the reasons in Err; entries
-// the trust rule withholds carry theirs in Untrusted. The manager's
-// snapshot methods ([Manager.Adopt], [Manager.Reconcile],
+// the trust rule withholds, and entries that lose an overlap to a record
+// that arrived with a scheduler's binding or was first seen earlier
+// (reservation.Pod.RecordScheduled, reservation.Pod.RecordSeen: errors
+// matching reservation.ErrLaterConflict), carry theirs in Untrusted. The
+// manager's snapshot methods ([Manager.Adopt], [Manager.Reconcile],
 // [Manager.CollectLeaks], [Manager.Maintain]) act on the same desired set
-// as their Demand forms applied to PodDemand(snap); conflicts between pods
-// are found again from the devices.
+// as their Demand forms applied to PodDemand(snap); the conflicts between
+// pods that reservation.Desired left unresolved are found again from the
+// devices.
 func PodDemand(snap reservation.Snapshot) Demand {
 	set := reservation.Desired(snap)
 	recordErrs := make(map[string][]error)
 	for _, r := range set.Reasons {
 		if pe, ok := r.(*reservation.PodError); ok {
 			recordErrs[pe.Pod.UID] = append(recordErrs[pe.Pod.UID], pe)
+		}
+	}
+	// Desired reports exactly one error per entry that lost a conflict.
+	type slot struct {
+		uid   string
+		index int
+	}
+	lost := make(map[slot]error)
+	for _, u := range set.Untrusted {
+		if pe, ok := u.(*reservation.PodError); ok && errors.Is(pe, reservation.ErrLaterConflict) {
+			lost[slot{pe.Pod.UID, pe.Index}] = pe
 		}
 	}
 	d := Demand{Complete: snap.Complete, Holders: make([]Holder, 0, len(snap.Pods))}
@@ -120,6 +136,11 @@ func PodDemand(snap reservation.Snapshot) Demand {
 			}
 			if !h.Released && h.Err == nil {
 				markUntrusted(p, allocs, h.Devices)
+				for j := range h.Devices {
+					if err := lost[slot{p.UID, j}]; err != nil && h.Devices[j].Untrusted == nil {
+						h.Devices[j].Untrusted = err
+					}
+				}
 			}
 		}
 		d.Holders = append(d.Holders, h)

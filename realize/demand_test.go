@@ -53,6 +53,13 @@ func TestPodDemandIsTheAnnotationProtocol(t *testing.T) {
 			if rapid.Float64Range(0, 1).Draw(t, "forged") < 0.3 {
 				p.DeviceRequests = rapid.SliceOfN(rapid.IntRange(0, 2), 0, 2).Draw(t, "requests")
 			}
+			// First observations and bindings, as a node pod source
+			// records them: resolved conflicts must map to the same
+			// withheld entries.
+			if n := rapid.IntRange(-1, 2).Draw(t, "seen"); n >= 0 {
+				p.RecordSeen = now.Add(time.Duration(n) * time.Second)
+			}
+			p.RecordScheduled = rapid.Bool().Draw(t, "scheduled")
 			snap.Pods = append(snap.Pods, p)
 		}
 		if diff := realize.DesiredDiff(snap); diff != "" {

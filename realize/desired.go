@@ -164,7 +164,10 @@ func (d *desiredSet) wants(r *record) bool {
 // untrusted pod, on gpuUUID that overlaps at, if any. Entries withheld only
 // by the trust rule (their container does not request them) are no rival:
 // the scheduler ignores them too, so letting them block a placement would
-// let any pod creator deny others' devices. They still cannot obtain or
+// let any pod creator deny others' devices. Nor are entries that lost an
+// overlap to a record that arrived with a scheduler's binding or was first
+// seen earlier (reservation.ErrLaterConflict): the winner's placement is
+// its own, and a copy must not deny it. They still cannot obtain or
 // destroy anything: they are never realized, and a live instance they name
 // is never handed out or collected.
 func (d *desiredSet) rival(gpuUUID string, at capability.Placement, self Owner) (reservation.Entry, bool) {
