@@ -230,6 +230,10 @@ func TestDRA(t *testing.T) {
 	// 6. Restart the driver: the new instance adopts every prepared
 	// instance from its checkpoint; nothing is destroyed or created.
 	before := instanceKeys(hw.Snapshot())
+	created := hw.Calls(fakehal.OpCreateGI)
+	if created != 4 {
+		t.Errorf("GPU instances created = %d, want 4 (claims a, b, c, d)", created)
+	}
 	drv.stop(t)
 	drv = startDriver(t, cfg)
 	k.waitRegistered(t, ctx)
@@ -239,6 +243,9 @@ func TestDRA(t *testing.T) {
 	}
 	if got := instanceKeys(hw.Snapshot()); !slices.Equal(got, before) {
 		t.Errorf("instances after the driver restarted = %v, want %v", got, before)
+	}
+	if n := hw.Calls(fakehal.OpCreateGI); n != created {
+		t.Errorf("GPU instances created after the driver restarted = %d, want 0", n-created)
 	}
 	if n := hw.Calls(fakehal.OpDestroyGI); n != 1 {
 		t.Errorf("GPU instances destroyed = %d, want 1 (claim a's, before the restart)", n)
