@@ -195,7 +195,7 @@ func TestDRA(t *testing.T) {
 	// published order.
 	a := e.waitScheduled(examplePod)
 	if got := a.devices[0]; got != want {
-		t.Errorf("claim a allocated %s, want the first published 1g.6gb device %s", got, want)
+		t.Errorf("the example pod's claim allocated %s, want the first published 1g.6gb device %s", got, want)
 	}
 	e.prepare(a)
 
@@ -215,7 +215,7 @@ func TestDRA(t *testing.T) {
 	e.createPod("d", "mig-1g-6gb")
 	e.waitUnschedulable("d")
 
-	// 5. Pod a ends: the kubelet unprepares its claim, which destroys
+	// 5. The example pod (a) ends: the kubelet unprepares its claim, which destroys
 	// exactly its instance; then the pod and its claim go away.
 	e.unprepare(a)
 	e.deletePod(a)
