@@ -215,8 +215,9 @@ func TestDRA(t *testing.T) {
 	e.createPod("d", "mig-1g-6gb")
 	e.waitUnschedulable("d")
 
-	// 5. The example pod (a) ends: the kubelet unprepares its claim, which destroys
-	// exactly its instance; then the pod and its claim go away.
+	// 5. The example pod (a) ends: the kubelet unprepares its claim,
+	// which destroys exactly its instance; then the pod and its claim go
+	// away.
 	e.unprepare(a)
 	e.deletePod(a)
 	// The freed slot is allocated to the pending pod and realized again.
