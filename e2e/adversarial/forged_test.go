@@ -2,13 +2,18 @@ package adversarial_test
 
 import (
 	"context"
+	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/dynmig/dynmig/e2e/internal/cluster"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -49,28 +54,72 @@ func scheduledOnly(record []reservation.Allocation) []reservation.Allocation {
 //   - a pod whose record is a copy of v's, runtime identity included;
 //   - a pod whose record is v's reservation without the identity;
 //   - a pod with nodeName and an old bind-time but no record;
-//   - and, while a second victim w is bound but not yet realized, a pod
-//     created after w with w's reservation and a bind-time older than w's,
-//     admitted after w as the kubelet orders admission (creation time).
+//   - and a pod created after a second victim w with w's reservation and
+//     a bind-time older than w's, in the window between the extender's
+//     two calls for w: after it wrote w's record and before it bound w,
+//     so that the copy reaches the node (and the device plugin's pod
+//     source) before w does; it is admitted after w, as the kubelet
+//     orders admission (creation time).
 //
 // Claims: no forged pod is handed v's or w's MIG device (each admission is
 // refused or hands out a device of the forger's own); v keeps the device
 // its record names; w is admitted and receives the device at its
-// reservation although the forged copy of it is active, and the copy's
-// admission is refused: the device plugin keeps the record it saw first on
-// the node (reservation.Pod.RecordSeen, the plugin's own clock, which
-// nothing the forger writes enters) and withholds the later overlapping
-// one; no device in use disappears at any moment, also after the forged
+// reservation although the forged copy of it reached the node first and
+// is active, and the copy's admission is refused: the device plugin keeps
+// the record that arrived on the node with a scheduler's binding
+// (reservation.Pod.RecordScheduled: the PodScheduled condition the API
+// server sets on binding, which a pod created with spec.nodeName preset
+// lacks and its creator cannot write) and withholds the overlapping one
+// that did not; no device in use disappears at any moment, also after the forged
 // pods end and several maintenance passes have run (the hardware
 // monitor); and afterwards a pod scheduled normally is placed and
 // realized, and the node holds exactly the devices in use.
 //
-// Not claimed: a copy created between the extender's annotation of w and
-// its binding reaches the node before w and would keep the placement
-// (a window of one API call, not exercised here); after a device plugin
-// restart the two records share one time and neither is realized.
+// Not claimed: after a device plugin restart, once the kubelet has
+// written the copy's status, both records carry PodScheduled and share one
+// time, and neither is realized.
 func TestForgedRecordsCaptureNothing(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	// The forger acts inside the extender's Bind: before the extender's
+	// pods/binding call for victim-w, the forger reads w's record, creates
+	// ahead-of-w with it and the node preset, and waits until the device
+	// plugin has run maintenance passes (so its pod source holds the copy)
+	// before the binding goes on.
+	var (
+		armed    atomic.Bool
+		e        *env
+		forge    func(name string, record []reservation.Allocation)
+		forgeErr atomic.Value
+	)
+	e = newEnv(t, envOptions{extenderClient: func(c *cluster.Cluster) kubernetes.Interface {
+		cfg := c.AdminConfig()
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return interfering{rt: rt, before: func(r *http.Request) {
+				if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/pods/victim-w/binding") || !armed.CompareAndSwap(true, false) {
+					return
+				}
+				w, err := e.admin.CoreV1().Pods(namespace).Get(r.Context(), "victim-w", metav1.GetOptions{})
+				if err != nil || w.Annotations[reservation.AnnotationKey] == "" || w.Spec.NodeName != "" {
+					forgeErr.Store("victim-w is not annotated and unbound before its binding")
+					return
+				}
+				allocs, err := kube.PodAllocations(w)
+				if err != nil {
+					forgeErr.Store("victim-w's record: " + err.Error())
+					return
+				}
+				forge("ahead-of-w", scheduledOnly(allocs))
+				start := e.plugin.Reconciles()
+				for e.plugin.Reconciles() < start+2 && r.Context().Err() == nil {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}}
+		})
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}})
 
 	v := e.schedule(migPod("victim-v", "4000"))
 	migV := e.mustAdmit(v.Name)
@@ -78,7 +127,9 @@ func TestForgedRecordsCaptureNothing(t *testing.T) {
 	last := v.CreationTimestamp.Time
 
 	var attackers []string
-	forge := func(name string, record []reservation.Allocation) {
+	// forge runs on the test's goroutine, also when the extender's
+	// binding call of w runs it.
+	forge = func(name string, record []reservation.Allocation) {
 		t.Helper()
 		// One second after the previous pod: creation timestamps have
 		// one-second resolution, and pods created within the same second
@@ -119,12 +170,28 @@ func TestForgedRecordsCaptureNothing(t *testing.T) {
 	e.waitFor("a creation timestamp later than the last pod's", func(context.Context) (bool, error) {
 		return time.Now().After(last.Add(time.Second)), nil
 	})
-	w := e.schedule(migPod("victim-w", "4000"))
-	last = w.CreationTimestamp.Time
-	forge("ahead-of-w", scheduledOnly(entries(t, w)))
-	// The kubelet admits in creation order: w first. w's record was on
-	// the node first, so w is realized at its reservation and the copy
-	// is withheld.
+	wPod := migPod("victim-w", "4000")
+	created, err := e.admin.CoreV1().Pods(namespace).Create(e.ctx, wPod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", wPod.Name, err)
+	}
+	last = created.CreationTimestamp.Time
+	armed.Store(true)
+	e.bind(created)
+	if armed.Load() {
+		t.Fatal("the extender bound w without the forger acting in between")
+	}
+	if msg, _ := forgeErr.Load().(string); msg != "" {
+		t.Fatal(msg)
+	}
+	w := e.get(wPod.Name)
+	if ahead := e.get("ahead-of-w"); !ahead.CreationTimestamp.After(w.CreationTimestamp.Time) {
+		t.Fatalf("the copy was created at %v, not after w (%v)", ahead.CreationTimestamp, w.CreationTimestamp)
+	}
+	// The kubelet admits in creation order: w first. The copy's record
+	// reached the node first, but only w's arrived with a scheduler's
+	// binding, so w is realized at its reservation and the copy is
+	// withheld.
 	migW := e.mustAdmit(w.Name)
 	if migW == migV {
 		t.Fatalf("w was handed v's device %s", migV)
