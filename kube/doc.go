@@ -28,7 +28,15 @@
 // container statuses and each container's limit of the MIG resource
 // (nvidia.com/gpu by default, [ResourceGPU]). [Snapshot] stamps the listing
 // with the time it was taken. Annotations are user-writable and never rank
-// or authorise anything by themselves.
+// or authorise anything by themselves. A [NodePodSource] adds what only it
+// can know: when it first saw each pod's reservation claim
+// (reservation.Pod.RecordSeen, its own clock) and whether the claim was on
+// the pod, together with the PodScheduled=True condition the API server
+// sets on binding, when the source first saw the pod
+// (reservation.Pod.RecordScheduled). reservation.Desired keeps, of two
+// overlapping records, the scheduled one, else the earlier one; a pod
+// created with spec.nodeName preset has no such condition until the
+// kubelet admits it, and its creator cannot write status.
 //
 // # Failure semantics
 //

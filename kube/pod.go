@@ -75,9 +75,10 @@ func PodView(pod *corev1.Pod) reservation.Pod {
 //     larger than [MaxDeviceRequest], counts as no request: no record can
 //     match it.
 //
-// RecordSeen stays zero (unknown): one pod object does not say when its
-// record first appeared on the node. [NodePodSource.View] and
-// [NodePodSource.Snapshot] fill it from the source's own observations.
+// RecordSeen stays zero and RecordScheduled false (unknown): one pod
+// object does not say when its record first appeared on the node, nor
+// whether it arrived with the pod's binding. [NodePodSource.View] and
+// [NodePodSource.Snapshot] fill them from the source's own observations.
 //
 // Annotations are copied, so later changes to pod do not show through. A
 // nil pod yields the zero Pod.

@@ -70,7 +70,14 @@
 //     ([ReconcileReport.Reasons], Stats.SkippedReconciles). Two holders
 //     whose devices overlap on one GPU, or name one MIG device or GPU
 //     instance, are both withheld: neither is realized nor adopted, and
-//     nothing they name or overlap is destroyed or handed out.
+//     nothing they name or overlap is destroyed or handed out. The
+//     exception is reservation.Desired's conflict rule for pods: of two
+//     overlapping records the one that arrived with a scheduler's binding
+//     (reservation.Pod.RecordScheduled), else the one first seen earlier
+//     (reservation.Pod.RecordSeen), stays active; the other's entry is
+//     withheld alone, as an untrusted entry (reservation.ErrLaterConflict),
+//     and authorisation is kept. [PodDemand] marks those entries
+//     Untrusted, so the Demand path resolves the same conflicts.
 //   - Reconcile destroys only managed instances whose reservation is gone,
 //     and exactly their recorded CI, then GI. An instance that is in use
 //     stays managed and is retried on the next pass. A listed pod is

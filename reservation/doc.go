@@ -45,6 +45,21 @@
 // destroyed) and reports them in [DesiredSet.Untrusted], without
 // withholding authorisation.
 //
+// # Conflict rule
+//
+// Two valid records that claim the same hardware make both pods untrusted
+// and withhold authorisation, with one exception for overlapping
+// placements, which [Desired] resolves by what the observer listing the
+// pods saw, never by what a pod's creator can write: a record that arrived
+// on the node with a scheduler's binding ([Pod.RecordScheduled], the
+// PodScheduled condition the API server sets on binding) wins over one
+// that did not ([ErrUnscheduledConflict]); otherwise a record first seen
+// earlier ([Pod.RecordSeen]) wins over a later one. The losing entry is
+// withheld like an entry failing the trust rule, and its error, matching
+// [ErrLaterConflict], goes to [DesiredSet.Untrusted]. Conflicts over
+// runtime identities, and ties (as for the pods of a device plugin's first
+// listing after a restart), stay unresolved.
+//
 // # Release rule
 //
 // A pod's devices may be reclaimed only once [Pod.Released] holds: it
