@@ -132,7 +132,7 @@ type NodePodSourceOptions struct {
 // writes (annotations such as hami.io/bind-time, a preset spec.nodeName,
 // the creation timestamp) enters this time; a creator can only make their
 // own record later. Records of the first listing after a restart carry no
-// history: overlapping ones are both untrusted, as without these times.
+// history: by time alone, overlapping ones are both untrusted.
 //
 // The source also notes whether each claim arrived with a scheduler's
 // binding: reservation.Pod.RecordScheduled is true when the claim was on
@@ -147,11 +147,15 @@ type NodePodSourceOptions struct {
 // record over an overlapping one that is not, whatever their times. This
 // closes the window between an extender's record write and its bind, in
 // which a pod created with the node preset and a copy of the record
-// reaches the node first. The pods of a listing the source did not
-// already hold, as after a restart or a watch gap, are judged by what the
-// listing shows: pods the kubelet already runs carry the condition
-// whoever bound them, and their times are equal, so a conflict between
-// two of them stays unresolved.
+// reaches the node first. One gap remains: a copy that the source first
+// sees only after the kubelet wrote its status (the source was not
+// watching when it was created) carries the condition too, and then the
+// times decide. The pods of a listing the source did not already hold,
+// as after a restart or a watch gap, are judged by what the listing shows:
+// pods the kubelet already runs carry the condition whoever bound them,
+// and their times are equal, so a conflict between two of them stays
+// unresolved.
+//
 // Relisting follows the reflector's backoff: 0.8 to 1.6 s after a watch
 // ends while the API server is healthy, growing to at most a minute while
 // it keeps failing. Snapshots are therefore incomplete for about a second
