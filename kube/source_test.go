@@ -640,6 +640,7 @@ func TestNodePodSourceRecordScheduled(t *testing.T) {
 		unadmitted := withRecord(podOn("a", "unadmitted", "n1", nil), entry(1))
 		idle := bound(podOn("a", "idle", "", nil))
 		client := fake.NewClientset(running, unadmitted, idle)
+		breaker := newWatchBreaker(client)
 		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{Clock: clk})
 		startSource(t, src)
 		settle(t, func() bool { return src.Snapshot().Complete })
@@ -707,5 +708,17 @@ func TestNodePodSourceRecordScheduled(t *testing.T) {
 		assert.True(t, view("w").RecordScheduled, "runtime identities keep the flag")
 		assert.True(t, src.View(realized).RecordScheduled, "View as Snapshot")
 		assert.False(t, src.View(bound(w)).RecordScheduled, "a value the cache does not hold is unknown")
+
+		// A relist judges the pods it brings by what it shows, and keeps
+		// what the source already held.
+		breaker.breakAll()
+		synctest.Wait()
+		write(bound(withRecord(podOn("a", "gap-bound", "", nil), entry(3))), true)
+		write(withRecord(podOn("a", "gap-preset", "n1", nil), entry(3)), true)
+		settle(t, func() bool { return src.Snapshot().Complete })
+		assert.True(t, view("gap-bound").RecordScheduled)
+		assert.False(t, view("gap-preset").RecordScheduled)
+		assert.True(t, view("w").RecordScheduled, "kept across the relist")
+		assert.False(t, view("x").RecordScheduled, "kept across the relist")
 	})
 }
