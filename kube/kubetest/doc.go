@@ -21,7 +21,8 @@
 //     from a stale cached pod cannot silently overwrite a newer one or
 //     land on a pod recreated under the same name; a pod that does not
 //     exist is NotFound (404);
-//   - creating the pods/binding subresource sets spec.nodeName; binding a
+//   - creating the pods/binding subresource sets spec.nodeName and the
+//     PodScheduled=True status condition; binding a
 //     pod that is already bound or is being deleted is a Conflict;
 //   - deleting a pod is graceful: it stays, with metadata.deletionTimestamp
 //     set to the end of its grace period and

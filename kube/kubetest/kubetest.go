@@ -151,7 +151,8 @@ func (s *Server) nextVersion() string {
 }
 
 // createPod gives a created pod a new resourceVersion (one the client set
-// is replaced) and makes pods/binding set spec.nodeName.
+// is replaced) and makes pods/binding set spec.nodeName and the
+// PodScheduled condition.
 func (s *Server) createPod(a k8stesting.Action) (bool, runtime.Object, error) {
 	ca, ok := a.(k8stesting.CreateAction)
 	if !ok {
@@ -274,8 +275,23 @@ func (s *Server) bindPod(ca k8stesting.CreateAction) (bool, runtime.Object, erro
 		return true, nil, apierrors.NewConflict(bindings, b.Name, fmt.Errorf("pod %s is already assigned to node %q", b.Name, pod.Spec.NodeName))
 	}
 	pod.Spec.NodeName = b.Target.Name
+	// The API server's binding also marks the pod scheduled in its status,
+	// which a pod created with spec.nodeName preset lacks until its kubelet
+	// writes status (kube.NodePodSource tells the two apart by it).
+	setScheduled(&pod.Status)
 	pod.ResourceVersion = s.nextVersion()
 	return true, b, s.Tracker().Update(podsGVR, pod, ns)
+}
+
+// setScheduled sets the PodScheduled=True condition, as the binding does.
+func setScheduled(st *corev1.PodStatus) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == corev1.PodScheduled {
+			st.Conditions[i].Status = corev1.ConditionTrue
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
 }
 
 // deletePod deletes a pod as the API server does: with its UID and

@@ -83,6 +83,8 @@ func TestBinding(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "n1", got.Spec.NodeName)
 	assert.Equal(t, "4", got.ResourceVersion)
+	assert.Equal(t, []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}, got.Status.Conditions,
+		"the binding marks the pod scheduled, as the API server does")
 
 	err = bind("n2")
 	assert.True(t, apierrors.IsConflict(err), "binding a bound pod: got %v, want a conflict", err)
