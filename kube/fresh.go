@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -242,9 +243,9 @@ type podStore struct {
 
 var _ cache.ReflectorStore = (*podStore)(nil)
 
-func newPodStore(fresh *freshness, clk clock.PassiveClock, node string) *podStore {
+func newPodStore(fresh *freshness, clk clock.PassiveClock, node string, schedulers []string) *podStore {
 	return &podStore{pods: cache.NewStore(cache.MetaNamespaceKeyFunc), fresh: fresh,
-		records: &records{clock: clk, node: node, seen: make(map[types.UID]recordSeen)}}
+		records: &records{clock: clk, node: node, schedulers: slices.Clone(schedulers), seen: make(map[types.UID]recordSeen)}}
 }
 
 // recordSeen is the first observation of one pod's reservation claim: the
@@ -269,6 +270,9 @@ type recordSeen struct {
 type records struct {
 	clock clock.PassiveClock
 	node  string // pods of other nodes (clients that ignore the field selector) are not held
+	// schedulers are the scheduler names whose binds may mark a claim
+	// scheduled (NodePodSourceOptions.SchedulerNames).
+	schedulers []string
 
 	mu   sync.Mutex
 	seen map[types.UID]recordSeen
@@ -312,7 +316,15 @@ func (r *records) observe(pod *corev1.Pod, now time.Time) {
 		r.seen[pod.UID] = old
 		return
 	}
-	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now, scheduled: !ok && podBound(pod)}
+	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now, scheduled: !ok && r.byOurScheduler(pod)}
+}
+
+// byOurScheduler reports whether pod names one of r.schedulers and was
+// bound (podBound). Any scheduler's binding sets the condition, and the
+// cluster's default scheduler binds a pod with a copied record as it is,
+// so only the schedulers whose extender writes records are believed.
+func (r *records) byOurScheduler(pod *corev1.Pod) bool {
+	return slices.Contains(r.schedulers, pod.Spec.SchedulerName) && podBound(pod)
 }
 
 // podBound reports whether pod carries the PodScheduled=True condition.

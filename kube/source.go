@@ -73,6 +73,14 @@ type NodePodSourceOptions struct {
 	// Clock stamps snapshots (reservation.Snapshot.Now), against which
 	// deletion deadlines are compared; nil is the real clock.
 	Clock clock.PassiveClock
+	// SchedulerNames are the spec.schedulerName values of the schedulers
+	// whose extender writes the reservation records (the profile in
+	// deploy/scheduler, "dynmig-scheduler"). Only a pod bound by one of
+	// them can have a scheduled record (reservation.Pod.RecordScheduled):
+	// any other scheduler binds a pod with whatever record its creator
+	// wrote. Empty: no record is scheduled, and conflicts are resolved by
+	// first observation alone.
+	SchedulerNames []string
 }
 
 // NodePodSource is a cache of the pods scheduled to one node (field
@@ -136,8 +144,10 @@ type NodePodSourceOptions struct {
 //
 // The source also notes whether each claim arrived with a scheduler's
 // binding: reservation.Pod.RecordScheduled is true when the claim was on
-// the pod at the source's first sight of the pod and the pod then carried
-// the PodScheduled=True condition. The API server sets that condition when
+// the pod at the source's first sight of the pod, the pod names one of
+// NodePodSourceOptions.SchedulerNames (any other scheduler, such as the
+// cluster's default one, binds a pod with whatever record its creator
+// wrote) and the pod then carried the PodScheduled=True condition. The API server sets that condition when
 // it binds a pod (pods/binding); a pod created with spec.nodeName preset
 // has its status cleared on create and gets the condition only when the
 // kubelet first writes its status, after admission, and a pod's creator
@@ -194,7 +204,7 @@ func NewNodePodSource(client kubernetes.Interface, node string, opts NodePodSour
 	s := &NodePodSource{node: node, resource: opts.Resource, clock: opts.Clock, log: log}
 	fresh := newFreshness()
 	s.lw = &trackingListWatch{client: client, node: node, log: log, fresh: fresh}
-	s.store = newPodStore(fresh, opts.Clock, node)
+	s.store = newPodStore(fresh, opts.Clock, node, opts.SchedulerNames)
 	if fn := opts.OnInactive; fn != nil {
 		s.store.onChange = func(old, cur *corev1.Pod) { s.notifyInactive(fn, old, cur) }
 	}

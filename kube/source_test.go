@@ -631,6 +631,9 @@ func TestNodePodSourceRecordScheduled(t *testing.T) {
 		bound := func(p *corev1.Pod) *corev1.Pod {
 			p = p.DeepCopy()
 			p.Spec.NodeName = "n1"
+			if p.Spec.SchedulerName == "" {
+				p.Spec.SchedulerName = "dynmig-scheduler"
+			}
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
 			return p
 		}
@@ -639,9 +642,14 @@ func TestNodePodSourceRecordScheduled(t *testing.T) {
 		running := bound(withRecord(podOn("a", "running", "", nil), entry(0)))
 		unadmitted := withRecord(podOn("a", "unadmitted", "n1", nil), entry(1))
 		idle := bound(podOn("a", "idle", "", nil))
-		client := fake.NewClientset(running, unadmitted, idle)
+		// Bound by the cluster's default scheduler, which keeps whatever
+		// record the pod's creator wrote.
+		other := withRecord(podOn("a", "other", "", nil), entry(3))
+		other.Spec.SchedulerName = "default-scheduler"
+		other = bound(other)
+		client := fake.NewClientset(running, unadmitted, idle, other)
 		breaker := newWatchBreaker(client)
-		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{Clock: clk})
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{Clock: clk, SchedulerNames: []string{"dynmig-scheduler"}})
 		startSource(t, src)
 		settle(t, func() bool { return src.Snapshot().Complete })
 		ctx := context.Background()
@@ -669,6 +677,7 @@ func TestNodePodSourceRecordScheduled(t *testing.T) {
 		assert.True(t, view("running").RecordScheduled, "a bound pod of the first listing")
 		assert.False(t, view("unadmitted").RecordScheduled, "a pod without PodScheduled")
 		assert.False(t, view("idle").RecordScheduled, "a pod without a record")
+		assert.False(t, view("other").RecordScheduled, "a pod another scheduler bound")
 
 		// The extender writes w's record, then a forger creates x with the
 		// node preset and a copy, then the extender binds w.

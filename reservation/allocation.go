@@ -106,8 +106,11 @@ type Pod struct {
 	// win when both times are known and differ.
 	RecordSeen time.Time
 	// RecordScheduled reports that the pod's current claim arrived on the
-	// node with a scheduler's binding: the observer's first sight of the
-	// pod already carried the claim and the PodScheduled=True condition,
+	// node with the binding of a scheduler whose extender writes records
+	// (the observer is told which: any scheduler's binding sets the
+	// condition, and other schedulers keep whatever record the pod's
+	// creator wrote): the observer's first sight of the pod already
+	// carried the claim and the PodScheduled=True condition,
 	// which the API server sets when it binds a pod and which the pod's
 	// creator cannot write (a pod created with spec.nodeName preset has
 	// its status cleared on create, and only the kubelet writes it, after

@@ -128,7 +128,7 @@ func migPod(name, gpumem string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{SchedulerName: plugin.DefaultSchedulerName, Containers: []corev1.Container{{
 			Name: "main", Image: "registry.example/workload:1",
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 				kube.ResourceGPU:    resource.MustParse("1"),

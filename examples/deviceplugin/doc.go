@@ -18,7 +18,7 @@
 // deploy/rbac/device-plugin-node-policy.yaml.
 //
 // Flags: -node (default $NODE_NAME), -backend (fake or, with cgo, nvml),
-// -fake-gpus, -socket-dir, -resource, -pod-resources-socket,
+// -fake-gpus, -socket-dir, -resource, -scheduler-names, -pod-resources-socket,
 // -allow-mig-manager, -metrics-addr (serves the per-GPU health gauge
 // dynmig_gpu_healthy at /metrics) and -kubeconfig; -help lists them.
 // -kubeconfig names a kubeconfig file (its current context) for running

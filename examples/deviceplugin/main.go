@@ -34,6 +34,7 @@ func main() {
 	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 	socketDir := flag.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
+	schedulers := flag.String("scheduler-names", plugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := flag.String("pod-resources-socket", plugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
 	allowMM := flag.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	flag.Parse()
@@ -45,7 +46,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, open, plugin.Config{
-		Node: *node, ResourceName: *resource, SocketDir: *socketDir,
+		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, Logger: log,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)

@@ -50,6 +50,12 @@ type Config struct {
 	// ResourceName is the extended resource served; "" means
 	// "nvidia.com/gpu".
 	ResourceName string
+	// SchedulerNames are the spec.schedulerName values of the schedulers
+	// whose extender writes reservation records; nil means
+	// [DefaultSchedulerName]. A record that arrives on the node with such a
+	// scheduler's binding wins a conflict with an overlapping one (see
+	// kube.NodePodSourceOptions.SchedulerNames).
+	SchedulerNames []string
 	// SocketDir and SocketName locate the plugin's gRPC socket; ""
 	// means v1beta1.DevicePluginPath and "dynmig-mig.sock".
 	SocketDir, SocketName string
@@ -131,6 +137,10 @@ const (
 
 // New checks cfg and builds the plugin; it touches neither the API server
 // nor the hardware.
+// DefaultSchedulerName is the scheduler profile deploy/scheduler runs the
+// extender with.
+const DefaultSchedulerName = "dynmig-scheduler"
+
 func New(cfg Config) (*Plugin, error) {
 	switch {
 	case cfg.Node == "":
@@ -142,6 +152,9 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = string(kube.ResourceGPU)
+	}
+	if cfg.SchedulerNames == nil {
+		cfg.SchedulerNames = []string{DefaultSchedulerName}
 	}
 	if cfg.SocketDir == "" {
 		cfg.SocketDir = v1beta1.DevicePluginPath
@@ -179,7 +192,7 @@ func New(cfg Config) (*Plugin, error) {
 	// A deleted or finished pod triggers a reconcile pass at once.
 	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
 		Logger: log, OnInactive: func(pod reservation.Pod) { p.runner.PodInactive(pod) },
-		Resource: corev1.ResourceName(cfg.ResourceName), Clock: cfg.Clock,
+		Resource: corev1.ResourceName(cfg.ResourceName), Clock: cfg.Clock, SchedulerNames: cfg.SchedulerNames,
 	})
 	p.runner = kube.NewReconcileRunner(p.source, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
 		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,

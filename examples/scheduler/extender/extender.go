@@ -98,6 +98,12 @@ var (
 	// registered it), or the annotation lists no usable MIG GPU. Filter
 	// gives it as the node's failure reason, and Bind wraps it.
 	ErrNoMIGGPUs = errors.New("extender: node publishes no MIG GPUs")
+	// ErrForeignRecord: Bind refused a pod that asks for no MIG device but
+	// carries a hami.io/vgpu-mig-allocations record. Only the extender
+	// writes that record; binding such a pod would present its creator's
+	// record as this scheduler's (the device plugin believes a record that
+	// arrived with this scheduler's binding over an overlapping one).
+	ErrForeignRecord = errors.New("extender: pod not asking for MIG carries a reservation record")
 )
 
 // New returns an extender over client. It reads nodes and pods through
@@ -452,6 +458,9 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	}
 	req, err := e.parse(pod)
 	if errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0) {
+		if _, ok := pod.Annotations[reservation.AnnotationKey]; ok {
+			return fmt.Errorf("%w: pod %s/%s", ErrForeignRecord, pod.Namespace, pod.Name)
+		}
 		return e.bind(ctx, pod, args.Node)
 	}
 	if err != nil {

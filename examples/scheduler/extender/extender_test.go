@@ -225,6 +225,20 @@ func TestFilterNonMIGPod(t *testing.T) {
 	assert.NotContains(t, get(t, client, "plain").Annotations, reservation.AnnotationKey)
 }
 
+// A pod that asks for no MIG device but carries a reservation record
+// (copied from another pod, say) is not bound: the device plugin believes
+// records that arrive with this scheduler's binding.
+func TestBindRefusesForeignRecord(t *testing.T) {
+	client := cluster(t)
+	ext := start(t, client, extender.Options{})
+	record := `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-00000000-0000-0000-0000-000000000001","profile":"1g.5gb","placement":{"start":0,"size":1}}]`
+	pod := create(t, client, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "copy", UID: "u",
+		Annotations: map[string]string{reservation.AnnotationKey: record}}})
+	err := ext.Bind(context.Background(), bindArgs(pod, "n1"))
+	require.ErrorIs(t, err, extender.ErrForeignRecord)
+	assert.Empty(t, get(t, client, "copy").Spec.NodeName)
+}
+
 // Two binds racing for the last whole GPU: the ledger reserves before
 // binding, so exactly one wins.
 func TestConcurrentBindsNeverShareSlots(t *testing.T) {
