@@ -32,6 +32,7 @@ type faults struct {
 	failGets    atomic.Int32 // pod reads that fail, armed when the binding call fails
 	getsAfter   int32        // failGets armed by the failed binding call
 	failRemoval bool         // the annotation's removal fails
+	touch       bool         // another writer updates the pod (annotation unchanged) before the call fails
 
 	mu       sync.Mutex
 	removals []map[string]any // metadata of the removal patches
@@ -51,6 +52,18 @@ func (f *faults) install(client *fake.Clientset) {
 			}
 			pod := obj.(*corev1.Pod).DeepCopy()
 			pod.Spec.NodeName = b.Target.Name
+			pod.ResourceVersion = bumped(pod.ResourceVersion)
+			if err := client.Tracker().Update(podsGVR, pod, pod.Namespace); err != nil {
+				return true, nil, err
+			}
+		}
+		if f.touch {
+			b := ca.GetObject().(*corev1.Binding)
+			obj, err := client.Tracker().Get(podsGVR, b.Namespace, b.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			pod := obj.(*corev1.Pod).DeepCopy()
 			pod.ResourceVersion = bumped(pod.ResourceVersion)
 			if err := client.Tracker().Update(podsGVR, pod, pod.Namespace); err != nil {
 				return true, nil, err
@@ -109,6 +122,9 @@ func TestBindErrorAfterCommit(t *testing.T) {
 			wantBound: true, wantErr: true, wantRemoved: 1},
 		{name: "not applied, read and removal fail", faults: &faults{getsAfter: 100, failRemoval: true},
 			wantErr: true, wantRemoved: 1},
+		// A new leader's extender annotated the pod again, with the same
+		// value, for its own Bind: the annotation is not ours to remove.
+		{name: "not applied, written again meanwhile", faults: &faults{touch: true}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,7 +147,7 @@ func TestBindErrorAfterCommit(t *testing.T) {
 				assert.True(t, annotated, "a bound pod keeps its annotation")
 			} else {
 				assert.Empty(t, after.Spec.NodeName)
-				assert.Equal(t, tt.faults.failRemoval, annotated, "the annotation is removed when the removal gets through")
+				assert.Equal(t, tt.faults.failRemoval || tt.faults.touch, annotated, "the annotation is removed when the removal gets through, and only the version Bind wrote")
 			}
 			tt.faults.mu.Lock()
 			removals := tt.faults.removals

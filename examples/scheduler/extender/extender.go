@@ -512,9 +512,10 @@ const CleanupTimeout = 5 * time.Second
 // timeout after the commit), so the pod is read again: bound to node,
 // with the same UID and the same placements, it is recorded as bound and
 // the bind succeeds. Otherwise the annotation is removed on the condition
-// that the pod is still the version read (resourceVersion and UID), so
-// that a pod bound meanwhile keeps it, and only then is the reservation
-// forgotten. When neither the read nor the conditional removal gets
+// that the pod is still the version the patch left (resourceVersion and
+// UID), so that a pod bound meanwhile keeps it, and so does a pod another
+// writer (a new leader's extender, for its own Bind) annotated again, even
+// with an equal value; only then is the reservation forgotten. When neither the read nor the conditional removal gets
 // through, whether the bind was applied is unknown: the reservation is
 // forgotten, the annotation stays, and the pod counts again as soon as the
 // informer or the next Bind's read of the node shows it bound.
@@ -530,8 +531,8 @@ func (e *Extender) bindFailed(ctx context.Context, annotated *corev1.Pod, node, 
 			e.view.Forget(uid) // deleted: it holds nothing
 			return berr
 		case err != nil:
-			// Remove the annotation from the version the patch left,
-			// which a bind applied meanwhile has changed.
+			// Unreadable: try to remove the annotation from the version
+			// the patch left, which a bind applied meanwhile has changed.
 			cur = annotated
 		case cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], value):
 			e.view.Bound(annotated, node, as)
@@ -543,7 +544,16 @@ func (e *Extender) bindFailed(ctx context.Context, annotated *corev1.Pod, node, 
 			e.view.Forget(uid)
 			return fmt.Errorf("%w (pod %s is now bound to %q with another reservation)", berr, ref, cur.Spec.NodeName)
 		}
-		uerr := e.unannotate(ctx, cur)
+		if cur.ResourceVersion != annotated.ResourceVersion {
+			// Written since our patch, although unbound and with an equal
+			// value: a new leader's extender may have annotated it for its
+			// own Bind. Only the version our patch left is ours to undo;
+			// an annotation on an unbound pod claims nothing, and the
+			// pod's next Bind replaces it.
+			e.view.Forget(uid)
+			return berr
+		}
+		uerr := e.unannotate(ctx, annotated)
 		if uerr == nil {
 			e.view.Forget(uid)
 			return berr
