@@ -462,6 +462,12 @@ func (s *podStore) Replace(items []any, rv string) error {
 		key := p.Namespace + "/" + p.Name
 		old := before[key]
 		delete(before, key)
+		if old != nil && old.UID != p.UID {
+			// Deleted and created again under the same name (a
+			// StatefulSet pod) during the watch gap: two pods.
+			s.onChange(old, nil)
+			old = nil
+		}
 		s.onChange(old, p)
 	}
 	for _, old := range before {

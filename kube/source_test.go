@@ -455,6 +455,34 @@ func TestNodePodSourceOnInactiveAfterRelist(t *testing.T) {
 	})
 }
 
+// A pod deleted and created again under the same name while the watch was
+// down (a StatefulSet pod) is two pods: the relist signals the old one's
+// deletion.
+func TestNodePodSourceOnInactiveRecreatedDuringGap(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		client := fake.NewClientset(podOn("a", "web-0", "n1", nil))
+		w := newWatchBreaker(client)
+		log := newOpLog(client)
+		inactive := make(chan reservation.Pod, 8)
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{
+			OnInactive: func(p reservation.Pod) { inactive <- p },
+		})
+		startSource(t, src)
+		settle(t, func() bool { return log.watches() == 1 })
+		w.breakAll()
+		ctx := context.Background()
+		require.NoError(t, client.CoreV1().Pods("a").Delete(ctx, "web-0", metav1.DeleteOptions{}))
+		again := podOn("a", "web-0", "n1", nil)
+		again.UID = "uid-web-0-again"
+		_, err := client.CoreV1().Pods("a").Create(ctx, again, metav1.CreateOptions{})
+		require.NoError(t, err)
+		settle(t, func() bool { return src.Snapshot().Complete })
+		synctest.Wait()
+		require.Len(t, inactive, 1)
+		assert.Equal(t, "uid-a-web-0", (<-inactive).UID, "the deleted pod, not its successor")
+	})
+}
+
 // Against a server that deletes gracefully, as a real one does, a deleted
 // pod stays in the snapshot with its deletion deadline until the kubelet's
 // final delete; OnInactive fires at both steps.
