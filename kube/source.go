@@ -95,7 +95,9 @@ type NodePodSourceOptions struct {
 // events of the one watch that continued that listing, which has not
 // ended. Such a cache equals the API server's state at some moment after
 // the listing began, and lags it only by the events in flight on that
-// watch. In detail:
+// watch, or, on a connection that died without closing, until the client
+// notices: client-go's HTTP/2 health check (about 45 s without a frame)
+// ends such a watch, and with it completeness. In detail:
 //
 //   - Every list the source issues is a consistent read: resourceVersion
 //     "" and no resourceVersionMatch, whatever the reflector asked for.
@@ -174,7 +176,9 @@ type NodePodSourceOptions struct {
 // client a relist of n pods costs about as much as n to 2n watch events.
 //
 // Goroutines: [NodePodSource.Run] runs the reflector and does not return
-// until ctx is done and every goroutine it started has stopped. No other
+// until ctx is done and the reflector has stopped; a list call in flight
+// at that moment may finish on client-go's paging goroutine shortly after,
+// without touching the cache. No other
 // method starts goroutines. All methods are safe for concurrent use.
 type NodePodSource struct {
 	node      string
