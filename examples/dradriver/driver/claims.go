@@ -118,10 +118,14 @@ func allocationOf(ci, di int, p Partition) reservation.Allocation {
 
 // Demand builds the realize demand of a claim listing: one holder per
 // claim allocated to this node's pool (override, when not nil, replaces
-// the listed claim with its UID or is added), plus one released holder
-// per checkpointed claim no longer allocated here. Placements come only
-// from claim status (the allocator), so AdoptAtPlacement is set.
-func (c *Catalog) Demand(claims []*resourceapi.ResourceClaim, complete bool, ck Checkpoint, override *resourceapi.ResourceClaim) realize.Demand {
+// the listed claim with its UID or is added), plus one holder per
+// checkpointed claim the listing lacks. Such a claim is released only when
+// gone, if not nil, confirms it (the API server no longer has it allocated
+// here); otherwise it keeps its devices, since a lagging listing may not
+// show a claim the kubelet has just had prepared. A nil gone releases
+// every checkpointed claim the listing lacks. Placements come only from
+// claim status (the allocator), so AdoptAtPlacement is set.
+func (c *Catalog) Demand(claims []*resourceapi.ResourceClaim, complete bool, ck Checkpoint, override *resourceapi.ResourceClaim, gone func(uid string) bool) realize.Demand {
 	d := realize.Demand{Complete: complete, AdoptAtPlacement: true}
 	listed := map[string]bool{}
 	add := func(claim *resourceapi.ResourceClaim) {
@@ -143,11 +147,33 @@ func (c *Catalog) Demand(claims []*resourceapi.ResourceClaim, complete bool, ck 
 		add(override)
 	}
 	for i := range ck.Claims {
-		if !listed[ck.Claims[i].UID] {
-			d.Holders = append(d.Holders, releasedHolder(&ck.Claims[i]))
+		if listed[ck.Claims[i].UID] {
+			continue
 		}
+		h := releasedHolder(&ck.Claims[i])
+		if gone != nil && !gone(h.UID) {
+			h.Released = false
+		}
+		d.Holders = append(d.Holders, h)
 	}
 	return d
+}
+
+// Unlisted returns the checkpointed claims that claims lacks.
+func (c *Catalog) Unlisted(claims []*resourceapi.ResourceClaim, ck Checkpoint) []PreparedClaim {
+	listed := map[string]bool{}
+	for _, claim := range claims {
+		if _, ok := c.ClaimDevices(claim); ok {
+			listed[string(claim.UID)] = true
+		}
+	}
+	var out []PreparedClaim
+	for _, pc := range ck.Claims {
+		if !listed[pc.UID] {
+			out = append(out, pc)
+		}
+	}
+	return out
 }
 
 // Used returns, per GPU UUID, the slots that the listing's allocations

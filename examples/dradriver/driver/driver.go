@@ -11,6 +11,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -310,8 +312,13 @@ func (d *Driver) claims() ([]*resourceapi.ResourceClaim, bool) {
 
 // Demand returns the realize demand of the current claim listing and
 // checkpoint, with override (when not nil) in place of the listed claim
-// with its UID.
-func (d *Driver) Demand(override *resourceapi.ResourceClaim) realize.Demand {
+// with its UID. A checkpointed claim the listing lacks is released only
+// when a read from the API server (a quorum read) confirms it is gone or
+// no longer allocated to this node: the informer may lag behind a claim
+// the kubelet has just had prepared, whose idle instance would otherwise
+// be reclaimed under it. Without Config.Client (a custom Claims source)
+// the listing is taken as fresh.
+func (d *Driver) Demand(ctx context.Context, override *resourceapi.ResourceClaim) realize.Demand {
 	claims, complete := d.claims()
 	d.mu.Lock()
 	cat, ck := d.cat, d.ck
@@ -319,7 +326,35 @@ func (d *Driver) Demand(override *resourceapi.ResourceClaim) realize.Demand {
 	if cat == nil {
 		return realize.Demand{}
 	}
-	return cat.Demand(claims, complete, ck, override)
+	var gone func(string) bool
+	if d.cfg.Client != nil {
+		confirmed := map[string]bool{}
+		for _, pc := range cat.Unlisted(claims, ck) {
+			if override != nil && string(override.UID) == pc.UID {
+				continue
+			}
+			confirmed[pc.UID] = d.claimGone(ctx, cat, pc)
+		}
+		gone = func(uid string) bool { return confirmed[uid] }
+	}
+	return cat.Demand(claims, complete, ck, override, gone)
+}
+
+// claimGone reports whether the API server confirms that pc's claim no
+// longer exists, or is no longer allocated to this node's pool; an error
+// confirms nothing.
+func (d *Driver) claimGone(ctx context.Context, cat *Catalog, pc PreparedClaim) bool {
+	claim, err := d.cfg.Client.ResourceV1().ResourceClaims(pc.Namespace).Get(ctx, pc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		return false
+	case string(claim.UID) != pc.UID:
+		return true
+	}
+	_, allocated := cat.ClaimDevices(claim)
+	return !allocated
 }
 
 // Maintain runs one maintenance pass against the current listing: adopt
@@ -327,7 +362,7 @@ func (d *Driver) Demand(override *resourceapi.ResourceClaim) realize.Demand {
 // says is released), collect leaks when due. Run calls it every
 // MaintainInterval.
 func (d *Driver) Maintain(ctx context.Context) (realize.MaintainReport, error) {
-	rep, err := d.mgr.MaintainDemand(ctx, d.Demand(nil))
+	rep, err := d.mgr.MaintainDemand(ctx, d.Demand(ctx, nil))
 	if rep.Adopt != nil {
 		d.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
 			"pending", len(rep.Adopt.Pending), "rejected", len(rep.Adopt.Rejected), "leaks", len(rep.Adopt.Leaks), "err", err)
@@ -383,7 +418,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: err}
 		}
 	}
-	got, err := d.mgr.Prepare(ctx, d.Demand(claim), string(claim.UID))
+	got, err := d.mgr.Prepare(ctx, d.Demand(ctx, claim), string(claim.UID))
 	if err != nil {
 		return nil, &ClaimError{Claim: ref, Err: err}
 	}
@@ -495,7 +530,7 @@ func (d *Driver) unprepare(ctx context.Context, uid string) error {
 	if !ready {
 		return ErrNotSetUp
 	}
-	rep, err := d.mgr.Unprepare(ctx, d.Demand(nil), uid)
+	rep, err := d.mgr.Unprepare(ctx, d.Demand(ctx, nil), uid)
 	if err != nil {
 		return err
 	}

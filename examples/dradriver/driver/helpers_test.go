@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
@@ -48,6 +49,7 @@ type env struct {
 	cdiDir  string
 	dataDir string
 	allow   capability.Allowlist
+	client  kubernetes.Interface // nil: the driver has no API client
 }
 
 func newEnv(t *testing.T, models ...string) *env {
@@ -63,7 +65,7 @@ func newEnv(t *testing.T, models ...string) *env {
 func (e *env) driver(t *testing.T) *driver.Driver {
 	t.Helper()
 	d, err := driver.New(driver.Config{
-		Node: testNode, Hardware: e.hw, Claims: e.claims, Allowlist: e.allow,
+		Node: testNode, Hardware: e.hw, Claims: e.claims, Client: e.client, Allowlist: e.allow,
 		CDIDir: e.cdiDir, DataDir: e.dataDir,
 	})
 	if err != nil {

@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -473,5 +475,48 @@ func TestMaintainReleasesDeletedClaim(t *testing.T) {
 	}
 	if _, ok := d.Checkpoint().Claim("uid-a"); ok {
 		t.Error("released claim still checkpointed after unprepare")
+	}
+}
+
+// The claim listing can lag behind a claim the kubelet has just had
+// prepared (it reads the claim from the API server itself). A checkpointed
+// claim the listing lacks keeps its instance until the API server confirms
+// it is gone; then maintenance reclaims it.
+func TestMaintainKeepsPreparedClaimTheListingLacks(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "NVIDIA A30")
+	client := fake.NewClientset()
+	e.client = client
+	d := e.driver(t)
+	a := allocate(t, d.Catalog(), profileClaim("uid-a", "2g.12gb", 1))
+	b := allocate(t, d.Catalog(), profileClaim("uid-b", "2g.12gb", 1), a)
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if _, err := client.ResourceV1().ResourceClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.claims.set(true, a, b)
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if r := prepareOne(t, d, c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+
+	e.claims.set(true, b) // the listing lags: a is allocated, but not yet listed
+	if _, err := d.Maintain(ctx); err != nil {
+		t.Fatalf("maintain: %v", err)
+	}
+	if got := liveInstances(e.hw); len(got) != 2 {
+		t.Fatalf("live %v after maintenance on a lagging listing, want a's and b's", got)
+	}
+
+	if err := client.ResourceV1().ResourceClaims(a.Namespace).Delete(ctx, a.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Maintain(ctx); err != nil {
+		t.Fatalf("maintain: %v", err)
+	}
+	if got := liveInstances(e.hw); len(got) != 1 {
+		t.Errorf("live %v after a's deletion, want only b's", got)
 	}
 }
