@@ -105,6 +105,7 @@ type Driver struct {
 	mgr *realize.Manager
 	cdi *cdiWriter
 
+	buildMu   sync.Mutex // serialises build
 	mu        sync.Mutex
 	source    ClaimSource // cfg.Claims, or Run's informer
 	setUp     bool
@@ -243,6 +244,19 @@ func (d *Driver) SetAllowlist(ctx context.Context, a capability.Allowlist) error
 // rebuild recomputes the catalog from the GPUs, their health, the claim
 // listing and the checkpoint, and signals a republish.
 func (d *Driver) rebuild() {
+	d.build()
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+// build rebuilds the catalog from the current GPUs, health, claims and
+// checkpoint. Builds are serialised, so that one that read older state
+// never replaces a newer catalog.
+func (d *Driver) build() {
+	d.buildMu.Lock()
+	defer d.buildMu.Unlock()
 	claims, _ := d.claims()
 	d.mu.Lock()
 	gpus := slices.Clone(d.gpus)
@@ -272,10 +286,6 @@ func (d *Driver) rebuild() {
 	d.mu.Lock()
 	d.cat = cat
 	d.mu.Unlock()
-	select {
-	case d.changed <- struct{}{}:
-	default:
-	}
 }
 
 // Catalog returns the current publication, nil before Setup.
@@ -670,12 +680,9 @@ func (d *Driver) signal() {
 // rebuildAndPublish is Run's reaction to a change: the order of devices
 // depends on the taken slots, so a new allocation reorders its GPU.
 func (d *Driver) rebuildAndPublish(ctx context.Context) {
-	d.rebuild()
-	// rebuild signalled again; drain it so a quiet system stays quiet.
-	select {
-	case <-d.changed:
-	default:
-	}
+	// build, not rebuild: no signal of its own, so a quiet system stays
+	// quiet, while a change signalled meanwhile still gets its turn.
+	d.build()
 	d.pubMu.Lock()
 	pub := d.publisher
 	d.pubMu.Unlock()
