@@ -51,7 +51,28 @@ func (o *oracle) predictCreate(idx capability.GIProfileIndex, at capability.Plac
 	if same >= p.InstanceCount || used+p.SliceCount > o.budget {
 		return realize.ErrOccupied
 	}
+	// Media engines are a budget of their own (the model's per-profile
+	// engine table): a GPU refuses an instance whose engines are taken.
+	if o.model.ProfileEngines != nil {
+		var dec, enc, jpg, ofa uint32
+		for _, e := range append([]fakehal.Engines{o.model.ProfileEngines[idx]}, o.engines()...) {
+			dec, enc, jpg, ofa = dec+e.Decoders, enc+e.Encoders, jpg+e.JPEG, ofa+e.OFA
+		}
+		b := o.model.Engines
+		if dec > b.Decoders || enc > b.Encoders || jpg > b.JPEG || ofa > b.OFA {
+			return realize.ErrOccupied
+		}
+	}
 	return nil
+}
+
+// engines lists the media engines of the live GPU instances.
+func (o *oracle) engines() []fakehal.Engines {
+	var out []fakehal.Engines
+	for _, g := range o.gis {
+		out = append(out, o.model.ProfileEngines[g.info.Index])
+	}
+	return out
 }
 
 // TestNodeAgainstOracle drives a node with random creates (published and
