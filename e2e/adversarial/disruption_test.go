@@ -91,11 +91,11 @@ func TestWatchDropAndPartition(t *testing.T) {
 	e.mustAdmit(b.Name)
 
 	cut.block()
-	refused := cut.refused.Load()
+	refused := cut.refused()
 	migA := e.end(a.Name)
 	c := e.schedule(migPod("c", "4000"))
 	e.waitFor("the plugin reconnecting in vain", func(context.Context) (bool, error) {
-		return cut.refused.Load() >= refused+3, nil
+		return cut.refused() >= refused+3, nil
 	})
 	time.Sleep(outage) // the partition itself: nothing to wait for
 	if !slices.Contains(liveMIGs(e.hw), migA) {

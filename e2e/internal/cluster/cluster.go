@@ -62,7 +62,7 @@ type Cluster struct {
 	opts    Options
 	etcd    *Etcd
 	pki     *pki
-	proxy   *frontProxy
+	proxy   *Proxy
 	storage *storagebackend.Config
 	files   struct{ ca, cert, key string }
 
@@ -99,10 +99,10 @@ func Start(t *testing.T, opts Options) *Cluster {
 	}
 	t.Cleanup(c.etcd.Stop)
 
-	if c.proxy, err = newFrontProxy(); err != nil {
+	if c.proxy, err = NewProxy(); err != nil {
 		t.Fatalf("cluster: front proxy: %v", err)
 	}
-	t.Cleanup(c.proxy.close)
+	t.Cleanup(c.proxy.Close)
 
 	// One storage prefix for the cluster's life: a restarted API server
 	// finds everything its predecessor stored.
@@ -121,7 +121,7 @@ func Start(t *testing.T, opts Options) *Cluster {
 func (c *Cluster) Etcd() *Etcd { return c.etcd }
 
 // Host returns the API server's stable URL, "https://127.0.0.1:<port>".
-func (c *Cluster) Host() string { return "https://" + c.proxy.addr() }
+func (c *Cluster) Host() string { return "https://" + c.proxy.Addr() }
 
 // CAData returns the PEM CA bundle that verifies the API server.
 func (c *Cluster) CAData() []byte { return append([]byte(nil), c.pki.caPEM...) }
@@ -195,7 +195,7 @@ func (c *Cluster) StartAPIServer() error {
 		return fmt.Errorf("start kube-apiserver: %w", err)
 	}
 	c.server = &srv
-	c.proxy.setBackend(srv.ServerOpts.SecureServing.Listener.Addr().String())
+	c.proxy.SetBackend(srv.ServerOpts.SecureServing.Listener.Addr().String())
 	return nil
 }
 
@@ -207,7 +207,7 @@ func (c *Cluster) StopAPIServer() {
 	if c.server == nil {
 		return
 	}
-	c.proxy.setBackend("")
+	c.proxy.SetBackend("")
 	c.server.TearDownFn()
 	c.server = nil
 }

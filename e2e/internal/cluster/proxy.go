@@ -4,16 +4,20 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
-// frontProxy is a TCP pass-through that gives the API server an address
-// which survives restarts: StartTestServer listens on a new random port
-// every time. TLS is end to end (the proxy never looks into the stream).
-// While no backend is set, connections are accepted and closed at once,
-// which clients see as a server that is down.
-type frontProxy struct {
-	ln net.Listener
-	wg sync.WaitGroup
+// Proxy is a TCP pass-through on 127.0.0.1. The cluster puts one in front
+// of the API server to give it an address which survives restarts
+// (StartTestServer listens on a new random port every time); tests put one
+// between a component and the API server to cut it off. TLS is end to end
+// (the proxy never looks into the stream). While no backend is set,
+// connections are accepted and closed at once, which clients see as a
+// server that is down.
+type Proxy struct {
+	ln      net.Listener
+	wg      sync.WaitGroup
+	refused atomic.Int64
 
 	mu      sync.Mutex
 	backend string
@@ -21,22 +25,28 @@ type frontProxy struct {
 	closed  bool
 }
 
-func newFrontProxy() (*frontProxy, error) {
+// NewProxy starts a proxy with no backend; Close stops it.
+func NewProxy() (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &frontProxy{ln: ln, conns: make(map[net.Conn]struct{})}
+	p := &Proxy{ln: ln, conns: make(map[net.Conn]struct{})}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
 }
 
-func (p *frontProxy) addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// setBackend points new connections at addr ("" for none) and closes every
-// connection to the previous backend, so that clients notice at once.
-func (p *frontProxy) setBackend(addr string) {
+// Refused counts the connections closed at once for want of a backend.
+func (p *Proxy) Refused() int64 { return p.refused.Load() }
+
+// SetBackend points new connections at addr ("" for none) and closes every
+// connection through the proxy, so that clients notice at once (watches
+// break, requests in flight fail).
+func (p *Proxy) SetBackend(addr string) {
 	p.mu.Lock()
 	p.backend = addr
 	conns := p.conns
@@ -47,7 +57,7 @@ func (p *frontProxy) setBackend(addr string) {
 	}
 }
 
-func (p *frontProxy) track(c net.Conn) bool {
+func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -57,7 +67,7 @@ func (p *frontProxy) track(c net.Conn) bool {
 	return true
 }
 
-func (p *frontProxy) serve() {
+func (p *Proxy) serve() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -67,7 +77,12 @@ func (p *frontProxy) serve() {
 		p.mu.Lock()
 		backend := p.backend
 		p.mu.Unlock()
-		if backend == "" || !p.track(c) {
+		if backend == "" {
+			p.refused.Add(1)
+			c.Close()
+			continue
+		}
+		if !p.track(c) {
 			c.Close()
 			continue
 		}
@@ -79,7 +94,7 @@ func (p *frontProxy) serve() {
 	}
 }
 
-func (p *frontProxy) pipe(c net.Conn, backend string) {
+func (p *Proxy) pipe(c net.Conn, backend string) {
 	defer c.Close()
 	b, err := net.Dial("tcp", backend)
 	if err != nil {
@@ -104,13 +119,13 @@ func (p *frontProxy) pipe(c net.Conn, backend string) {
 	p.mu.Unlock()
 }
 
-// close stops accepting, closes every connection and waits for the proxy's
+// Close stops accepting, closes every connection and waits for the proxy's
 // goroutines.
-func (p *frontProxy) close() {
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	p.ln.Close()
-	p.setBackend("")
+	p.SetBackend("")
 	p.wg.Wait()
 }
