@@ -623,6 +623,35 @@ func NewMIGNodeDevices(gpus []GPU, healthy func(*GPU) bool) ([]NodeDevice, error
 	return devs, nil
 }
 
+// ModelTable is one GPU model's profile table as a driver reports it: the
+// device name, its memory in MiB and every GPU instance profile, the input
+// from which [GPUFromDevice] builds a GPU of that model. Test generators
+// take tables as input so that they need no hardware backend.
+type ModelTable struct {
+	Name     string
+	MemoryMB uint64
+	Profiles []GIProfileInfo
+}
+
+// MIGNodeDevices is the lenient counterpart of [NewMIGNodeDevices] that a
+// publisher uses: each GPU is converted with [NewMIGNodeDevice], healthy
+// unless marked [GPU.Unhealthy], and a GPU that cannot be converted (MIG
+// disabled, memory out of range) is left out and described in skipped, one
+// error per GPU naming its index and UUID, so that it does not keep the
+// others from being scheduled.
+func MIGNodeDevices(gpus []GPU) (devs []NodeDevice, skipped []error) {
+	devs = make([]NodeDevice, 0, len(gpus))
+	for _, g := range gpus {
+		d, err := NewMIGNodeDevice(g, !g.Unhealthy)
+		if err != nil {
+			skipped = append(skipped, fmt.Errorf("capability: GPU %d (%s) not published: %w", g.Index, g.UUID, err))
+			continue
+		}
+		devs = append(devs, d)
+	}
+	return devs, skipped
+}
+
 // renumber sets Device to i on the registration errors in err.
 func renumber(err error, i int) error {
 	var errs []error

@@ -133,6 +133,22 @@ func Models() []Model {
 	return out
 }
 
+// Tables returns the profile table of every built-in model at every
+// driver generation that reports a different one ([Model.ForDriver]), in
+// a fixed order: the input of the property generators in placementtest
+// and reservationtest. The result is a copy the caller may modify.
+func Tables() []capability.ModelTable {
+	var out []capability.ModelTable
+	for _, m := range Models() {
+		out = append(out, capability.ModelTable{Name: m.Name, MemoryMB: m.MemoryMB, Profiles: m.Profiles})
+		for _, o := range m.Older {
+			e := m.ForDriver(o.Driver)
+			out = append(out, capability.ModelTable{Name: e.Name, MemoryMB: e.MemoryMB, Profiles: e.Profiles})
+		}
+	}
+	return out
+}
+
 // LookupModel returns the built-in model whose Name or one of its Aliases
 // equals name, ignoring case.
 func LookupModel(name string) (Model, bool) {

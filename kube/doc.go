@@ -5,13 +5,15 @@
 // JSON merge patches, drives periodic and event-driven reconciliation, and
 // guards a node against concurrent mutation by NVIDIA MIG Manager. For
 // schedulers it decodes node registrations ([NodeGPUs]) and pod records
-// ([PodAllocations]) and converts between those records and the placement
-// ledger ([LedgerReservations], [Allocations]); a [SchedulerView] keeps a
+// ([PodAllocations]), converting them to the placement ledger's terms with
+// package schedule; a [SchedulerView] keeps a
 // scheduler's ledger current from shared informers and the scheduler's own
 // binds, applying events in order and freeing a pod's slots by the same
-// release rule the device plugin reclaims by. It is the only package of
-// the library (examples aside) that imports Kubernetes; its subpackage
-// kubetest is a fake API server for tests.
+// release rule the device plugin reclaims by. It is the library's
+// adapter layer to Kubernetes: the components (deviceplugin, extender,
+// dradriver) build on it, and the model, decision and node-engine packages
+// never import Kubernetes. Its subpackage kubetest is a fake API server for
+// tests.
 //
 // # Model
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 func ExampleParseRequest() {
@@ -157,7 +158,7 @@ func ExampleAllocations() {
 		fmt.Println(err)
 		return
 	}
-	if err := ledger.AddPod(node.Name, string(running.UID), kube.LedgerReservations(string(running.UID), allocs)); err != nil {
+	if err := ledger.AddPod(node.Name, string(running.UID), schedule.LedgerReservations(string(running.UID), allocs)); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -168,7 +169,7 @@ func ExampleAllocations() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(reservation.EncodeString(kube.Allocations(as)))
+	fmt.Println(reservation.EncodeString(schedule.Allocations(as)))
 	// Output:
 	// [{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"2g.10gb","placement":{"start":2,"size":2}}]
 }

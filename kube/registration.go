@@ -64,36 +64,17 @@ func (p *RegistrationPublisher) Publish(ctx context.Context, devs []capability.N
 	return true, nil
 }
 
-// PublishGPUs publishes the MIG-enabled GPUs of gpus ([MIGNodeDevices]),
+// PublishGPUs publishes the MIG-enabled GPUs of gpus ([capability.MIGNodeDevices]),
 // healthy unless marked [capability.GPU.Unhealthy]. GPUs that cannot be
 // published, such as those with MIG disabled, are left out and logged: they
 // must not keep the rest from being scheduled. The error is
 // [RegistrationPublisher.Publish]'s.
 func (p *RegistrationPublisher) PublishGPUs(ctx context.Context, gpus []capability.GPU) (changed bool, err error) {
-	devs, skipped := MIGNodeDevices(gpus)
+	devs, skipped := capability.MIGNodeDevices(gpus)
 	for _, err := range skipped {
 		p.log.Warn("GPU left out of the node registration", "node", p.node, "err", err)
 	}
 	return p.Publish(ctx, devs)
-}
-
-// MIGNodeDevices converts the GPUs to registration devices with
-// [capability.NewMIGNodeDevice], each healthy unless marked
-// [capability.GPU.Unhealthy] (an unhealthy GPU is published without the
-// "health" key, as the deployed plugin writes it). GPUs it cannot convert
-// (MIG disabled, memory out of range) are left out and described in
-// skipped, one error per GPU naming its index and UUID.
-func MIGNodeDevices(gpus []capability.GPU) (devs []capability.NodeDevice, skipped []error) {
-	devs = make([]capability.NodeDevice, 0, len(gpus))
-	for _, g := range gpus {
-		d, err := capability.NewMIGNodeDevice(g, !g.Unhealthy)
-		if err != nil {
-			skipped = append(skipped, fmt.Errorf("kube: GPU %d (%s) not published: %w", g.Index, g.UUID, err))
-			continue
-		}
-		devs = append(devs, d)
-	}
-	return devs, skipped
 }
 
 // annotationPatch returns {"metadata":{"annotations":{key:value}}}.

@@ -88,7 +88,7 @@ func TestRegistrationPublisherErrors(t *testing.T) {
 
 	gpus := discovered(t, fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
 	gpus[1].MIGMode = capability.MIGDisabled
-	devs, skipped := kube.MIGNodeDevices(gpus)
+	devs, skipped := capability.MIGNodeDevices(gpus)
 	assert.Len(t, devs, 1)
 	require.Len(t, skipped, 1, "the GPU left out is reported")
 	var re2 *capability.RegistrationError
@@ -226,7 +226,7 @@ func TestRegistrationPublisherPatchFails(t *testing.T) {
 func TestSchedulerViewKeepsTheOtherGPUs(t *testing.T) {
 	gpus := discovered(t, fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
 	gpus[0].Unhealthy = true
-	devs, skipped := kube.MIGNodeDevices(gpus)
+	devs, skipped := capability.MIGNodeDevices(gpus)
 	require.Empty(t, skipped)
 	value, err := capability.EncodeNodeRegistration(devs)
 	require.NoError(t, err)

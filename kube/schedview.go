@@ -20,6 +20,7 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // ErrBindInProgress: [SchedulerView.Reserve] was called for a pod that is
@@ -374,7 +375,7 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 		p.deleting = view.DeletionDeadline
 	}
 	v.put(uid, p)
-	if err := v.ledger.UpdatePod(p.node, uid, LedgerReservations(uid, kept)); err != nil {
+	if err := v.ledger.UpdatePod(p.node, uid, schedule.LedgerReservations(uid, kept)); err != nil {
 		// Before the node's registration is seen (informers deliver pods
 		// and nodes in any order) every reservation on it reads as "GPU
 		// not on node"; the ledger counts them once the node arrives, so
@@ -668,7 +669,7 @@ func (v *SchedulerView) Bound(pod *corev1.Pod, node string, as []placement.Assig
 	}
 	held := p.held
 	p.state, p.held, p.ours, p.since = bound, nil, true, v.clock.Now()
-	p.entries = Allocations(as)
+	p.entries = schedule.Allocations(as)
 	if err := v.ledger.AddPod(node, uid, placement.Reservations(uid, as)); err != nil {
 		v.log.Warn("confirming reservation", "pod", p.ref.String(), "err", err)
 	}
@@ -737,7 +738,7 @@ func onNode(allocs []reservation.Allocation, n *viewNode) bool {
 // version, the same registration), and holds no pod the listing lacks; if not, it also returns a channel that is closed when the
 // view next changes. A caller that wants to read its own writes lists the
 // API server after writing and waits until the view reflects the listing
-// (see examples/scheduler/extender's Sync).
+// (see extender's Sync).
 func (v *SchedulerView) Reflects(pods []corev1.Pod, nodes []corev1.Node) (bool, <-chan struct{}) {
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -7,8 +7,8 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // BenchmarkSchedulerViewPodUpdate is the cost of one informer update of a
@@ -18,7 +18,7 @@ import (
 func BenchmarkSchedulerViewPodUpdate(b *testing.B) {
 	b.Run("LedgerOnly", func(b *testing.B) {
 		v, _, gpu := newView(b, clocktesting.NewFakePassiveClock(time.Unix(1000, 0)))
-		rs := kube.LedgerReservations("uid-p", []reservation.Allocation{alloc(gpu, "3g.20gb", 4, 4)})
+		rs := schedule.LedgerReservations("uid-p", []reservation.Allocation{alloc(gpu, "3g.20gb", 4, 4)})
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = v.Ledger().UpdatePod("n1", "uid-p", rs)

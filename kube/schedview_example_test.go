@@ -14,6 +14,7 @@ import (
 	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // A scheduler's view of one node: pod events reach the ledger through the
@@ -40,7 +41,7 @@ func ExampleSchedulerView() {
 		fmt.Println(err)
 		return
 	}
-	// ... write reservation.EncodeString(kube.Allocations(as)), bind ...
+	// ... write reservation.EncodeString(schedule.Allocations(as)), bind ...
 	view.Bound(pod, "n1", as)
 	view.PodHandler().OnUpdate(nil, pod) // a lagging informer's view from before the bind
 	rs, _, _ := view.Ledger().Pod("uid-train")
@@ -48,7 +49,7 @@ func ExampleSchedulerView() {
 
 	// A pod requesting no GPU writes itself a record on the same GPU.
 	forged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "evil", UID: "uid-evil", ResourceVersion: "1",
-		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(kube.Allocations(as))}},
+		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(schedule.Allocations(as))}},
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main"}}}}
 	view.PodHandler().OnAdd(forged, false)
 	for _, c := range view.Claims("n1") {

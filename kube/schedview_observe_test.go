@@ -13,9 +13,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dynmig/dynmig/capability"
-	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // listing returns a list function for SchedulerView.ObservePods that runs
@@ -144,7 +144,7 @@ func TestSchedulerViewUnrealized(t *testing.T) {
 	assert.False(t, v.Unrealized("uid-p"), "being bound")
 	v.Bound(p, "n1", as)
 	assert.True(t, v.Unrealized("uid-p"))
-	realized := reserved(p, "n1", 7, kube.Allocations(as)[0].WithRuntime(runtimeID()))
+	realized := reserved(p, "n1", 7, schedule.Allocations(as)[0].WithRuntime(runtimeID()))
 	pods.OnUpdate(nil, realized)
 	assert.False(t, v.Unrealized("uid-p"), "realized")
 	q := reserved(gpuPod("q", 1, 1), "n1", 2, alloc(gpu, "1g.5gb", 0, 1))

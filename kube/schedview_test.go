@@ -23,6 +23,7 @@ import (
 	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // registeredNode returns node n1 as its device plugin publishes it: one
@@ -103,7 +104,7 @@ func TestSchedulerViewOlderViewsKeepABind(t *testing.T) {
 	pods.OnUpdate(nil, p) // an event from before the bind, while binding
 	v.Bound(p, "n1", as)
 	pods.OnUpdate(nil, p) // the same stale view after the bind
-	annotated := reserved(p, "", 6, kube.Allocations(as)...)
+	annotated := reserved(p, "", 6, schedule.Allocations(as)...)
 	pods.OnUpdate(nil, annotated) // annotated but not yet bound: still older than the bind
 
 	_, _, ok := v.Ledger().Pod("uid-p")
@@ -115,7 +116,7 @@ func TestSchedulerViewOlderViewsKeepABind(t *testing.T) {
 
 	// The bound view is newer and applies; an out-of-order older one after
 	// it does not.
-	pods.OnUpdate(nil, reserved(p, "n1", 7, kube.Allocations(as)...))
+	pods.OnUpdate(nil, reserved(p, "n1", 7, schedule.Allocations(as)...))
 	pods.OnUpdate(nil, reserved(p, "n1", 6))
 	rs, _, ok := v.Ledger().Pod("uid-p")
 	require.True(t, ok)
@@ -145,7 +146,7 @@ func TestSchedulerViewEndedPodFreesSlots(t *testing.T) {
 			as, err := v.Reserve("n1", p, wholeGPU())
 			require.NoError(t, err)
 			v.Bound(p, "n1", as)
-			tt.end(reserved(p, "n1", 9, kube.Allocations(as)...), pods)
+			tt.end(reserved(p, "n1", 9, schedule.Allocations(as)...), pods)
 			_, _, ok := v.Ledger().Pod("uid-p")
 			assert.False(t, ok)
 			assert.Empty(t, claimed(v))

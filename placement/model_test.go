@@ -40,7 +40,7 @@ func TestSelectChurnMatchesOracle(t *testing.T) {
 	policies := []placement.Policy{placement.FirstFit{}, placement.V210{}, placement.FragmentationAware{},
 		placement.FragmentationAware{Metric: placement.InstanceCapacity}, placement.FragmentationAware{Metric: placement.FreePlacements}}
 	rapid.Check(t, func(t *rapid.T) {
-		node := placementtest.NodeGen(4).Draw(t, "node")
+		node := placementtest.NodeGen(4, fakehal.Tables()).Draw(t, "node")
 		pol := rapid.SampledFrom(policies).Draw(t, "policy")
 		sel := placementtest.Selector(placement.SelectorOptions{Policy: pol})
 		for range rapid.IntRange(1, 30).Draw(t, "steps") {
@@ -50,7 +50,7 @@ func TestSelectChurnMatchesOracle(t *testing.T) {
 				continue
 			}
 			req := placementtest.RequestGen(node, 4).Draw(t, "pod")
-			err := placementtest.CheckCase(sel, placementtest.Case{Node: node, Request: req}, placementtest.Options{})
+			err := placementtest.CheckCase(sel, placementtest.Case{Node: node, Request: req}, placementtest.Options{Tables: fakehal.Tables()})
 			if errors.Is(err, placementtest.ErrUndecided) {
 				continue
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // header is what every Kubernetes object and list starts with.
@@ -318,7 +319,7 @@ func (nv *nodeView) ledger(pol placement.Policy, skip string) (*placement.Ledger
 		}
 		// Overlaps between pods are recorded and listed by Conflicts;
 		// the callers report them with pod names.
-		for _, err := range flatten(l.AddPod(nv.name, v.UID, kube.LedgerReservations(v.UID, allocs))) {
+		for _, err := range flatten(l.AddPod(nv.name, v.UID, schedule.LedgerReservations(v.UID, allocs))) {
 			if err != nil && !errors.Is(err, placement.ErrConflict) {
 				warnings = append(warnings, fmt.Sprintf("pod %s: %v", podKey(v), err))
 			}

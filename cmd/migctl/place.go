@@ -11,6 +11,7 @@ import (
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/placement/sim"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // policyAliases maps spellings people type to the names the policies'
@@ -144,7 +145,7 @@ func place(e *env, nodeFile, nodeName, podsFile, podFile, polName string) error 
 		fmt.Fprintf(e.stderr, "c%d/d%d -> GPU%d %s %s %s\n", a.ContainerIndex, a.DeviceIndex,
 			gpus[a.GPU].Grid.Index(), a.GPUUUID, a.Profile, a.Placement)
 	}
-	_, err = fmt.Fprintln(e.stdout, reservation.EncodeString(kube.Allocations(as)))
+	_, err = fmt.Fprintln(e.stdout, reservation.EncodeString(schedule.Allocations(as)))
 	return err
 }
 

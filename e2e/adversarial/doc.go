@@ -6,10 +6,10 @@
 // real server (409), watches that break, and an API server stopped and
 // started again over the same etcd in the middle of a pod's lifecycle.
 //
-// Each test runs the example device plugin (examples/deviceplugin/plugin)
+// Each test runs the device plugin (deviceplugin)
 // on a fake kubelet node whose kubelet device manager is the real one, over
-// fakehal GPUs, and the example scheduler extender
-// (examples/scheduler/extender) called as kube-scheduler calls it. The
+// fakehal GPUs, and the scheduler extender
+// (extender) called as kube-scheduler calls it. The
 // tests check hardware state, not only API objects: a fakehal monitor
 // samples the live MIG devices throughout and fails the test if a device
 // in use by a running pod ever disappears.

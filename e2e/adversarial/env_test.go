@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
-	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
-	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
@@ -40,7 +40,7 @@ const (
 )
 
 // env is one control plane with one fake kubelet node (one fakehal A100),
-// the example device plugin on it and an extender.
+// the device plugin on it and an extender.
 type env struct {
 	t       *testing.T
 	ctx     context.Context
@@ -79,7 +79,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "device-plugin")
 	}
-	e.plugin, err = e.node.StartPlugin(ctx, t, plugin.Config{
+	e.plugin, err = e.node.StartPlugin(ctx, t, deviceplugin.Config{
 		Client: client, Hardware: e.hw, ReconcileInterval: reconcileInterval, Logger: log,
 		Manager: realize.Options{AbsentPodGrace: absentPodGrace},
 	})
@@ -128,7 +128,7 @@ func migPod(name, gpumem string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
-		Spec: corev1.PodSpec{SchedulerName: plugin.DefaultSchedulerName, Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{SchedulerName: deviceplugin.DefaultSchedulerName, Containers: []corev1.Container{{
 			Name: "main", Image: "registry.example/workload:1",
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 				kube.ResourceGPU:    resource.MustParse("1"),
@@ -199,7 +199,7 @@ func (e *env) admit(name string) (string, error) {
 	if len(adm) != 1 {
 		e.t.Fatalf("pod %s: %d admitted containers, want 1", name, len(adm))
 	}
-	return adm[0].Env[plugin.VisibleDevicesEnv], nil
+	return adm[0].Env[deviceplugin.VisibleDevicesEnv], nil
 }
 
 // mustAdmit admits the pod, checks that it received exactly the MIG

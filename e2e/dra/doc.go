@@ -4,7 +4,7 @@
 // resource.k8s.io/v1 and partitionable devices (DRAPartitionableDevices),
 // a default-profile kube-scheduler whose DynamicResources plugin
 // allocates devices from the ResourceSlices the example DRA driver
-// (examples/dradriver/driver) publishes over fakehal hardware,
+// (dradriver) publishes over fakehal hardware,
 // kube-controller-manager's resourceclaim controller, which makes the
 // claims of pods from their templates and deallocates them, and the
 // kubelet's own DRA manager (k8s.io/kubernetes/pkg/kubelet/cm/dra) and

@@ -26,8 +26,8 @@ import (
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 
+	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
-	"github.com/dynmig/dynmig/examples/dradriver/driver"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -56,7 +56,7 @@ kind: KubeSchedulerConfiguration
 //
 //   - kube-apiserver with resource.k8s.io/v1 and DRAPartitionableDevices,
 //     deploy/dra's DeviceClass, RBAC and node admission policy applied;
-//   - the example driver (examples/dradriver/driver, Run) over one fakehal
+//   - the DRA driver (dradriver, Run) over one fakehal
 //     A30, authenticated as its ServiceAccount with a token bound to a
 //     driver pod on the node (so deploy/dra/node-policy.yaml admits its
 //     writes), publishing ResourceSlices through kubeletplugin's
@@ -163,7 +163,7 @@ func TestDRA(t *testing.T) {
 	}
 	checkOwnNodeOnly(t, ctx, driverClient)
 	hw := fakehal.MustNew(fakehal.Options{GPUs: []string{"NVIDIA A30"}})
-	cfg := driver.Config{
+	cfg := dradriver.Config{
 		Node: nodeName, Hardware: hw, Client: driverClient,
 		CDIDir: dirs.cdi, DataDir: dirs.data, RegistrarDir: dirs.reg,
 		MaintainInterval: time.Second,
@@ -189,7 +189,7 @@ func TestDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e := &env{t: t, ctx: ctx, admin: admin, hw: hw, k: k, cdiDir: dirs.cdi, prepared: map[string]driver.Partition{}}
+	e := &env{t: t, ctx: ctx, admin: admin, hw: hw, k: k, cdiDir: dirs.cdi, prepared: map[string]dradriver.Partition{}}
 
 	// 1. The example pod's 1g.6gb device: the first one in the
 	// published order.
@@ -270,7 +270,7 @@ type env struct {
 	k      *kubelet
 	cdiDir string
 	// prepared maps a prepared claim's name to its device's partition.
-	prepared map[string]driver.Partition
+	prepared map[string]dradriver.Partition
 }
 
 // scheduled is a pod bound by the scheduler and its claim's allocation.
@@ -345,8 +345,8 @@ func (e *env) waitScheduled(name string) scheduled {
 		e.t.Errorf("claim %s reserved for %v, want pod %s", claimName, claim.Status.ReservedFor, s.pod.UID)
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != driver.DriverName || r.Pool != nodeName || r.Request != "gpu" {
-			e.t.Errorf("claim %s allocation result %+v, want request gpu of driver %s in pool %s", claimName, r, driver.DriverName, nodeName)
+		if r.Driver != dradriver.DriverName || r.Pool != nodeName || r.Request != "gpu" {
+			e.t.Errorf("claim %s allocation result %+v, want request gpu of driver %s in pool %s", claimName, r, dradriver.DriverName, nodeName)
 		}
 		s.devices = append(s.devices, r.Device)
 	}
@@ -359,9 +359,9 @@ func (e *env) waitScheduled(name string) scheduled {
 }
 
 // partition decodes one of the driver's device names.
-func (e *env) partition(device string) driver.Partition {
+func (e *env) partition(device string) dradriver.Partition {
 	e.t.Helper()
-	p, err := driver.ParseDeviceName(device)
+	p, err := dradriver.ParseDeviceName(device)
 	if err != nil {
 		e.t.Fatalf("allocated device %q is not one of the driver's: %v", device, err)
 	}
@@ -414,7 +414,7 @@ func (e *env) prepare(s scheduled) {
 	}
 	var cdiIDs []string
 	for _, info := range infos {
-		for _, dev := range info.DriverState[driver.DriverName].Devices {
+		for _, dev := range info.DriverState[dradriver.DriverName].Devices {
 			if dev.DeviceName != s.devices[0] || dev.PoolName != nodeName {
 				e.t.Errorf("kubelet's claim info for %s names %s/%s, want %s/%s", s.pod.Name, dev.PoolName, dev.DeviceName, nodeName, s.devices[0])
 			}
@@ -512,7 +512,7 @@ func (e *env) checkHardware() {
 }
 
 // key names a partition as instanceKey names an instance.
-func (e *env) key(p driver.Partition) string {
+func (e *env) key(p dradriver.Partition) string {
 	e.t.Helper()
 	for i := range e.hw.NumGPUs() {
 		if dev, ok := e.hw.Device(i); ok && strings.EqualFold(dev.UUID, p.GPUUUID) {
@@ -523,7 +523,7 @@ func (e *env) key(p driver.Partition) string {
 	return ""
 }
 
-func (e *env) instanceAt(p driver.Partition) (realize.Instance, bool) {
+func (e *env) instanceAt(p dradriver.Partition) (realize.Instance, bool) {
 	k := e.key(p)
 	for _, in := range e.hw.Snapshot() {
 		if instanceKey(in) == k && len(in.ComputeInstances) > 0 {
@@ -585,7 +585,7 @@ func (e *env) cdiFileWith(s string) string {
 }
 
 // firstOfProfile is the catalog's first device of the profile.
-func firstOfProfile(cat *driver.Catalog, profile string) string {
+func firstOfProfile(cat *dradriver.Catalog, profile string) string {
 	for _, d := range cat.Devices() {
 		if d.Partition.Profile == profile {
 			return d.Name
@@ -626,7 +626,7 @@ func createNode(t *testing.T, ctx context.Context, admin kubernetes.Interface) {
 // waitPublished waits until the API server holds the driver's current
 // catalog for the node (every device, once) and returns the number of
 // slices.
-func waitPublished(t *testing.T, ctx context.Context, admin kubernetes.Interface, d *driver.Driver) int {
+func waitPublished(t *testing.T, ctx context.Context, admin kubernetes.Interface, d *dradriver.Driver) int {
 	t.Helper()
 	var n int
 	err := cluster.WaitFor(ctx, 50*time.Millisecond, "the driver's ResourceSlices", func(ctx context.Context) (bool, error) {
@@ -641,7 +641,7 @@ func waitPublished(t *testing.T, ctx context.Context, admin kubernetes.Interface
 		var names []string
 		n = 0
 		for _, s := range l.Items {
-			if s.Spec.Driver != driver.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != nodeName || s.DeletionTimestamp != nil {
+			if s.Spec.Driver != dradriver.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != nodeName || s.DeletionTimestamp != nil {
 				continue
 			}
 			n++
@@ -665,16 +665,16 @@ func waitPublished(t *testing.T, ctx context.Context, admin kubernetes.Interface
 
 // runningDriver is a driver's Run in the background.
 type runningDriver struct {
-	d      *driver.Driver
+	d      *dradriver.Driver
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 	err    error
 }
 
-func startDriver(t *testing.T, cfg driver.Config) *runningDriver {
+func startDriver(t *testing.T, cfg dradriver.Config) *runningDriver {
 	t.Helper()
-	d, err := driver.New(cfg)
+	d, err := dradriver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -760,7 +760,7 @@ func startKubelet(t *testing.T, admin kubernetes.Interface, regDir, stateDir str
 func (k *kubelet) waitRegistered(t *testing.T, ctx context.Context) {
 	t.Helper()
 	err := cluster.WaitFor(ctx, 50*time.Millisecond, "the driver's registration with the kubelet", func(context.Context) (bool, error) {
-		p, err := k.plugins.GetPlugin(driver.DriverName)
+		p, err := k.plugins.GetPlugin(dradriver.DriverName)
 		if err != nil || p == k.last {
 			return false, nil
 		}
@@ -803,7 +803,7 @@ func checkOwnNodeOnly(t *testing.T, ctx context.Context, client kubernetes.Inter
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "forged-" + other},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   driver.DriverName,
+			Driver:   dradriver.DriverName,
 			Pool:     resourceapi.ResourcePool{Name: other, ResourceSliceCount: 1},
 			NodeName: &other,
 			Devices:  []resourceapi.Device{{Name: "forged"}},

@@ -1,6 +1,6 @@
 // Package ha holds the end-to-end test of the scheduler's high-availability
-// deployment: two kube-scheduler replicas, each with the example extender
-// (examples/scheduler/extender) as a localhost sidecar, elect a leader over
+// deployment: two kube-scheduler replicas, each with the extender
+// (extender) as a localhost sidecar, elect a leader over
 // a Lease, and only the leader schedules. The extender keeps its ledger in
 // memory, so two extenders serving at once could each hand the same
 // placement to a different pod; the deployment prevents that by putting

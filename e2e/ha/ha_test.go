@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
-	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
@@ -65,7 +65,7 @@ const (
 // lease), so when it takes over, its extender's informers still lack a's
 // last binds: only the extender's consistent read of the node's pods
 // before each bind keeps it from handing out a's placements again. Four fake kubelet nodes, two
-// fakehal A100s each, run the example device plugin; a kubelet loop per
+// fakehal A100s each, run the device plugin; a kubelet loop per
 // node admits every pod bound to it (the device plugin realizes the
 // reservation on the fake GPUs, which refuse an overlapping placement as
 // NVML does). A first batch of MIG pods of three sizes is created; once a
@@ -182,7 +182,7 @@ func startNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name strin
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "device-plugin", "node", name)
 	}
-	if _, err := n.StartPlugin(ctx, t, plugin.Config{Client: c.Admin(), Hardware: hw, ReconcileInterval: time.Second, Logger: log}); err != nil {
+	if _, err := n.StartPlugin(ctx, t, deviceplugin.Config{Client: c.Admin(), Hardware: hw, ReconcileInterval: time.Second, Logger: log}); err != nil {
 		t.Fatalf("start device plugin on %s: %v", name, err)
 	}
 	hn := &haNode{Node: n, hw: hw}

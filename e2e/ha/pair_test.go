@@ -25,7 +25,7 @@ import (
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/extender"
 )
 
 // The environment of a scheduler+extender subprocess. pairDirEnv names

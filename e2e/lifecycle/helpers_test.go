@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
-	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
-	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
@@ -110,7 +110,7 @@ func deployManifests(t *testing.T, ctx context.Context, c *cluster.Cluster) (ext
 		}
 		return saRef{Namespace: sas[0].GetNamespace(), Name: sas[0].GetName()}
 	}
-	return find("scheduler.yaml"), find("device-plugin.yaml")
+	return find("scheduler.yaml"), find("device-deviceplugin.yaml")
 }
 
 // startEnv starts the whole system on one node with two A100-40GB GPUs.
@@ -194,7 +194,7 @@ func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 // the plugin ServiceAccount's client.
 func (e *env) startPlugin() {
 	e.t.Helper()
-	p, err := e.node.StartPlugin(e.ctx, e.t, plugin.Config{
+	p, err := e.node.StartPlugin(e.ctx, e.t, deviceplugin.Config{
 		Client:              clientFor(e.t, e.pluginCf),
 		Hardware:            e.hw,
 		ReconcileInterval:   300 * time.Millisecond,
@@ -382,10 +382,10 @@ func (e *env) admitNext(name string) []reservation.Allocation {
 		if w == nil {
 			e.t.Fatalf("pod %s container %s: no reservation entry", name, a.Container)
 		}
-		visible := a.Env[plugin.VisibleDevicesEnv]
+		visible := a.Env[deviceplugin.VisibleDevicesEnv]
 		inst := e.instanceByMIG(visible)
 		if inst == nil {
-			e.t.Fatalf("pod %s container %s: %s=%q names no MIG device on the node; instances: %v", name, a.Container, plugin.VisibleDevicesEnv, visible, e.hw.Snapshot())
+			e.t.Fatalf("pod %s container %s: %s=%q names no MIG device on the node; instances: %v", name, a.Container, deviceplugin.VisibleDevicesEnv, visible, e.hw.Snapshot())
 		}
 		if got, want := e.gpuUUID(inst.GPU), w.GPUUUID; got != want {
 			e.t.Errorf("pod %s container %s: instance on GPU %s, reserved on %s", name, a.Container, got, want)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/internal/slotmap"
-	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // schedule places the mixed workload, one pod at a time, through the
@@ -52,7 +52,7 @@ func (d *demo) place(p *pod) error {
 	for _, a := range as {
 		where = append(where, fmt.Sprintf("c%d/d%d GPU%d %s %s", a.ContainerIndex, a.DeviceIndex, a.GPU, a.Profile, a.Placement))
 	}
-	p.Annotations[reservation.AnnotationKey] = reservation.EncodeString(kube.Allocations(as))
+	p.Annotations[reservation.AnnotationKey] = reservation.EncodeString(schedule.Allocations(as))
 	p.Phase = reservation.PodRunning // bound and started
 	if err := d.ledger.AddPod(nodeName, p.UID, placement.Reservations(p.UID, as)); err != nil {
 		return fmt.Errorf("confirm %s: %w", p.Name, err)

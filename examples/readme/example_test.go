@@ -26,7 +26,7 @@ func ExampleScheduler() {
 		fmt.Println(err)
 		return
 	}
-	devs, _ := kube.MIGNodeDevices(gpus)
+	devs, _ := capability.MIGNodeDevices(gpus)
 	reg, err := capability.EncodeNodeRegistration(devs)
 	if err != nil {
 		fmt.Println(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/dynmig/dynmig/realize/realizetest"
 	"github.com/dynmig/dynmig/reservation"
 	"github.com/dynmig/dynmig/reservation/reservationtest"
+	"github.com/dynmig/dynmig/schedule"
 )
 
 // DevicePlugin is README's "In a device plugin": start-up, then the
@@ -58,7 +59,7 @@ func DevicePlugin(ctx context.Context, client kubernetes.Interface, node string,
 	}
 	go runner.Run(ctx) // Maintain on an interval with jitter, and when a pod ends
 
-	// kubelet Allocate: choose pod and container ci from server-set data (examples/deviceplugin), then
+	// kubelet Allocate: choose pod and container ci from server-set data (cmd/dynmig-device-plugin), then
 	res, err := mgr.Allocate(ctx, realize.AllocateRequest{Pod: kube.PodView(pod), ContainerIndex: ci, Snapshot: src.Snapshot()})
 	if err != nil {
 		return err
@@ -128,7 +129,7 @@ func Scheduler(node *corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) (string,
 			return "", err // the extender logs it and keeps the node's other pods
 		}
 		uid := string(p.UID)
-		if err := ledger.AddPod(p.Spec.NodeName, uid, kube.LedgerReservations(uid, allocs)); err != nil {
+		if err := ledger.AddPod(p.Spec.NodeName, uid, schedule.LedgerReservations(uid, allocs)); err != nil {
 			return "", err
 		}
 	}
@@ -144,7 +145,7 @@ func Scheduler(node *corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) (string,
 	if err != nil {
 		return "", err
 	}
-	value := reservation.EncodeString(kube.Allocations(as))
+	value := reservation.EncodeString(schedule.Allocations(as))
 	// write value as hami.io/vgpu-mig-allocations, then bind;
 	// on any failure ledger.Forget(string(pod.UID))
 	// readme:end
@@ -156,7 +157,7 @@ func TestMyAllocator(t *testing.T) {
 	placementtest.Check(t, placementtest.AllocatorFunc(
 		func(n *placementtest.Node, req *placement.Request) ([]placement.Assignment, error) {
 			return myScheduler.Place(n.GPUs, n.Held, req) // your code
-		}), placementtest.Options{})
+		}), placementtest.Options{Tables: fakehal.Tables()})
 }
 
 // readme:end
@@ -164,7 +165,7 @@ func TestMyAllocator(t *testing.T) {
 // readme:begin codec-suite
 func TestMyCodec(t *testing.T) {
 	reservationtest.Check(t, reservationtest.Codec{Read: myRead, Write: myWrite})
-	reservationtest.CheckRegistrationCodec(t, reservationtest.RegistrationCodec{Read: myReadReg, Write: myWriteReg})
+	reservationtest.CheckRegistrationCodec(t, reservationtest.RegistrationCodec{Read: myReadReg, Write: myWriteReg}, fakehal.Tables())
 }
 
 // readme:end

@@ -11,8 +11,9 @@
 // the instances already placed on it ([Instance]: a profile name and one
 // of its published placements). Generators build every piece:
 //
-//   - [GPU], [BuiltinGPU] and [GridGPU] draw capability tables: every
-//     built-in model of package fakehal (each driver generation), with all
+//   - [GPU], [TableGPU] and [GridGPU] draw capability tables: the real
+//     models' tables given as input ([Options.Tables]; fakehal.Tables has
+//     every built-in model at each driver generation), with all
 //     its profiles or only the plain ones, and arbitrary legal grids of 4,
 //     8 and 12 slots (aligned placements, profiles sharing a size, variants,
 //     now and then a profile without placements or an unhealthy GPU);

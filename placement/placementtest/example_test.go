@@ -47,12 +47,12 @@ func ExampleCheckCase() {
 		Request: placement.Request{Containers: []placement.ContainerRequest{{Devices: 1, Memory: placement.Percent(40)}}},
 	}
 	good := placementtest.Selector(placement.SelectorOptions{})
-	fmt.Println("selector:", placementtest.CheckCase(good, c, placementtest.Options{}))
+	fmt.Println("selector:", placementtest.CheckCase(good, c, placementtest.Options{Tables: fakehal.Tables()}))
 
 	forgetful := placementtest.AllocatorFunc(func(n *placementtest.Node, r *placement.Request) ([]placement.Assignment, error) {
 		return good.Allocate(&placementtest.Node{GPUs: n.GPUs}, r)
 	})
-	err := placementtest.CheckCase(forgetful, c, placementtest.Options{})
+	err := placementtest.CheckCase(forgetful, c, placementtest.Options{Tables: fakehal.Tables()})
 	fmt.Println("forgetful:", err != nil)
 	// Output:
 	// selector: <nil>

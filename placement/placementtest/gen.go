@@ -9,7 +9,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/dynmig/dynmig/capability"
-	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/placement"
 )
 
@@ -223,21 +222,17 @@ func equalProfileFields(p, q capability.Profile) bool {
 // "GPU-<i>", short so that counterexamples stay readable.
 func UUIDOf(i int) string { return "GPU-" + strconv.Itoa(i) }
 
-// BuiltinGPU draws the capability of a GPU of a built-in fakehal model at
-// position index (NVML index index, UUID [UUIDOf]): any model, any driver
-// generation, with every profile the model supports or only the plain ones
-// (capability.VariantNone), as a realistic allowlist publishes them.
-func BuiltinGPU(index int) *rapid.Generator[capability.GPU] {
-	return rapid.Custom(func(t *rapid.T) capability.GPU { return drawBuiltin(t, index) })
+// TableGPU draws the capability of a GPU of one of the real models' tables
+// at position index (NVML index index, UUID [UUIDOf]), with every profile
+// the table has or only the plain ones (capability.VariantNone), as a
+// realistic allowlist publishes them. tables must not be empty; fakehal's
+// Tables gives every built-in model at every driver generation.
+func TableGPU(index int, tables []capability.ModelTable) *rapid.Generator[capability.GPU] {
+	return rapid.Custom(func(t *rapid.T) capability.GPU { return drawTable(t, index, tables) })
 }
 
-var builtinModels = fakehal.Models()
-
-func drawBuiltin(t *rapid.T, index int) capability.GPU {
-	m := builtinModels[rapid.IntRange(0, len(builtinModels)-1).Draw(t, "model")]
-	if len(m.Older) > 0 && rapid.Bool().Draw(t, "early driver") {
-		m = m.ForDriver(fakehal.DriverEarly)
-	}
+func drawTable(t *rapid.T, index int, tables []capability.ModelTable) capability.GPU {
+	m := tables[rapid.IntRange(0, len(tables)-1).Draw(t, "model")]
 	g, _ := capability.GPUFromDevice(capability.DeviceInfo{Index: index, UUID: UUIDOf(index), Name: m.Name,
 		MemoryMB: m.MemoryMB, MIGMode: capability.MIGEnabled}, m.Profiles)
 	if !rapid.Bool().Draw(t, "variants") {
@@ -344,15 +339,15 @@ func gridProfile(t *rapid.T, size, width uint32, perSlot uint64, k int, names ma
 		Placements: pls, CIProfileIndex: ci, MaxInstances: uint32(len(pls))}, true
 }
 
-// GPU draws either a built-in model ([BuiltinGPU]) or an arbitrary legal
-// grid ([GridGPU]) at position index.
-func GPU(index int) *rapid.Generator[capability.GPU] {
-	return rapid.Custom(func(t *rapid.T) capability.GPU { return drawGPU(t, index) })
+// GPU draws either a real model's table ([TableGPU]) or an arbitrary
+// legal grid ([GridGPU]) at position index; with no tables, always a grid.
+func GPU(index int, tables []capability.ModelTable) *rapid.Generator[capability.GPU] {
+	return rapid.Custom(func(t *rapid.T) capability.GPU { return drawGPU(t, index, tables) })
 }
 
-func drawGPU(t *rapid.T, index int) capability.GPU {
-	if rapid.Bool().Draw(t, "builtin") {
-		return drawBuiltin(t, index)
+func drawGPU(t *rapid.T, index int, tables []capability.ModelTable) capability.GPU {
+	if len(tables) > 0 && rapid.Bool().Draw(t, "real model") {
+		return drawTable(t, index, tables)
 	}
 	return drawGrid(t, index, 0)
 }
@@ -393,18 +388,19 @@ func drawOccupied(t *rapid.T, g capability.GPU, maxInstances int) []Instance {
 	return held
 }
 
-// NodeGen draws a node of 1..maxGPUs GPUs (0 means 3), each from [GPU], with
+// NodeGen draws a node of 1..maxGPUs GPUs (0 means 3), each from [GPU]
+// over tables, with
 // a reachable occupancy of a few instances per GPU ([Occupied]). When
 // sameModel is drawn true every GPU copies the first one's table, as on
 // most real nodes.
-func NodeGen(maxGPUs int) *rapid.Generator[Node] {
+func NodeGen(maxGPUs int, tables []capability.ModelTable) *rapid.Generator[Node] {
 	if maxGPUs <= 0 {
 		maxGPUs = 3
 	}
-	return rapid.Custom(func(t *rapid.T) Node { return drawNode(t, maxGPUs) })
+	return rapid.Custom(func(t *rapid.T) Node { return drawNode(t, maxGPUs, tables) })
 }
 
-func drawNode(t *rapid.T, maxGPUs int) Node {
+func drawNode(t *rapid.T, maxGPUs int, tables []capability.ModelTable) Node {
 	n := rapid.IntRange(1, maxGPUs).Draw(t, "GPUs")
 	var node Node
 	same := rapid.Bool().Draw(t, "same model")
@@ -415,7 +411,7 @@ func drawNode(t *rapid.T, maxGPUs int) Node {
 			g.Index, g.UUID = i, UUIDOf(i)
 			g.Unhealthy = rapid.IntRange(0, 9).Draw(t, "unhealthy") == 0
 		} else {
-			g = drawGPU(t, i)
+			g = drawGPU(t, i, tables)
 		}
 		node.GPUs = append(node.GPUs, g)
 		node.Held = append(node.Held, drawOccupied(t, g, 4))
@@ -520,7 +516,7 @@ func (c Case) GoString() string { return c.String() }
 func CaseGen(opts Options) *rapid.Generator[Case] {
 	opts = opts.withDefaults()
 	return rapid.Custom(func(t *rapid.T) Case {
-		n := drawNode(t, opts.MaxGPUs)
+		n := drawNode(t, opts.MaxGPUs, opts.Tables)
 		return Case{Node: n, Request: drawRequest(t, n, opts.MaxDevices)}
 	})
 }

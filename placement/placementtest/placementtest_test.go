@@ -7,6 +7,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/placement/placementtest"
 )
@@ -18,13 +19,13 @@ func TestSelectorPolicies(t *testing.T) {
 		placement.FragmentationAware{Metric: placement.InstanceCapacity}, placement.FragmentationAware{Metric: placement.FreePlacements}}
 	for _, pol := range policies {
 		t.Run(pol.String(), func(t *testing.T) {
-			placementtest.Check(t, placementtest.Selector(placement.SelectorOptions{Policy: pol}), placementtest.Options{})
+			placementtest.Check(t, placementtest.Selector(placement.SelectorOptions{Policy: pol}), placementtest.Options{Tables: fakehal.Tables()})
 		})
 	}
 }
 
 func TestLedger(t *testing.T) {
-	placementtest.Check(t, placementtest.Ledger(placement.LedgerOptions{}), placementtest.Options{})
+	placementtest.Check(t, placementtest.Ledger(placement.LedgerOptions{}), placementtest.Options{Tables: fakehal.Tables()})
 }
 
 // Generated values are what the package promises: GPUs compile, held
@@ -32,7 +33,7 @@ func TestLedger(t *testing.T) {
 // valid.
 func TestGenerators(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		c := placementtest.CaseGen(placementtest.Options{}).Draw(t, "case")
+		c := placementtest.CaseGen(placementtest.Options{Tables: fakehal.Tables()}).Draw(t, "case")
 		if err := c.Request.Validate(); err != nil {
 			t.Fatalf("invalid request %s: %v", placementtest.FormatRequest(&c.Request), err)
 		}
@@ -84,13 +85,13 @@ func TestOracleWitnessIsValid(t *testing.T) {
 		return v.Witness, nil
 	})
 	// The witness is not the smallest profile, so only multi-device pods.
-	gen := placementtest.CaseGen(placementtest.Options{})
+	gen := placementtest.CaseGen(placementtest.Options{Tables: fakehal.Tables()})
 	rapid.Check(t, func(t *rapid.T) {
 		c := gen.Draw(t, "case")
 		if c.Request.DeviceCount() < 2 {
 			t.Skip("single device")
 		}
-		if err := placementtest.CheckCase(witness, c, placementtest.Options{}); err != nil {
+		if err := placementtest.CheckCase(witness, c, placementtest.Options{Tables: fakehal.Tables()}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -168,12 +169,12 @@ func TestMutantsFail(t *testing.T) {
 			return as, err
 		}),
 	}
-	gen := placementtest.CaseGen(placementtest.Options{})
+	gen := placementtest.CaseGen(placementtest.Options{Tables: fakehal.Tables()})
 	for name, m := range mutants {
 		t.Run(name, func(t *testing.T) {
 			for seed := range 2000 {
 				c := gen.Example(seed)
-				err := placementtest.CheckCase(m, c, placementtest.Options{})
+				err := placementtest.CheckCase(m, c, placementtest.Options{Tables: fakehal.Tables()})
 				if err != nil && !errors.Is(err, placementtest.ErrUndecided) {
 					t.Logf("caught at seed %d: %v", seed, err)
 					return

@@ -48,6 +48,11 @@ type Options struct {
 	// OracleSteps bounds the oracle; 0 means [DefaultOracleSteps]. A case
 	// the oracle cannot decide is skipped.
 	OracleSteps int
+	// Tables are the real GPU models' profile tables the generated nodes
+	// draw from besides arbitrary legal grids; nil draws grids only.
+	// fakehal.Tables gives every built-in model at every driver
+	// generation.
+	Tables []capability.ModelTable
 }
 
 func (o Options) withDefaults() Options {

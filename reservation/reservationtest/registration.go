@@ -12,7 +12,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/dynmig/dynmig/capability"
-	"github.com/dynmig/dynmig/fakehal"
 )
 
 // wireDevice is shaped like the deployed device plugin's struct: every key
@@ -64,13 +63,14 @@ func WireEncodeRegistration(devs []capability.NodeDevice) string {
 }
 
 // RegistrationGen draws a valid hami.io/node-nvidia-register device list of
-// 1..4 devices in shuffled array order: MIG GPUs of built-in models (all
+// 1..4 devices in shuffled array order: MIG GPUs of the models in tables
+// (which must not be empty; fakehal.Tables gives the built-in ones; all
 // profiles or only plain ones, healthy or not) built with
 // capability.NewMIGNodeDevice, and now and then a non-MIG device
 // (hami-core, mps or no mode). Indexes are distinct and include 0, NUMA
 // nodes are 0 or 1, IDs are distinct.
-func RegistrationGen() *rapid.Generator[[]capability.NodeDevice] {
-	return rapid.Custom(drawRegistration)
+func RegistrationGen(tables []capability.ModelTable) *rapid.Generator[[]capability.NodeDevice] {
+	return rapid.Custom(func(t *rapid.T) []capability.NodeDevice { return drawRegistration(t, tables) })
 }
 
 // registration prints as its wire value in rapid's log.
@@ -78,10 +78,7 @@ type registration []capability.NodeDevice
 
 func (r registration) GoString() string { return WireEncodeRegistration(r) }
 
-var registrationModels = fakehal.Models()
-
-func drawRegistration(t *rapid.T) []capability.NodeDevice {
-	models := registrationModels
+func drawRegistration(t *rapid.T, models []capability.ModelTable) []capability.NodeDevice {
 	n := rapid.IntRange(1, 4).Draw(t, "devices")
 	ids := rapid.SliceOfNDistinct(rapid.Custom(func(t *rapid.T) string { return "GPU-" + hexUUID(t, "id") }), n, n, rapid.ID).Draw(t, "ids")
 	var devs []capability.NodeDevice
@@ -272,9 +269,9 @@ var regMutations = []regMutation{
 // capability.ErrRegistration: unknown, misspelled or duplicate keys,
 // wrong JSON types, a missing profile key, a duplicate id, and values
 // capability.ValidateNodeRegistration refuses.
-func RegistrationMutantGen() *rapid.Generator[RegistrationMutant] {
+func RegistrationMutantGen(tables []capability.ModelTable) *rapid.Generator[RegistrationMutant] {
 	return rapid.Custom(func(t *rapid.T) RegistrationMutant {
-		devs := drawRegistration(t)
+		devs := drawRegistration(t, tables)
 		for {
 			m := regMutations[rapid.IntRange(0, len(regMutations)-1).Draw(t, "mutation")]
 			i := rapid.IntRange(0, len(devs)-1).Draw(t, "device")
@@ -354,10 +351,10 @@ func CheckRegistrationMutant(c RegistrationCodec, m RegistrationMutant) error {
 }
 
 // RegistrationProperty returns the registration suite as a rapid property.
-func RegistrationProperty(c RegistrationCodec) func(*rapid.T) {
-	mutants := RegistrationMutantGen()
+func RegistrationProperty(c RegistrationCodec, tables []capability.ModelTable) func(*rapid.T) {
+	mutants := RegistrationMutantGen(tables)
 	return func(t *rapid.T) {
-		if err := CheckRegistration(c, drawRegistration(t)); err != nil {
+		if err := CheckRegistration(c, drawRegistration(t, tables)); err != nil {
 			t.Fatal(err)
 		}
 		if err := CheckRegistrationMutant(c, mutants.Draw(t, "mutant")); err != nil {
@@ -366,8 +363,9 @@ func RegistrationProperty(c RegistrationCodec) func(*rapid.T) {
 	}
 }
 
-// CheckRegistrationCodec runs [RegistrationProperty] with rapid.Check.
-func CheckRegistrationCodec(t *testing.T, c RegistrationCodec) {
+// CheckRegistrationCodec runs [RegistrationProperty] with rapid.Check,
+// drawing MIG GPUs from tables (fakehal.Tables gives the built-in models).
+func CheckRegistrationCodec(t *testing.T, c RegistrationCodec, tables []capability.ModelTable) {
 	t.Helper()
-	rapid.Check(t, RegistrationProperty(c))
+	rapid.Check(t, RegistrationProperty(c, tables))
 }

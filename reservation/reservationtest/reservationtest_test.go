@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/reservation"
 	"github.com/dynmig/dynmig/reservation/reservationtest"
 )
@@ -18,7 +19,7 @@ func TestStrictCodec(t *testing.T) {
 }
 
 func TestStrictRegistrationCodec(t *testing.T) {
-	reservationtest.CheckRegistrationCodec(t, reservationtest.StrictRegistration())
+	reservationtest.CheckRegistrationCodec(t, reservationtest.StrictRegistration(), fakehal.Tables())
 }
 
 // Every mutation is drawn and refused, not only the common ones.
@@ -54,7 +55,7 @@ func TestRecordsValid(t *testing.T) {
 
 func TestRegistrationsValid(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		devs := reservationtest.RegistrationGen().Draw(t, "registration")
+		devs := reservationtest.RegistrationGen(fakehal.Tables()).Draw(t, "registration")
 		if err := capability.ValidateNodeRegistration(devs); err != nil {
 			t.Fatal(err)
 		}
@@ -135,10 +136,10 @@ func TestBrokenRegistrationCodecsFail(t *testing.T) {
 	for name, c := range codecs {
 		t.Run(name, func(t *testing.T) {
 			if !fails(func(seed int) error {
-				if err := reservationtest.CheckRegistration(c, reservationtest.RegistrationGen().Example(seed)); err != nil {
+				if err := reservationtest.CheckRegistration(c, reservationtest.RegistrationGen(fakehal.Tables()).Example(seed)); err != nil {
 					return err
 				}
-				return reservationtest.CheckRegistrationMutant(c, reservationtest.RegistrationMutantGen().Example(seed))
+				return reservationtest.CheckRegistrationMutant(c, reservationtest.RegistrationMutantGen(fakehal.Tables()).Example(seed))
 			}) {
 				t.Fatal("the suite passed a broken codec")
 			}

@@ -24,8 +24,8 @@ import (
 	kubeschedulertesting "k8s.io/kubernetes/cmd/kube-scheduler/app/testing"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynmig/dynmig/examples/deviceplugin/plugin"
-	"github.com/dynmig/dynmig/examples/scheduler/extender"
+	"github.com/dynmig/dynmig/deviceplugin"
+	"github.com/dynmig/dynmig/extender"
 )
 
 // RepoRoot returns the dynmig repository root (the parent of the e2e
@@ -213,9 +213,9 @@ func (c *Cluster) StartScheduler(t *testing.T, opts SchedulerOptions) (*Schedule
 // once.
 func (s *Scheduler) Stop() { s.stopOnce.Do(s.srv.TearDownFn) }
 
-// Extender is the example scheduler extender
-// (examples/scheduler/extender) served over HTTP in the test process, as
-// examples/scheduler's main does.
+// Extender is the scheduler extender
+// (extender) served over HTTP in the test process, as
+// cmd/dynmig-scheduler-extender's main does.
 type Extender struct {
 	// Extender is the running extender, for inspection.
 	*extender.Extender
@@ -344,10 +344,10 @@ func listenRetry(ctx context.Context, addr string) (net.Listener, error) {
 	}
 }
 
-// Plugin is the example device plugin (examples/deviceplugin/plugin)
+// Plugin is the device plugin (deviceplugin)
 // running in the test process against a Node's device manager.
 type Plugin struct {
-	*plugin.Plugin
+	*deviceplugin.Plugin
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -359,11 +359,11 @@ type Plugin struct {
 // SocketDir and KubeletSocket are filled in: the plugin registers with this
 // node's device manager over its real registration socket), runs it, and
 // waits until it serves its socket or ctx is done. t.Cleanup stops it.
-func (n *Node) StartPlugin(ctx context.Context, t interface{ Cleanup(func()) }, cfg plugin.Config) (*Plugin, error) {
+func (n *Node) StartPlugin(ctx context.Context, t interface{ Cleanup(func()) }, cfg deviceplugin.Config) (*Plugin, error) {
 	cfg.Node = n.Name
 	cfg.SocketDir = n.SocketDir()
 	cfg.KubeletSocket = n.KubeletSocket()
-	p, err := plugin.New(cfg)
+	p, err := deviceplugin.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@
 //     (cmd/kube-scheduler/app/testing.StartTestServer) with the deployed
 //     KubeSchedulerConfiguration used verbatim but for its kubeconfig, and
 //     leader election off.
-//   - StartExtender serves examples/scheduler/extender over HTTP on the
+//   - StartExtender serves extender over HTTP on the
 //     address that configuration names, holding a cross-process file lock
 //     on that port meanwhile.
 //   - Cluster.StartNode is a fake kubelet: a Node object and the kubelet's
@@ -29,7 +29,7 @@
 //     container as the kubelet's admission and container start do.
 //     Node.Terminate and Node.FinishDeletion write the statuses and the
 //     final delete the kubelet would.
-//   - Node.StartPlugin runs examples/deviceplugin/plugin against that node;
+//   - Node.StartPlugin runs deviceplugin against that node;
 //     it registers over the registration socket like a deployed plugin.
 //
 // Nothing is written outside temporary directories. KubernetesVersion

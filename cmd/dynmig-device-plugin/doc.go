@@ -1,0 +1,33 @@
+// Command dynmig-device-plugin is the kubelet device plugin that realizes
+// dynmig MIG reservations: it publishes the node's MIG capability in
+// hami.io/node-nvidia-register, creates each container's GPU and compute
+// instances at exactly the scheduler-reserved placements during Allocate,
+// exposes them through NVIDIA_VISIBLE_DEVICES, writes the runtime identity
+// back to the pod, reclaims instances of finished pods and adopts live
+// instances after a restart. The logic lives in package deviceplugin.
+//
+// The default backend is fakehal, in-memory hardware that needs no GPU and
+// no cgo (-fake-gpus chooses its models). -backend=nvml drives real GPUs
+// through nvmlhal; it exists only in binaries built with cgo.
+//
+// It runs in the cluster as a DaemonSet pod with the node's name in
+// NODE_NAME and the kubelet's device-plugin and pod-resources directories
+// mounted: deploy/device-plugin.yaml, with the permissions of
+// deploy/rbac/device-plugin.yaml (get, list, watch and patch on pods; get
+// and patch on nodes; create on events) narrowed to its own node by
+// deploy/rbac/device-plugin-node-policy.yaml.
+//
+// Flags: -node (default $NODE_NAME), -backend (fake or, with cgo, nvml),
+// -fake-gpus, -socket-dir, -resource, -scheduler-names, -pod-resources-socket,
+// -allow-mig-manager, -metrics-addr (serves the per-GPU health gauge
+// dynmig_gpu_healthy at /metrics) and -kubeconfig; -help lists them.
+// -kubeconfig names a kubeconfig file (its current context) for running
+// out of a cluster; empty means $KUBECONFIG, and with that empty too, the
+// pod's service account ([kube.RESTConfig], which loads it with client-go's
+// clientcmd as kubectl does).
+//
+// Placements are half-open slot intervals [start, start+size) and memory
+// is MiB, as in package deviceplugin, which also states the failure semantics
+// and the concurrency contract: the command runs one deviceplugin.Plugin until
+// SIGINT or SIGTERM and exits when every goroutine has stopped.
+package main

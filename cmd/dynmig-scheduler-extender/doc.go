@@ -1,0 +1,47 @@
+// Command dynmig-scheduler-extender is the kube-scheduler extender that places MIG
+// pods with dynmig: it filters and scores nodes with the placement ledger,
+// reserves before binding, writes the hami.io/vgpu-mig-allocations
+// annotation and binds the pod. The logic lives in package extender; this
+// file only wires it to HTTP and an API client.
+//
+// # Deploying
+//
+// deploy/scheduler runs it as a sidecar of a second kube-scheduler (profile
+// dynmig-scheduler), listening on loopback, with leader election among two
+// replicas; deploy/rbac/scheduler.yaml holds its permissions. The
+// scheduler's extender configuration (deploy/scheduler/kube-scheduler-config.yaml)
+// is, in short:
+//
+//	extenders:
+//	- urlPrefix: http://127.0.0.1:8888
+//	  filterVerb: filter
+//	  prioritizeVerb: prioritize
+//	  bindVerb: bind
+//	  weight: 5
+//	  nodeCacheCapable: true
+//	  managedResources:
+//	  - {name: nvidia.com/gpu, ignoredByScheduler: false}
+//	  - {name: nvidia.com/gpumem, ignoredByScheduler: true}
+//	  - {name: nvidia.com/gpumem-percentage, ignoredByScheduler: true}
+//
+// One extender serves one kube-scheduler: its reservations and node locks
+// are in memory until the API shows them, so several replicas behind one
+// Service could place two pods on the same slots.
+//
+// # Flags
+//
+// -addr (listen address, default :8888), -lock-timeout, -resource (the
+// device plugin's extended resource), -skip-fresh-node-read and -kubeconfig;
+// -help lists them. -kubeconfig names a kubeconfig file (its current
+// context) for running out of a cluster; empty means $KUBECONFIG, and with
+// that empty too, the pod's service account ([kube.RESTConfig], which
+// loads it with client-go's clientcmd as kubectl does).
+//
+// Placements are half-open slot intervals [start, start+size) and memory
+// is MiB, as in package extender, which also states the failure semantics
+// and the concurrency contract: the command runs one extender.Extender
+// (its informers) and serves it until SIGINT or SIGTERM, then shuts the
+// HTTP server down (10 s grace), stops the informers and exits. Its
+// service account needs list and watch on nodes and pods, get and patch
+// on pods, create on pods/binding, and create on events.
+package main

@@ -1,0 +1,113 @@
+// Package deviceplugin is a kubelet device plugin that
+// realizes dynmig reservations: it publishes the node's MIG capability,
+// adopts instances after a restart, realizes each container's reservation
+// in Allocate through realize.Manager, writes the runtime identity back to
+// the pod, and reclaims instances of finished pods.
+//
+// # Which pod is being admitted?
+//
+// The kubelet's Allocate call names only device IDs from the plugin's
+// advertised list, not the pod. The plugin advertises interchangeable IDs
+// (the reservation, not the ID, decides the hardware) and chooses the
+// container from data only the API server and the kubelet set, as the
+// kubelet itself orders admission:
+//
+//   - a candidate is a container of a pod bound to this node that is not
+//     terminal, that requests the plugin's resource with a limit equal to
+//     the number of device IDs in the request, and that is neither
+//     realized (every entry carries a runtime identity, and the kubelet
+//     has created the container or the manager manages an instance under
+//     each of those identities for it: the pod's creator can write the
+//     identities; when nothing confirms them the Allocate fails with
+//     [ErrAmbiguous]) nor being realized by a concurrent call; a pod
+//     requesting none of the resource is never a candidate, whatever its
+//     annotations say;
+//   - the kubelet admits pods in creation-timestamp order, so the earliest
+//     created candidate pod wins, and in it the first candidate container
+//     (init containers first);
+//   - annotations never rank candidates (hami.io/bind-time is writable by
+//     anyone who can create a pod);
+//   - when several candidate pods share the earliest creation timestamp
+//     (it has one-second resolution), the Allocate fails with an
+//     [*AmbiguousError] naming them, and when the chosen container has no
+//     complete reservation (a pod bound without the scheduler) it fails
+//     with [ErrUnreserved]: the kubelet then reports an admission error for
+//     the pod, which is safe, rather than a guess handing one pod's device
+//     to another.
+//
+// Only entries that pass reservation's trust rule are realized: the
+// container must request exactly as many devices as its entries.
+//
+// Residual risk: the device plugin API does not say which pod is being
+// admitted. If the kubelet admits a later-created pod before an earlier
+// one this plugin already sees (the kubelet's own pod source lags the
+// plugin's), the two pods' devices are swapped. After the fact, every
+// maintenance pass lists the kubelet's PodResources API
+// ([Config.PodResourcesSocket], [Plugin.VerifyAssignments]) and logs and
+// counts ([MetricMismatches], [Plugin.Mismatches]) each device ID that went
+// to another container than the one it was realized for. What closes the
+// gap is an API that names the pod: the kubelet's Dynamic Resource
+// Allocation (a DRA driver is told the claim and pod it prepares), or
+// admitting at most one unrealized MIG pod per node at a time, which the
+// scheduler extender enforces.
+//
+// # Failure semantics
+//
+//   - Startup refuses to run while NVIDIA MIG Manager owns the node
+//     (kube.OwnershipGuard) unless AllowMIGManager is set; Allocate and
+//     every reconcile pass re-check it and refuse likewise.
+//   - Startup waits for a complete pod listing, then runs the first
+//     maintenance pass (realize.Manager.Maintain) before serving: adoption,
+//     then, on every pass until adoption settles (authorised, nothing
+//     rejected or unverified), adoption again; reconcile; leak collection
+//     every Manager.LeakInterval. Adoption and reconciliation only destroy
+//     instances when the snapshot is complete and every reservation is
+//     valid (realize decides).
+//   - A deleting pod's instances are reclaimed only once every container
+//     is terminated or its grace period has passed (or it is gone).
+//   - Allocate realizes exactly the reserved placements or fails; instances
+//     created by a failed attempt are rolled back by the manager. If writing
+//     the runtime identity fails, the instances stay managed and the
+//     Allocate fails: a retry returns the same instances and writes again;
+//     if the reservation changed meanwhile, the orphaned instance is
+//     reclaimed by the next reconcile pass.
+//   - A kubelet that fails admission marks the pod Failed; the pod leaves
+//     the desired set and its instances are reclaimed.
+//   - A restarting kubelet removes the plugin's socket; the plugin notices
+//     within SocketCheckInterval, serves a new socket and registers again
+//     (retrying until the kubelet answers). Realized instances are
+//     untouched by this.
+//   - GPU health: when the backend is a realize.HealthWatcher (fakehal,
+//     nvmlhal) the plugin follows its transitions. A GPU with a critical
+//     Xid, an uncorrectable ECC error or a driver-reported need for a reset
+//     is published without "health" in the node registration (the
+//     scheduler then places nothing new on it), all its device IDs turn
+//     Unhealthy in ListAndWatch, Allocate refuses a reservation that would
+//     create an instance on it ([ErrUnhealthyGPU], FailedPrecondition), a
+//     GPUUnhealthy Event is recorded on the node and
+//     dynmig_gpu_healthy ([Plugin.HealthCollector]) drops to 0. Instances
+//     already running there stay until their pods end: health alone never
+//     destroys one, nor withholds one already realized. An Xid on one MIG
+//     device turns one of its GPU's IDs Unhealthy (MIGDeviceUnhealthy) and
+//     leaves the GPU schedulable; the ID comes back once that device's
+//     instance is gone (checked every 30 s while any is marked). Recovery reported by the driver undoes
+//     all of it (GPUHealthy). A registration update the API server refuses
+//     is retried every few seconds.
+//
+// # Model and units
+//
+// Each reservation is an entry of hami.io/vgpu-mig-allocations: a physical
+// GPU (by UUID), a profile and a placement, the half-open slot interval
+// [start, start+size) on that GPU, as the scheduler chose it; the plugin
+// realizes exactly that interval or fails, and never picks another one.
+// Memory is in MiB throughout. The advertised device IDs, "<GPU
+// UUID>::<k>", only tell the kubelet how many devices a GPU can hold; the
+// reservation, not the ID, decides the hardware.
+//
+// # Concurrency
+//
+// A [Plugin] is safe for concurrent use; the kubelet may call Allocate
+// concurrently. [Plugin.Run] starts the pod source, the reconcile runner,
+// the health watch and the gRPC server(s), and every one of those
+// goroutines has stopped when it returns. No other method leaves a goroutine running.
+package deviceplugin

@@ -1,0 +1,555 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// VisibleDevicesEnv is the container environment variable the NVIDIA
+// container runtime reads; the plugin sets it to the MIG UUIDs.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// ErrNoPendingPod: no pod on the node has a container, not realized yet,
+// that requests the number of devices in the Allocate.
+var ErrNoPendingPod = errors.New("plugin: no pending MIG pod matches the allocation")
+
+// Config configures a [Plugin].
+type Config struct {
+	// Node is this node's name; required.
+	Node string
+	// Client talks to the API server; required.
+	Client kubernetes.Interface
+	// Hardware is the MIG backend (fakehal or nvmlhal); required.
+	Hardware realize.Realizer
+	// ResourceName is the extended resource served; "" means
+	// "nvidia.com/gpu".
+	ResourceName string
+	// SchedulerNames are the spec.schedulerName values of the schedulers
+	// whose extender writes reservation records; nil means
+	// [DefaultSchedulerName]. A record that arrives on the node with such a
+	// scheduler's binding wins a conflict with an overlapping one (see
+	// kube.NodePodSourceOptions.SchedulerNames).
+	SchedulerNames []string
+	// SocketDir and SocketName locate the plugin's gRPC socket; ""
+	// means v1beta1.DevicePluginPath and "dynmig-mig.sock".
+	SocketDir, SocketName string
+	// KubeletSocket is the kubelet registration socket; "" skips
+	// registration (tests drive the plugin's socket directly).
+	KubeletSocket string
+	// PodResourcesSocket is the kubelet's PodResources API socket
+	// ([DefaultPodResourcesSocket] on a real node), used after the fact to
+	// check that each realized MIG device went to the container it was
+	// realized for ([Plugin.VerifyAssignments], run on every maintenance
+	// pass, each bounded by ReconcileInterval); "" skips the check.
+	PodResourcesSocket string
+	// Allowlist is the profile policy; nil means
+	// capability.DefaultAllowlist().
+	Allowlist capability.Allowlist
+	// AllowMIGManager overrides the MIG Manager ownership refusal.
+	AllowMIGManager bool
+	// ReconcileInterval is the period of the maintenance pass
+	// (realize.Manager.Maintain: adoption until settled, reconcile, leak
+	// collection every Manager.LeakInterval); 0 means kube's default.
+	ReconcileInterval time.Duration
+	// SocketCheckInterval is how often the plugin checks that its socket
+	// still exists: a restarting kubelet removes every plugin socket, and
+	// the plugin then serves a new one and registers again. 0 means 5 s.
+	SocketCheckInterval time.Duration
+	// Clock drives the reconcile and socket-check timers; nil is the real
+	// clock.
+	Clock clock.Clock
+	// Manager configures the realization manager (its Logger defaults
+	// to Logger). Its AbsentPodGrace delays reclaiming an instance whose
+	// pod vanished from the listing without first being seen deleting.
+	Manager realize.Options
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Plugin is a kubelet device plugin over a realize.Manager. Create it with
+// [New] and run it with [Plugin.Run].
+type Plugin struct {
+	v1beta1.UnimplementedDevicePluginServer
+
+	cfg       Config
+	log       *slog.Logger
+	manager   *realize.Manager
+	source    *kube.NodePodSource
+	runner    *kube.ReconcileRunner
+	guard     *kube.OwnershipGuard
+	writer    *kube.AnnotationWriter
+	publisher *kube.RegistrationPublisher
+	ready     chan struct{}
+
+	mu     sync.Mutex // guards gpus and claims; held for container selection only
+	gpus   []capability.GPU
+	claims map[target]claim // containers this plugin realized or is realizing
+
+	verify *verifier // what was realized for which device IDs
+
+	health healthTracker // GPU health from the backend (health.go)
+}
+
+type target struct {
+	uid       types.UID
+	container int
+}
+
+// claim is how far the plugin got with a container it picked.
+type claim uint8
+
+const (
+	// realizing: an Allocate call is realizing the container now. The
+	// claim is kept even when the pod is missing from a lagging cache:
+	// without it a concurrent call could pick the same container from a
+	// direct listing and hand its instance out twice.
+	realizing claim = iota + 1
+	// realized: the runtime identity was written; the claim only bridges
+	// the time until the cache shows it, and is dropped with the pod.
+	realized
+)
+
+// New checks cfg and builds the plugin; it touches neither the API server
+// nor the hardware.
+// DefaultSchedulerName is the scheduler profile deploy/scheduler runs the
+// extender with.
+const DefaultSchedulerName = "dynmig-scheduler"
+
+func New(cfg Config) (*Plugin, error) {
+	switch {
+	case cfg.Node == "":
+		return nil, errors.New("plugin: Config.Node is required")
+	case cfg.Client == nil:
+		return nil, errors.New("plugin: Config.Client is required")
+	case cfg.Hardware == nil:
+		return nil, errors.New("plugin: Config.Hardware is required")
+	}
+	if cfg.ResourceName == "" {
+		cfg.ResourceName = string(kube.ResourceGPU)
+	}
+	if cfg.SchedulerNames == nil {
+		cfg.SchedulerNames = []string{DefaultSchedulerName}
+	}
+	if cfg.SocketDir == "" {
+		cfg.SocketDir = v1beta1.DevicePluginPath
+	}
+	if cfg.SocketName == "" {
+		cfg.SocketName = "dynmig-mig.sock"
+	}
+	if cfg.Allowlist == nil {
+		cfg.Allowlist = capability.DefaultAllowlist()
+	}
+	if cfg.SocketCheckInterval <= 0 {
+		cfg.SocketCheckInterval = 5 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Manager.Logger == nil {
+		cfg.Manager.Logger = log
+	}
+	p := &Plugin{
+		cfg:       cfg,
+		log:       log,
+		manager:   realize.NewManager(cfg.Hardware, cfg.Manager),
+		guard:     kube.NewOwnershipGuard(cfg.Client, cfg.Node, kube.OwnershipGuardOptions{Override: cfg.AllowMIGManager, Logger: log}),
+		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
+		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
+		ready:     make(chan struct{}),
+		claims:    map[target]claim{},
+		verify:    newVerifier(),
+	}
+	// A deleted or finished pod triggers a reconcile pass at once.
+	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
+		Logger: log, OnInactive: func(pod reservation.Pod) { p.runner.PodInactive(pod) },
+		Resource: corev1.ResourceName(cfg.ResourceName), Clock: cfg.Clock, SchedulerNames: cfg.SchedulerNames,
+	})
+	p.runner = kube.NewReconcileRunner(p.source, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
+		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,
+	})
+	return p, nil
+}
+
+// Manager returns the plugin's realization manager, for inspection.
+func (p *Plugin) Manager() *realize.Manager { return p.manager }
+
+// SocketPath returns the path of the plugin's gRPC socket.
+func (p *Plugin) SocketPath() string { return filepath.Join(p.cfg.SocketDir, p.cfg.SocketName) }
+
+// Ready is closed once the plugin serves its socket.
+func (p *Plugin) Ready() <-chan struct{} { return p.ready }
+
+// Reconciles returns the number of reconcile passes run so far.
+func (p *Plugin) Reconciles() uint64 {
+	total, _ := p.runner.Passes()
+	return total
+}
+
+// Run starts the plugin and blocks until ctx is done: it runs the pod
+// source, waits for a complete listing, checks MIG ownership, discovers and
+// publishes capability, adopts live instances, starts reconciliation,
+// serves the gRPC socket and registers with the kubelet. It returns the
+// first startup error, or nil after a clean stop. Every goroutine it starts
+// has stopped when it returns.
+func (p *Plugin) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // runs before wg.Wait
+
+	wg.Go(func() { _ = p.source.Run(ctx) })
+	if !p.source.WaitForSync(ctx) {
+		return fmt.Errorf("plugin: pod cache of node %q never synced: %w", p.cfg.Node, ctx.Err())
+	}
+	if err := p.guard.Check(ctx); err != nil {
+		return err
+	}
+	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, p.cfg.Allowlist)
+	if err != nil {
+		return fmt.Errorf("plugin: discovery: %w", err)
+	}
+	for _, f := range report.Findings {
+		p.log.Info("discovery finding", "finding", f.String())
+	}
+	p.mu.Lock()
+	p.gpus = gpus
+	p.mu.Unlock()
+	if err := p.publish(ctx); err != nil {
+		return err
+	}
+	if w := p.openHealth(ctx); w != nil {
+		wg.Go(func() { p.watchHealth(ctx, w) })
+	}
+	// The first maintenance pass adopts live instances before the socket
+	// is served; later passes (the runner's) adopt again until adoption
+	// settles, reconcile and collect leaks.
+	rep, err := p.manager.Maintain(ctx, p.source.Snapshot())
+	if rep.Adopt != nil {
+		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
+			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
+			"leaks", len(rep.Adopt.Leaks), "err", err)
+	}
+	wg.Go(func() { _ = p.runner.Run(ctx) })
+
+	srv, err := p.serve(&wg)
+	if err != nil {
+		return err
+	}
+	defer func() { srv.Stop() }() // the server current at return
+	if p.cfg.KubeletSocket != "" {
+		if err := p.register(ctx); err != nil {
+			return err
+		}
+	}
+	close(p.ready)
+	return p.watchSocket(ctx, &wg, &srv)
+}
+
+// watchSocket serves until ctx is done. When the socket disappears (the
+// kubelet restarted and cleared its plugin directory) it serves a new one
+// and registers again, retrying registration at every check until the
+// kubelet answers.
+func (p *Plugin) watchSocket(ctx context.Context, wg *sync.WaitGroup, srv **grpc.Server) error {
+	registered := true
+	for {
+		t := p.cfg.Clock.NewTimer(p.cfg.SocketCheckInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		}
+		if _, err := os.Stat(p.SocketPath()); err != nil {
+			p.log.Warn("plugin socket gone (kubelet restart?); serving it again", "socket", p.SocketPath(), "err", err)
+			(*srv).Stop()
+			s, err := p.serve(wg)
+			if err != nil {
+				return err
+			}
+			*srv = s
+			registered = false
+		}
+		if !registered && p.cfg.KubeletSocket != "" {
+			if err := p.register(ctx); err != nil {
+				p.log.Warn("registration with the kubelet failed; retrying", "err", err)
+				continue
+			}
+			p.log.Info("registered with the kubelet again")
+		}
+		registered = true
+	}
+}
+
+func (p *Plugin) serve(wg *sync.WaitGroup) (*grpc.Server, error) {
+	path := p.SocketPath()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("plugin: remove stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("plugin: listen: %w", err)
+	}
+	srv := grpc.NewServer()
+	v1beta1.RegisterDevicePluginServer(srv, p)
+	wg.Go(func() { _ = srv.Serve(lis) })
+	return srv, nil
+}
+
+func (p *Plugin) register(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("plugin: dial kubelet: %w", err)
+	}
+	defer conn.Close()
+	_, err = v1beta1.NewRegistrationClient(conn).Register(ctx, &v1beta1.RegisterRequest{
+		Version:      v1beta1.Version,
+		Endpoint:     p.cfg.SocketName,
+		ResourceName: p.cfg.ResourceName,
+		Options:      &v1beta1.DevicePluginOptions{},
+	})
+	if err != nil {
+		return fmt.Errorf("plugin: register with kubelet: %w", err)
+	}
+	return nil
+}
+
+// reconcile is one maintenance pass: ownership check, then the manager's
+// Maintain (adoption until settled, reconcile, periodic leak collection),
+// then the after-the-fact check of the kubelet's assignments.
+func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error {
+	if err := p.guard.Check(ctx); err != nil {
+		return err
+	}
+	rep, err := p.manager.Maintain(ctx, snap)
+	level := slog.LevelDebug
+	if len(rep.Reconcile.Released)+len(rep.Reconcile.Kept)+len(rep.Reconcile.Vanished) > 0 || !rep.Reconcile.Authorized || !rep.Settled {
+		level = slog.LevelInfo
+	}
+	p.log.Log(ctx, level, "maintenance", "pods", len(snap.Pods), "complete", snap.Complete, "settled", rep.Settled,
+		"reconcile", rep.Reconcile.String(), "leaks_collected", leaksCollected(rep.Leaks), "err", err)
+	// A kubelet that does not answer must not hold up later passes.
+	bound := p.cfg.ReconcileInterval
+	if bound <= 0 {
+		bound = kube.DefaultReconcileInterval
+	}
+	vctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	if _, verr := p.VerifyAssignments(vctx); verr != nil {
+		p.log.WarnContext(ctx, "could not check the kubelet's device assignments", "err", verr)
+	}
+	return err
+}
+
+func leaksCollected(l *realize.LeakReport) int {
+	if l == nil {
+		return 0
+	}
+	return len(l.Collected)
+}
+
+// GetDevicePluginOptions reports that the plugin needs no PreStartContainer
+// and offers no preferred allocation.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *v1beta1.Empty) (*v1beta1.DevicePluginOptions, error) {
+	return &v1beta1.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch sends the advertised devices, and again whenever a GPU's or
+// MIG device's health changes, until the kubelet or the plugin closes the
+// stream.
+func (p *Plugin) ListAndWatch(_ *v1beta1.Empty, stream grpc.ServerStreamingServer[v1beta1.ListAndWatchResponse]) error {
+	for {
+		changed := p.health.watch() // before reading, so no change is missed
+		if err := stream.Send(&v1beta1.ListAndWatchResponse{Devices: p.devices()}); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// devices advertises, per MIG GPU, as many interchangeable device IDs as
+// the GPU can hold instances: the largest MaxInstances among its profiles,
+// each with its health ([Plugin.deviceHealth]).
+func (p *Plugin) devices() []*v1beta1.Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*v1beta1.Device
+	for _, g := range p.gpus {
+		if g.MIGMode != capability.MIGEnabled {
+			continue // not published either
+		}
+		n := uint32(0)
+		for _, pr := range g.Profiles {
+			n = max(n, pr.MaxInstances)
+		}
+		for k := range n {
+			out = append(out, &v1beta1.Device{
+				ID:       g.UUID + "::" + strconv.FormatUint(uint64(k), 10),
+				Health:   p.deviceHealth(&g, k, n),
+				Topology: &v1beta1.TopologyInfo{Nodes: []*v1beta1.NUMANode{{ID: int64(g.NUMA)}}},
+			})
+		}
+	}
+	return out
+}
+
+// Allocate realizes the reservation of each requested container; see the
+// package documentation for how a request is mapped to a container.
+//
+// Only the selection of the container is serialised; realization runs
+// under the manager's per-GPU locks, so Allocate calls for pods on
+// different GPUs proceed in parallel.
+func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v1beta1.AllocateResponse, error) {
+	if err := p.guard.Check(ctx); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	resp := &v1beta1.AllocateResponse{}
+	for _, cr := range req.ContainerRequests {
+		uuids, err := p.allocateContainer(ctx, cr.DevicesIds)
+		if err != nil {
+			p.log.Warn("allocate failed", "devices", len(cr.DevicesIds), "err", err)
+			code := codes.Internal
+			switch {
+			case errors.Is(err, ErrNoPendingPod):
+				code = codes.NotFound
+			case errors.Is(err, ErrAmbiguous), errors.Is(err, ErrUnreserved), errors.Is(err, ErrUnhealthyGPU):
+				code = codes.FailedPrecondition
+			}
+			return nil, status.Error(code, err.Error())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &v1beta1.ContainerAllocateResponse{
+			Envs: map[string]string{VisibleDevicesEnv: strings.Join(uuids, ",")},
+		})
+	}
+	return resp, nil
+}
+
+func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []string, err error) {
+	p.mu.Lock()
+	c, err := p.resolve(ctx, len(ids))
+	if err == nil {
+		p.claims[target{c.pod.UID, c.container}] = realizing // a concurrent call moves on
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	pod, ci := c.pod, c.container
+	defer func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err != nil { // release the claim so the kubelet's retry finds it
+			delete(p.claims, target{pod.UID, ci})
+			return
+		}
+		p.claims[target{pod.UID, ci}] = realized
+	}()
+	if err := p.refuseUnhealthy(pod, ci); err != nil {
+		return nil, err
+	}
+	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
+		Pod: c.view, ContainerIndex: ci, Snapshot: p.source.Snapshot(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
+	}
+	entries := make([]reservation.Allocation, len(res.Devices))
+	uuids := make([]string, len(res.Devices))
+	for i, d := range res.Devices {
+		entries[i] = d.Entry
+		uuids[i] = d.Runtime.MIGUUID
+	}
+	if _, err := p.writer.WriteRuntime(ctx, pod, entries); err != nil {
+		return nil, err
+	}
+	name := ""
+	if cont := kube.ContainerAt(pod, ci); cont != nil {
+		name = cont.Name
+	}
+	p.verify.record(ids, assignment{namespace: pod.Namespace, name: pod.Name, container: name, migUUIDs: uuids})
+	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids, "device_ids", ids)
+	return uuids, nil
+}
+
+// resolve finds the container the kubelet is admitting: from the cache,
+// then from a direct listing. The caller holds p.mu.
+func (p *Plugin) resolve(ctx context.Context, n int) (candidate, error) {
+	pods := p.source.Pods()
+	p.prune(pods)
+	if c, ok, err := p.choose(pods, n); err != nil || ok {
+		return c, err
+	}
+	list, err := p.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", p.cfg.Node).String(),
+	})
+	if err != nil {
+		return candidate{}, fmt.Errorf("plugin: list pods of node %q: %w", p.cfg.Node, err)
+	}
+	pods = pods[:0]
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == p.cfg.Node {
+			pods = append(pods, &list.Items[i])
+		}
+	}
+	if c, ok, err := p.choose(pods, n); err != nil || ok {
+		return c, err
+	}
+	return candidate{}, fmt.Errorf("%w: node %q, %d devices", ErrNoPendingPod, p.cfg.Node, n)
+}
+
+// prune forgets realized containers of pods that are not in pods, the
+// cached listing; containers being realized stay claimed.
+func (p *Plugin) prune(pods []*corev1.Pod) {
+	live := map[types.UID]bool{}
+	for _, pod := range pods {
+		live[pod.UID] = true
+	}
+	for t, c := range p.claims {
+		if c == realized && !live[t.uid] {
+			delete(p.claims, t)
+		}
+	}
+}
+
+// PreStartContainer is not used.
+func (p *Plugin) PreStartContainer(context.Context, *v1beta1.PreStartContainerRequest) (*v1beta1.PreStartContainerResponse, error) {
+	return &v1beta1.PreStartContainerResponse{}, nil
+}
+
+// GetPreferredAllocation is not offered; any IDs do.
+func (p *Plugin) GetPreferredAllocation(context.Context, *v1beta1.PreferredAllocationRequest) (*v1beta1.PreferredAllocationResponse, error) {
+	return &v1beta1.PreferredAllocationResponse{}, nil
+}

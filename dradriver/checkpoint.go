@@ -1,0 +1,252 @@
+package dradriver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// CheckpointFile is the checkpoint's file name in the plugin data
+// directory.
+const CheckpointFile = "checkpoint.json"
+
+// checkpointVersion is the only version ReadCheckpoint accepts.
+const checkpointVersion = 1
+
+// Checkpoint lists the claims the driver prepared and has not yet
+// unprepared, with the runtime identities of their MIG devices. It is what
+// lets a restarted driver adopt its instances instead of destroying them,
+// and unprepare a claim that is gone from the API. The zero value is an
+// empty checkpoint.
+type Checkpoint struct {
+	Claims []PreparedClaim
+}
+
+// PreparedClaim is one prepared ResourceClaim.
+type PreparedClaim struct {
+	UID       string
+	Namespace string
+	Name      string
+	Devices   []PreparedDevice
+}
+
+// PreparedDevice is one prepared device of a claim: the allocation result
+// it came from, the partition it names and the realized instance.
+type PreparedDevice struct {
+	Request        string // allocation result's request (may be "<request>/<subrequest>")
+	Device         string // DRA device name in the node's pool
+	ContainerIndex int    // the request's position among the claim's requests for this driver
+	DeviceIndex    int    // the device's position within that request
+	Partition      Partition
+	Runtime        reservation.RuntimeIdentity
+	CDIDevice      string // qualified CDI device name handed to the kubelet
+}
+
+// Claim returns the prepared claim with the given UID.
+func (c Checkpoint) Claim(uid string) (*PreparedClaim, bool) {
+	for i := range c.Claims {
+		if c.Claims[i].UID == uid {
+			return &c.Claims[i], true
+		}
+	}
+	return nil, false
+}
+
+// ErrCheckpoint is wrapped by every [*CheckpointError].
+var ErrCheckpoint = errors.New("driver: unreadable checkpoint")
+
+// CheckpointError reports a checkpoint file that cannot be read or
+// trusted. The driver refuses to start on one rather than forget what it
+// prepared: remove the file only after checking that no prepared claim's
+// MIG device is still in use.
+type CheckpointError struct {
+	Path   string
+	Claim  int // index of the offending claim, or -1
+	Device int // index of the offending device, or -1
+	Err    error
+}
+
+func (e *CheckpointError) Error() string {
+	msg := "driver: checkpoint " + e.Path
+	if e.Claim >= 0 {
+		msg += fmt.Sprintf(" claims[%d]", e.Claim)
+	}
+	if e.Device >= 0 {
+		msg += fmt.Sprintf(" devices[%d]", e.Device)
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+// Unwrap returns [ErrCheckpoint] and the cause.
+func (e *CheckpointError) Unwrap() []error { return []error{ErrCheckpoint, e.Err} }
+
+// wire forms: explicit JSON names, so the file format does not follow Go
+// field renames.
+type checkpointJSON struct {
+	Version int         `json:"version"`
+	Claims  []claimJSON `json:"claims"`
+}
+
+type claimJSON struct {
+	UID       string       `json:"uid"`
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	Devices   []deviceJSON `json:"devices"`
+}
+
+type deviceJSON struct {
+	Request        string `json:"request"`
+	Device         string `json:"device"`
+	ContainerIndex int    `json:"containerIndex"`
+	DeviceIndex    int    `json:"deviceIndex"`
+	MIGUUID        string `json:"migUUID"`
+	GIID           uint32 `json:"gpuInstanceID"`
+	CIID           uint32 `json:"computeInstanceID"`
+	CDIDevice      string `json:"cdiDevice"`
+}
+
+// EncodeCheckpoint returns the checkpoint's file content. The partition
+// of each device is its device name, so it is not stored twice.
+func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
+	out := checkpointJSON{Version: checkpointVersion, Claims: make([]claimJSON, 0, len(c.Claims))}
+	for _, cl := range c.Claims {
+		cj := claimJSON{UID: cl.UID, Namespace: cl.Namespace, Name: cl.Name, Devices: make([]deviceJSON, 0, len(cl.Devices))}
+		for _, d := range cl.Devices {
+			cj.Devices = append(cj.Devices, deviceJSON{
+				Request: d.Request, Device: d.Device, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex,
+				MIGUUID: d.Runtime.MIGUUID, GIID: d.Runtime.GPUInstanceID, CIID: d.Runtime.ComputeInstanceID,
+				CDIDevice: d.CDIDevice,
+			})
+		}
+		out.Claims = append(out.Claims, cj)
+	}
+	return json.MarshalIndent(out, "", "  ")
+}
+
+// DecodeCheckpoint parses a checkpoint file's content. Unknown fields, a
+// version other than 1, an empty or repeated claim UID, a device name that
+// does not decode (or disagrees with nothing else: the partition is the
+// name), a negative index, a repeated (ContainerIndex, DeviceIndex) within
+// a claim, or a runtime identity reservation would not accept are each a
+// [*CheckpointError] naming the claim and device; path only labels them.
+func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
+	bad := func(claim, dev int, err error) (Checkpoint, error) {
+		return Checkpoint{}, &CheckpointError{Path: path, Claim: claim, Device: dev, Err: err}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var in checkpointJSON
+	if err := dec.Decode(&in); err != nil {
+		return bad(-1, -1, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return bad(-1, -1, errors.New("trailing data after the checkpoint object"))
+	}
+	if in.Version != checkpointVersion {
+		return bad(-1, -1, fmt.Errorf("version %d, want %d", in.Version, checkpointVersion))
+	}
+	var out Checkpoint
+	seen := map[string]bool{}
+	for i, cj := range in.Claims {
+		if cj.UID == "" || seen[cj.UID] {
+			return bad(i, -1, errors.New("empty or repeated claim UID"))
+		}
+		seen[cj.UID] = true
+		cl := PreparedClaim{UID: cj.UID, Namespace: cj.Namespace, Name: cj.Name}
+		idx := map[[2]int]bool{}
+		for j, dj := range cj.Devices {
+			p, err := ParseDeviceName(dj.Device)
+			if err != nil {
+				return bad(i, j, err)
+			}
+			if dj.ContainerIndex < 0 || dj.DeviceIndex < 0 || idx[[2]int{dj.ContainerIndex, dj.DeviceIndex}] {
+				return bad(i, j, errors.New("negative or repeated (containerIndex, deviceIndex)"))
+			}
+			idx[[2]int{dj.ContainerIndex, dj.DeviceIndex}] = true
+			rt := reservation.RuntimeIdentity{MIGUUID: dj.MIGUUID, GPUInstanceID: dj.GIID, ComputeInstanceID: dj.CIID}
+			a := reservation.Allocation{ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
+				GPUUUID: p.GPUUUID, Profile: p.Profile, Placement: p.Placement}.WithRuntime(rt)
+			if err := reservation.Validate([]reservation.Allocation{a}); err != nil {
+				return bad(i, j, err)
+			}
+			cl.Devices = append(cl.Devices, PreparedDevice{
+				Request: dj.Request, Device: dj.Device, ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
+				Partition: p, Runtime: rt, CDIDevice: dj.CDIDevice,
+			})
+		}
+		out.Claims = append(out.Claims, cl)
+	}
+	return out, nil
+}
+
+// ReadCheckpoint reads the checkpoint at path. A missing file is an empty
+// checkpoint; anything else that fails is a [*CheckpointError].
+func ReadCheckpoint(path string) (Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Checkpoint{}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, &CheckpointError{Path: path, Claim: -1, Device: -1, Err: err}
+	}
+	return DecodeCheckpoint(path, data)
+}
+
+// WriteCheckpoint replaces the checkpoint at path atomically: it writes a
+// temporary file in the same directory, syncs it, renames it over path
+// and syncs the directory, so a crash leaves the old or the new content,
+// never a mix.
+func WriteCheckpoint(path string, c Checkpoint) error {
+	data, err := EncodeCheckpoint(c)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data, 0o600)
+}
+
+func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), perm)
+	}
+	if err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// sortClaims orders claims by UID, so equal checkpoints encode equally.
+func sortClaims(cs []PreparedClaim) {
+	slices.SortFunc(cs, func(a, b PreparedClaim) int { return strings.Compare(a.UID, b.UID) })
+}
