@@ -51,7 +51,7 @@
 // (BENCHMARKS.md, "DRA published order", has the figures).
 //
 // Package placement/sim replays arrival/departure traces against the
-// policies; examples/simulate prints the comparison.
+// policies; migctl simulate prints the comparison.
 //
 // # Units and intervals
 //

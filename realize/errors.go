@@ -40,7 +40,10 @@ type HardwareError struct {
 }
 
 func (e *HardwareError) Error() string {
-	msg := fmt.Sprintf("realize: %s on GPU %d", e.Op, e.GPU)
+	msg := "realize: " + e.Op
+	if e.GPU >= 0 {
+		msg += fmt.Sprintf(" on GPU %d", e.GPU)
+	}
 	if e.Kind != nil {
 		msg += ": " + e.Kind.Error()
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/dynmig/dynmig/internal/version"
 )
 
 // Exit codes, documented in the package comment and in `migctl help`.
@@ -70,6 +72,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	name := args[0]
 	switch name {
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "migctl", version.Get())
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := lookup(args[1]); ok {
@@ -187,6 +192,7 @@ commands:
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintf(w, "  %-15s %s\n", "version", "print migctl's version and VCS revision")
 	fmt.Fprint(w, "\nRun migctl <command> --help for a command's flags.\n\n"+exitCodesHelp)
 }
 

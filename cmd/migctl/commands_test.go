@@ -132,7 +132,7 @@ func TestValidate(t *testing.T) {
 		{name: "spec example on stdin", args: []string{"validate", "-"}, stdin: spec, code: exitOK, inStdout: []string{"valid: 1 entry"}},
 		{name: "stdin by default", args: []string{"validate"}, stdin: spec, code: exitOK, inStdout: []string{"valid: 1 entry"}},
 		{name: "quoted value as kubectl jsonpath prints it", args: []string{"validate"}, stdin: string(quoted), code: exitOK, inStdout: []string{"valid: 1 entry"}},
-		{name: "empty value", args: []string{"validate"}, stdin: "  \n", code: exitOK, inStdout: []string{"no allocations"}},
+		{name: "empty input", args: []string{"validate"}, stdin: "  \n", code: exitInvalid},
 		{name: "against the node", args: []string{"validate", "--node", testdata("node.json"), testdata("spec-allocation.json")}, code: exitOK},
 		{name: "design placeholder identifiers", args: []string{"validate", testdata("design-example.json")}, code: exitInvalid,
 			inStdout: []string{`entry 0 field migUUID: malformed MIG UUID: "MIG-xxxxxxxx"`, "invalid: 1 problem"}},
@@ -436,7 +436,7 @@ func TestSimulate(t *testing.T) {
 
 	tracePath := filepath.Join(t.TempDir(), "trace.jsonl")
 	r = migctl(t, "", "simulate", "--synthetic", "3", "--arrivals", "200", "--gpus", "4", "--model", "H100", "--write-trace", tracePath)
-	r.check(t, exitOK, []string{"4 x NVIDIA H100 80GB HBM3, 400 events", "first-fit", "v2.10", "frag-aware", "rej fragmentation"}, nil)
+	r.check(t, exitOK, []string{"4 x NVIDIA H100 80GB HBM3, profiles 1g.10gb 2g.20gb 3g.40gb 7g.80gb, 400 events", "first-fit", "v2.10", "frag-aware", "rej fragmentation"}, nil)
 	f, err := os.Open(tracePath)
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +456,7 @@ func TestSimulate(t *testing.T) {
 		{name: "one policy", args: []string{"simulate", "--synthetic", "1", "--arrivals", "50", "--policy", "v210"}, code: exitOK,
 			inStdout: []string{"v2.10"}},
 		{name: "trace on stdin", args: []string{"simulate", "--trace", "-", "--gpus", "1"}, stdin: readTestdata(t, "trace.jsonl"), code: exitOK,
-			inStdout: []string{"1 x NVIDIA A100-SXM4-40GB, 9 events"}},
+			inStdout: []string{"1 x NVIDIA A100-SXM4-40GB, profiles 1g.5gb 2g.10gb 3g.20gb 7g.40gb, 9 events"}},
 		{name: "neither trace nor seed", args: []string{"simulate"}, code: exitUsage, inStderr: []string{"exactly one of --trace"}},
 		{name: "both", args: []string{"simulate", "--trace", "x", "--synthetic", "1"}, code: exitUsage},
 		{name: "bad seed", args: []string{"simulate", "--synthetic", "abc"}, code: exitUsage, inStderr: []string{"unsigned integer"}},
@@ -467,4 +467,64 @@ func TestSimulate(t *testing.T) {
 			code: exitInvalid, inStderr: []string{"line 2"}},
 	}
 	runCases(t, tests)
+}
+
+// TestNodeWithoutMIG: a node that cannot take MIG pods is reported as
+// such, with what is missing, and exit 1, by every command that reads one.
+func TestNodeWithoutMIG(t *testing.T) {
+	bare := writeTemp(t, "bare.json", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}}`)
+	hamiCore := writeTemp(t, "hami.json", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","annotations":{"hami.io/node-nvidia-register":`+
+		`"[{\"id\":\"GPU-a\",\"index\":0,\"count\":10,\"devmem\":40960,\"devcore\":100,\"type\":\"NVIDIA A100-SXM4-40GB\",\"mode\":\"hami-core\",\"health\":true}]"}}}`)
+	pod := testdata("pod.json")
+	var tests []cliCase
+	for _, node := range []struct{ name, file, want string }{
+		{"no registration", bare, "no hami.io/node-nvidia-register annotation"},
+		{"no GPU in MIG mode", hamiCore, "none in MIG mode"},
+	} {
+		tests = append(tests,
+			cliCase{name: "status: " + node.name, args: []string{"status", "--node", node.file}, code: exitInvalid, inStderr: []string{node.want}},
+			cliCase{name: "place: " + node.name, args: []string{"place", "--node", node.file, "--pod", pod}, code: exitInvalid, inStderr: []string{node.want}},
+			cliCase{name: "metrics: " + node.name, args: []string{"metrics", "--node", node.file}, code: exitInvalid, inStderr: []string{node.want}},
+		)
+	}
+	runCases(t, tests)
+}
+
+// TestValidateInputErrors: empty and non-object input is refused with a
+// message that names no Go type.
+func TestValidateInputErrors(t *testing.T) {
+	for _, tt := range []cliCase{
+		{name: "empty", args: []string{"validate"}, stdin: "", code: exitInvalid, inStderr: []string{"standard input is empty"}},
+		{name: "not JSON", args: []string{"validate"}, stdin: "not json\n", code: exitInvalid, inStderr: []string{"not a Kubernetes object"}},
+		{name: "wrong type", args: []string{"validate"}, stdin: `{"kind":"Pod","metadata":"x"}`, code: exitInvalid, inStderr: []string{`"metadata"`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := migctl(t, tt.stdin, tt.args...)
+			r.check(t, tt.code, nil, tt.inStderr)
+			if strings.Contains(r.stderr, "Go value") || strings.Contains(r.stderr, "main.") {
+				t.Errorf("stderr names a Go type: %s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestValidateOtherNodesPods: with --node, a pod bound to another node is
+// checked on its own, not reported as using GPUs the node lacks.
+func TestValidateOtherNodesPods(t *testing.T) {
+	other := writeTemp(t, "other.json", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ml","uid":"u1","annotations":{"hami.io/vgpu-mig-allocations":`+
+		`"[{\"containerIndex\":0,\"deviceIndex\":0,\"gpuUUID\":\"GPU-00000000-0000-4000-8000-000000000000\",\"profile\":\"1g.5gb\",\"placement\":{\"start\":0,\"size\":1}}]"}},`+
+		`"spec":{"nodeName":"elsewhere","containers":[{"name":"c"}]}}`)
+	migctl(t, "", "validate", "--node", testdata("node.json"), other).check(t, exitOK, []string{"bound to node elsewhere", "valid: 1 entry"}, nil)
+}
+
+// TestSimulateProfiles: --profiles chooses the allowlist's, the plain or
+// every profile of the model.
+func TestSimulateProfiles(t *testing.T) {
+	runCases(t, []cliCase{
+		{name: "plain", args: []string{"simulate", "--synthetic", "1", "--arrivals", "20", "--profiles", "plain"}, code: exitOK,
+			inStdout: []string{"profiles 1g.5gb 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb,"}},
+		{name: "all", args: []string{"simulate", "--synthetic", "1", "--arrivals", "20", "--profiles", "all"}, code: exitOK,
+			inStdout: []string{"1g.5gb+me"}},
+		{name: "unknown", args: []string{"simulate", "--synthetic", "1", "--profiles", "some"}, code: exitUsage, inStderr: []string{"--profiles"}},
+	})
 }

@@ -23,8 +23,20 @@
 //	defaults        the built-in migProfileAllowlist
 //	convert-legacy  convert a v2.9 knownMigGeometries device config
 //	simulate        compare placement policies on a trace
+//	version         print migctl's version and VCS revision (also --version)
 //
 // Every command takes --help. Files may be "-" for standard input.
+//
+// A node that cannot take MIG pods (no hami.io/node-nvidia-register
+// annotation, or no GPU in MIG mode) is an error naming what is missing,
+// for every command that reads one.
+//
+// # Building
+//
+// migctl builds without cgo: CGO_ENABLED=0 go install
+// github.com/dynmig/dynmig/cmd/migctl@latest gives a static migctl whose
+// discover has no --nvml (reading a real node's GPUs needs cgo and gcc,
+// because go-nvml does).
 //
 // Exit codes:
 //
@@ -33,4 +45,8 @@
 //	    unreadable files, lossy legacy conversion)
 //	2   place: the pod is unschedulable on the node
 //	64  usage error (unknown command or flag, missing argument)
+//
+// The other dynmig commands (examples/lifecycle, the components under cmd/)
+// follow the same convention: 0 for success and -h, 1 for a failure, 64 for
+// a usage error.
 package main

@@ -47,9 +47,12 @@ func objects(data []byte) ([]json.RawMessage, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(j) == 0 || j[0] != '{' {
+		return nil, nil, fmt.Errorf("not a Kubernetes object: the input is %s, not a JSON or YAML object", jsonKind(j))
+	}
 	var h header
 	if err := json.Unmarshal(j, &h); err != nil {
-		return nil, nil, fmt.Errorf("not a Kubernetes object: %w", err)
+		return nil, nil, fmt.Errorf("not a Kubernetes object: %s", describeJSONError(err))
 	}
 	if h.Items == nil && !strings.HasSuffix(h.Kind, "List") {
 		if h.Kind == "" {
@@ -63,7 +66,7 @@ func objects(data []byte) ([]json.RawMessage, []string, error) {
 	for i, it := range h.Items {
 		var ih header
 		if err := json.Unmarshal(it, &ih); err != nil {
-			return nil, nil, fmt.Errorf("items[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("items[%d]: not a Kubernetes object: %s", i, describeJSONError(err))
 		}
 		kinds[i] = ih.Kind
 		if kinds[i] == "" {
@@ -71,6 +74,38 @@ func objects(data []byte) ([]json.RawMessage, []string, error) {
 		}
 	}
 	return h.Items, kinds, nil
+}
+
+// jsonKind names the kind of JSON value j holds, for messages.
+func jsonKind(j []byte) string {
+	switch {
+	case len(j) == 0:
+		return "empty"
+	case j[0] == '[':
+		return "a list"
+	case j[0] == '"':
+		return "a string"
+	case j[0] == 'n':
+		return "null"
+	default:
+		return "a scalar"
+	}
+}
+
+// describeJSONError says what is wrong with a JSON document without the Go
+// type names encoding/json puts in its messages.
+func describeJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Sprintf("field %q holds a JSON %s of the wrong type", te.Field, te.Value)
+	case errors.As(err, &te):
+		return fmt.Sprintf("a JSON %s where an object belongs", te.Value)
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+	}
+	return err.Error()
 }
 
 // decodePods reads the pods of Kubernetes JSON: a Pod, a PodList, or the
@@ -92,7 +127,7 @@ func decodePods(data []byte) ([]*corev1.Pod, error) {
 		}
 		p := new(corev1.Pod)
 		if err := json.Unmarshal(o, p); err != nil {
-			return nil, fmt.Errorf("%s: %w", itemName(len(objs), i), err)
+			return nil, fmt.Errorf("%s: Pod: %s", itemName(len(objs), i), describeJSONError(err))
 		}
 		pods = append(pods, p)
 	}
@@ -116,7 +151,7 @@ func decodeNodes(data []byte) ([]*corev1.Node, error) {
 		}
 		n := new(corev1.Node)
 		if err := json.Unmarshal(o, n); err != nil {
-			return nil, fmt.Errorf("%s: %w", itemName(len(objs), i), err)
+			return nil, fmt.Errorf("%s: Node: %s", itemName(len(objs), i), describeJSONError(err))
 		}
 		nodes = append(nodes, n)
 	}
@@ -171,7 +206,12 @@ func loadNode(e *env, nodeFile, nodeName, podsFile string) (*nodeView, error) {
 			return nil, fmt.Errorf("%s: %w", displayName(nodeFile), err)
 		}
 		nv.name = node.Name
-		value = []byte(node.Annotations[capability.NodeRegisterAnnotation])
+		v, ok := node.Annotations[capability.NodeRegisterAnnotation]
+		if !ok {
+			return nil, fmt.Errorf("%s: node %s has no %s annotation: no device plugin has registered its GPUs (is dynmig's device plugin running there?)",
+				displayName(nodeFile), node.Name, capability.NodeRegisterAnnotation)
+		}
+		value = []byte(v)
 		where = fmt.Sprintf("%s: node %s: %s", displayName(nodeFile), node.Name, capability.NodeRegisterAnnotation)
 	}
 	// Read as the scheduler reads it: a malformed entry takes out that
@@ -181,6 +221,9 @@ func loadNode(e *env, nodeFile, nodeName, podsFile string) (*nodeView, error) {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	nv.devs, nv.gpus, nv.rejected, nv.findings = reg.Devices, reg.GPUs(), reg.Rejected, reg.Findings
+	if err := nv.requireMIG(where); err != nil {
+		return nil, err
+	}
 	if podsFile == "" {
 		return nv, nil
 	}
@@ -205,6 +248,36 @@ func loadNode(e *env, nodeFile, nodeName, podsFile string) (*nodeView, error) {
 		}
 	}
 	return nv, nil
+}
+
+// requireMIG fails when the node has no MIG GPU to schedule on, saying
+// what is missing: every command that reads a node needs one.
+func (nv *nodeView) requireMIG(where string) error {
+	if len(nv.gpus) > 0 {
+		return nil
+	}
+	if len(nv.rejected) > 0 {
+		errs := make([]error, len(nv.rejected))
+		for i, re := range nv.rejected {
+			errs[i] = re
+		}
+		return fmt.Errorf("%s: node %s has no usable MIG GPU: every MIG entry of its registration was refused: %w", where, nv.name, errors.Join(errs...))
+	}
+	if len(nv.devs) == 0 {
+		return fmt.Errorf("%s: node %s registers no GPUs", where, nv.name)
+	}
+	modes := make([]string, 0, len(nv.devs))
+	for _, d := range nv.devs {
+		m := d.Mode
+		if m == "" {
+			m = "none"
+		}
+		if !slices.Contains(modes, m) {
+			modes = append(modes, m)
+		}
+	}
+	return fmt.Errorf("%s: node %s registers %s, none in MIG mode (mode %s): enable MIG mode on its GPUs and restart the device plugin",
+		where, nv.name, plural(len(nv.devs), "GPU", "GPUs"), strings.Join(modes, ", "))
 }
 
 // registrationNotes describes the registration entries left out

@@ -179,3 +179,9 @@ func TestParseInterleaved(t *testing.T) {
 	r = migctl(t, "", "validate", "--", "--node")
 	r.check(t, exitInvalid, nil, []string{"--node"})
 }
+
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		migctl(t, "", arg).check(t, exitOK, []string{"migctl ", "revision"}, nil)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,7 +32,12 @@ The trace is JSON lines (placement/sim's format):
   {"t":0.7,"op":"arrive","id":"r2","memoryMB":9000,"devices":2}
   {"t":2.5,"op":"depart","id":"r1"}
 --synthetic SEED draws a heavy-churn trace instead (Poisson arrivals,
-exponential lifetimes, small profiles favoured); --write-trace saves it.`,
+exponential lifetimes, small profiles favoured); --write-trace saves it.
+
+--profiles chooses each GPU's profiles: those the allowlist permits
+(allowlist, the default; --allowlist FILE replaces the built-in one), the
+model's plain profiles without media-engine variants (plain), or every
+profile the model has (all).`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			o := simOptions{}
 			fs.StringVar(&o.model, "model", "A100-SXM4-40GB", "fake GPU model (a fakehal preset name or alias)")
@@ -46,6 +52,7 @@ exponential lifetimes, small profiles favoured); --write-trace saves it.`,
 			fs.BoolVar(&o.memory, "memory", false, "synthetic arrivals ask for memory (MiB) instead of profile names")
 			fs.StringVar(&o.writeTrace, "write-trace", "", "write the synthetic trace to this file")
 			fs.StringVar(&o.allowlist, "allowlist", "", "scheduler device config with nvidia.migProfileAllowlist (default: built in)")
+			fs.StringVar(&o.profiles, "profiles", "allowlist", "profiles of each GPU: allowlist, plain or all")
 			return func(e *env, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
@@ -57,10 +64,10 @@ exponential lifetimes, small profiles favoured); --write-trace saves it.`,
 }
 
 type simOptions struct {
-	model, trace, synthetic, policy, mix, writeTrace, allowlist string
-	gpus, arrivals                                              int
-	load                                                        float64
-	json, memory                                                bool
+	model, trace, synthetic, policy, mix, writeTrace, allowlist, profiles string
+	gpus, arrivals                                                        int
+	load                                                                  float64
+	json, memory                                                          bool
 }
 
 func simulate(e *env, o simOptions) error {
@@ -80,20 +87,9 @@ func simulate(e *env, o simOptions) error {
 	if _, ok := fakehal.LookupModel(o.model); !ok {
 		return usageErr("--model: unknown model %q (models: %s)", o.model, knownModels())
 	}
-	policy, err := loadAllowlist(e, o.allowlist)
+	gpus, err := o.gpusOf(e)
 	if err != nil {
 		return err
-	}
-	hw, err := fakehal.New(fakehal.Options{GPUs: fakehal.Repeat(o.gpus, o.model)})
-	if err != nil {
-		return err
-	}
-	gpus, _, err := capability.Discover(e.ctx, hw, policy)
-	if err != nil {
-		return err
-	}
-	if len(gpus[0].Profiles) == 0 {
-		return fmt.Errorf("%s publishes no MIG profiles under the allowlist", gpus[0].Name)
 	}
 	evs, err := o.events(e, gpus)
 	if err != nil {
@@ -111,8 +107,54 @@ func simulate(e *env, o simOptions) error {
 		_, err = fmt.Fprintf(e.stdout, "%s\n", out)
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%d x %s, %d events\n\n", o.gpus, gpus[0].Name, len(evs))
+	names := make([]string, len(gpus[0].Profiles))
+	for i, p := range gpus[0].Profiles {
+		names[i] = p.Name
+	}
+	fmt.Fprintf(e.stdout, "%d x %s, profiles %s, %d events\n\n", o.gpus, gpus[0].Name, strings.Join(names, " "), len(evs))
 	return sim.WriteTable(e.stdout, rs)
+}
+
+// gpusOf discovers the fake node's GPUs and keeps the profiles --profiles
+// chooses.
+func (o simOptions) gpusOf(e *env) ([]capability.GPU, error) {
+	var keep func(p capability.Profile) bool
+	m, _ := fakehal.LookupModel(o.model)
+	every := make([]string, len(m.Profiles))
+	for i, p := range m.Profiles {
+		every[i] = p.Name
+	}
+	policy := capability.Allowlist{{Models: []string{m.Name}, Profiles: every}}
+	switch o.profiles {
+	case "allowlist":
+		al, err := loadAllowlist(e, o.allowlist)
+		if err != nil {
+			return nil, err
+		}
+		policy = al
+	case "plain":
+		keep = func(p capability.Profile) bool { return p.Variant == capability.VariantNone }
+	case "all":
+	default:
+		return nil, usageErr("--profiles %q: want allowlist, plain or all", o.profiles)
+	}
+	hw, err := fakehal.New(fakehal.Options{GPUs: fakehal.Repeat(o.gpus, o.model)})
+	if err != nil {
+		return nil, err
+	}
+	gpus, _, err := capability.Discover(e.ctx, hw, policy)
+	if err != nil {
+		return nil, err
+	}
+	for i := range gpus {
+		if keep != nil {
+			gpus[i].Profiles = slices.DeleteFunc(gpus[i].Profiles, func(p capability.Profile) bool { return !keep(p) })
+		}
+	}
+	if len(gpus[0].Profiles) == 0 {
+		return nil, fmt.Errorf("%s publishes no MIG profiles under --profiles %s", gpus[0].Name, o.profiles)
+	}
+	return gpus, nil
 }
 
 func (o simOptions) events(e *env, gpus []capability.GPU) ([]sim.Event, error) {

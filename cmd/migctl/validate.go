@@ -50,6 +50,7 @@ entry and field.`,
 
 func validate(e *env, file, nodeFile, nodeName string) error {
 	var lookup reservation.GPULookup
+	var node string
 	if nodeFile != "" {
 		if nodeFile == "-" && file == "-" {
 			return usageErr("--node and FILE cannot both read standard input")
@@ -59,7 +60,7 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 			return err
 		}
 		nv.warnRegistration(e)
-		lookup = reservation.GPUs(nv.gpus)
+		lookup, node = reservation.GPUs(nv.gpus), nv.name
 	}
 	data, err := e.readInput(file)
 	if err != nil {
@@ -69,8 +70,7 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 	var problems []string
 	switch {
 	case len(t) == 0:
-		fmt.Fprintln(e.stdout, "valid: empty value, no allocations")
-		return nil
+		return fmt.Errorf("%s is empty: nothing to validate (did the command that feeds it fail?)", displayName(file))
 	case t[0] == '"':
 		var value string
 		if err := json.Unmarshal(t, &value); err != nil {
@@ -85,7 +85,7 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 			return fmt.Errorf("%s: %w (want a %s value, a JSON array of entries or that array as a quoted string, or a Pod, PodList or List)",
 				displayName(file), err, reservation.AnnotationKey)
 		}
-		problems = validatePods(e, pods, lookup)
+		problems = validatePods(e, pods, lookup, node)
 	}
 	for _, p := range problems {
 		fmt.Fprintln(e.stdout, p)
@@ -122,7 +122,9 @@ func validateValue(e *env, value string, lookup reservation.GPULookup, prefix st
 	return nil
 }
 
-func validatePods(e *env, pods []*corev1.Pod, lookup reservation.GPULookup) []string {
+// validatePods checks pods; with a node's lookup, a pod bound to another
+// node is checked on its own, not against the node.
+func validatePods(e *env, pods []*corev1.Pod, lookup reservation.GPULookup, node string) []string {
 	var problems []string
 	snap := reservation.Snapshot{Complete: true}
 	for _, p := range pods {
@@ -142,7 +144,12 @@ func validatePods(e *env, pods []*corev1.Pod, lookup reservation.GPULookup) []st
 		if !v.Active() {
 			prefix = fmt.Sprintf("pod %s (%s, no longer counted): ", podKey(v), phaseOf(v))
 		}
-		problems = append(problems, validateValue(e, value, lookup, prefix)...)
+		podLookup := lookup
+		if lookup != nil && p.Spec.NodeName != "" && p.Spec.NodeName != node {
+			fmt.Fprintf(e.stdout, "%sbound to node %s, not checked against node %s\n", prefix, p.Spec.NodeName, node)
+			podLookup = nil
+		}
+		problems = append(problems, validateValue(e, value, podLookup, prefix)...)
 	}
 	// Cross-pod rules: only the desired set of the active pods knows them.
 	for _, r := range reservation.Desired(snap).Reasons {

@@ -59,7 +59,7 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 	}
 	node, err := fakehal.New(fakehal.Options{GPUs: fakehal.Repeat(cfg.GPUs, cfg.Model), Seed: cfg.Seed})
 	if err != nil {
-		return fmt.Errorf("-model %q: %w (try one of: %s)", cfg.Model, err, modelNames())
+		return err
 	}
 	d := &demo{w: w, ctx: ctx, cfg: cfg, node: node, ledger: placement.NewLedger(placement.LedgerOptions{}),
 		legend: slotmap.NewLegend(), procs: map[string]uint32{}}
@@ -74,14 +74,6 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 		}
 	}
 	return nil
-}
-
-func modelNames() string {
-	var names []string
-	for _, m := range fakehal.Models() {
-		names = append(names, fmt.Sprintf("%q", m.Name))
-	}
-	return strings.Join(names, ", ")
 }
 
 func (d *demo) printf(format string, args ...any) { fmt.Fprintf(d.w, format, args...) }

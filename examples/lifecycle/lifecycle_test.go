@@ -142,3 +142,36 @@ func firstDiff(got, want string) string {
 	}
 	return "(no line differs)"
 }
+
+// TestCLI: -h describes the command and lists the models (exit 0); usage
+// errors are reported once with exit 64, as migctl reports them.
+func TestCLI(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "help", args: []string{"-h"}, code: exitOK, wantStdout: "NVIDIA H200"},
+		{name: "unknown model", args: []string{"-model", "foo"}, code: exitUsage, wantStderr: "NVIDIA A30"},
+		{name: "unknown flag", args: []string{"-colour"}, code: exitUsage, wantStderr: "usage:"},
+		{name: "argument", args: []string{"now"}, code: exitUsage, wantStderr: "usage:"},
+		{name: "no GPUs", args: []string{"-gpus", "0"}, code: exitError},
+		{name: "runs", args: []string{"-gpus", "1", "-model", "A30"}, code: exitOK, wantStdout: "== 1."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if got := cli(t.Context(), tt.args, &stdout, &stderr); got != tt.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", got, tt.code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.wantStdout) || !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("stdout %q, stderr %q: want %q and %q in them", stdout.String(), stderr.String(), tt.wantStdout, tt.wantStderr)
+			}
+			if strings.Count(stderr.String(), "lifecycle:") > 1 {
+				t.Errorf("the error is reported more than once:\n%s", stderr.String())
+			}
+		})
+	}
+}

@@ -46,7 +46,7 @@
 //
 // # Results
 //
-// go run ./examples/simulate -model A100-SXM4-40GB -gpus 8 -seed 1 -profiles plain
+// go run ./cmd/migctl simulate --model A100-SXM4-40GB --gpus 8 --synthetic 1 --profiles plain
 // (heavy churn: skewed mix, 4000 arrivals, offered load 1.3, mean life 20;
 // H100 gives the same table, its placement grid being the same):
 //
@@ -55,7 +55,7 @@
 //	     v2.10      4000      3175           649                176           78.0%
 //	frag-aware      4000      3211           700                 89           80.0%
 //
-// go run ./examples/simulate -model A30 -gpus 8 -seed 1 -profiles plain (RTX
+// go run ./cmd/migctl simulate --model A30 --gpus 8 --synthetic 1 --profiles plain (RTX
 // PRO 6000 gives the same table: its 12-slot grid is the A30's 4-slot
 // buddy grid scaled by three):
 //
@@ -64,7 +64,7 @@
 //	     v2.10      4000      3155           769                 76           82.7%
 //	frag-aware      4000      3138           836                 26           83.0%
 //
-// go run ./examples/simulate -model A100-SXM4-40GB -gpus 8 -seed 1 (the
+// go run ./cmd/migctl simulate --model A100-SXM4-40GB --gpus 8 --synthetic 1 (the
 // default allowlist's profiles 1g.5gb 2g.10gb 3g.20gb 7g.40gb):
 //
 //	    policy  arrivals  accepted  rej capacity  rej fragmentation  mean slot util
