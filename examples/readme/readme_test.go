@@ -155,3 +155,36 @@ func closest(regs map[string]string, block string) string {
 	}
 	return "no region starts with the same line"
 }
+
+// TestLifecycleExcerpt: the block of README.md after the "lifecycle
+// excerpt" marker is copied from the walk-through's output, not edited by
+// hand: each of its lines is a line of the default golden file.
+func TestLifecycleExcerpt(t *testing.T) {
+	golden := map[string]bool{}
+	for _, l := range readLines(t, "../lifecycle/testdata/default.golden") {
+		golden[l] = true
+	}
+	lines := readLines(t, "../../README.md")
+	start := -1
+	for i, l := range lines {
+		if strings.HasPrefix(l, "<!-- lifecycle excerpt") {
+			start = i
+		}
+	}
+	if start < 0 || start+1 >= len(lines) || lines[start+1] != "```" {
+		t.Fatal("README.md: no ``` block right after the lifecycle excerpt marker")
+	}
+	n := 0
+	for _, l := range lines[start+2:] {
+		if l == "```" {
+			break
+		}
+		n++
+		if !golden[l] {
+			t.Errorf("README.md excerpt line is not in the lifecycle output:\n%s", l)
+		}
+	}
+	if n == 0 {
+		t.Error("README.md: the lifecycle excerpt is empty")
+	}
+}
