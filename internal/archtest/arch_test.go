@@ -1,0 +1,112 @@
+package archtest_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/dynmig/dynmig"
+
+// pkg is what go list -json says of one package.
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+// listPackages lists the module's packages with their imports and
+// dependencies, test files excluded, as the toolchain resolves them.
+func listPackages(t *testing.T) map[string]pkg {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command on PATH")
+	}
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", module+"/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = p
+	}
+	return pkgs
+}
+
+// layer gives each package directory its row in the architecture table;
+// a package may import only packages of its own or a lower layer.
+func layer(rel string) int {
+	top, _, _ := strings.Cut(rel, "/")
+	switch {
+	case rel == "internal/gpulock" || rel == "internal/version":
+		return 0
+	case top == "capability":
+		return 1
+	case rel == "placement/placementtest" || rel == "reservation/reservationtest":
+		return 3
+	case top == "placement" || rel == "reservation" || top == "schedule" || rel == "internal/slotmap":
+		return 2
+	case top == "realize":
+		return 4
+	case top == "fakehal" || top == "nvmlhal":
+		return 5
+	case top == "kube":
+		return 6
+	case top == "deviceplugin" || top == "extender" || top == "dradriver" || rel == "internal/backend":
+		return 7
+	}
+	return 8 // cmd, examples, systemtest, deploy: anything
+}
+
+// TestArrowsPointDown: no package imports one of a higher layer.
+func TestArrowsPointDown(t *testing.T) {
+	pkgs := listPackages(t)
+	for rel, p := range pkgs {
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, module+"/")
+			if layer(dep) > layer(rel) {
+				t.Errorf("%s (layer %d) imports %s (layer %d): arrows point down only", rel, layer(rel), dep, layer(dep))
+			}
+		}
+	}
+}
+
+// TestExternalDependencies: only nvmlhal reaches go-nvml (cgo), nothing
+// below kube reaches Kubernetes, and the fake-node demo links no client-go.
+func TestExternalDependencies(t *testing.T) {
+	pkgs := listPackages(t)
+	for rel, p := range pkgs {
+		for _, d := range p.Deps {
+			switch {
+			case strings.HasPrefix(d, "github.com/NVIDIA/go-nvml") && !strings.HasPrefix(rel, "nvmlhal") &&
+				layer(rel) < 7:
+				t.Errorf("%s depends on go-nvml: only nvmlhal may", rel)
+			case strings.HasPrefix(d, "k8s.io/") && layer(rel) < 6:
+				t.Errorf("%s depends on %s: only kube and above may import Kubernetes", rel, d)
+			case strings.HasPrefix(d, "k8s.io/client-go") && rel == "examples/lifecycle":
+				t.Errorf("examples/lifecycle depends on %s: the fake-node demo must not link client-go", d)
+			case d == "k8s.io/kubernetes" || strings.HasPrefix(d, "k8s.io/kubernetes/"):
+				t.Errorf("%s depends on %s: the main module never imports k8s.io/kubernetes", rel, d)
+			}
+		}
+	}
+}
