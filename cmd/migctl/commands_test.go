@@ -94,6 +94,18 @@ func TestDiscoverCorrectedTables(t *testing.T) {
 	}
 }
 
+// TestDiscoverH200Driver580: the H200 preset is what driver 580.159.04
+// reported on a real H200; the early driver's memory stays selectable.
+func TestDiscoverH200Driver580(t *testing.T) {
+	r := migctl(t, "", "discover", "--fake", "NVIDIA H200")
+	r.check(t, exitOK, []string{`"2g.35gb","memoryMB":33280`, `"3g.71gb","memoryMB":71424`, `"7g.141gb","memoryMB":143360`}, nil)
+	if strings.Contains(r.stderr, "unconfirmed") {
+		t.Errorf("confirmed H200 preset noted as unconfirmed:\n%s", r.stderr)
+	}
+	r = migctl(t, "", "discover", "--fake", "NVIDIA H200", "--driver", "early")
+	r.check(t, exitOK, []string{`"2g.35gb","memoryMB":33024`, `"3g.71gb","memoryMB":71168`, `"7g.141gb","memoryMB":143104`}, nil)
+}
+
 func TestDiscoverDriver(t *testing.T) {
 	r := migctl(t, "", "discover", "--fake", "GB200", "--driver", "early")
 	r.check(t, exitOK, []string{`"7g.189gb"`, `"3g.95gb"`}, nil)
