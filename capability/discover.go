@@ -186,6 +186,7 @@ func discoverGPU(ctx context.Context, hw HardwareView, policy Allowlist, dev Dev
 		}
 	}
 	gpu := bare
+	gpu.Limits = all.Limits
 	published := make(map[string]bool, len(byName))
 	for _, name := range policy[entry].Profiles {
 		p := byName[name]
