@@ -12,13 +12,19 @@ import (
 	"github.com/dynmig/dynmig/capability"
 )
 
-// ProfileInfoV3Device is implemented by nvml.Device values that answer
-// NVML's versioned GPU instance profile query (nvmlDeviceGetGpuInstanceProfileInfoV
-// with a V3 struct) without cgo. go-nvml's GetGpuInstanceProfileInfoV
-// returns a handler bound to an unexported library handle, so a test double
-// cannot serve it; the strict mocks in package nvmlmock implement this
-// interface instead. Devices of the real library need not: the backend
-// calls the V3 query on them directly.
+// ProfileInfoV2Device and [ProfileInfoV3Device] are implemented by
+// nvml.Device values that answer NVML's versioned GPU instance profile
+// query (nvmlDeviceGetGpuInstanceProfileInfoV with a V2 or V3 struct)
+// without cgo. go-nvml's GetGpuInstanceProfileInfoV returns a handler bound
+// to an unexported library handle, so a test double cannot serve it; the
+// strict mocks in package nvmlmock implement these interfaces instead.
+// Devices of the real library need not: the backend calls the versioned
+// query on them directly.
+type ProfileInfoV2Device interface {
+	GetGpuInstanceProfileInfoV2(profile int) (nvml.GpuInstanceProfileInfo_v2, nvml.Return)
+}
+
+// ProfileInfoV3Device: see [ProfileInfoV2Device].
 type ProfileInfoV3Device interface {
 	GetGpuInstanceProfileInfoV3(profile int) (nvml.GpuInstanceProfileInfo_v3, nvml.Return)
 }
@@ -98,8 +104,10 @@ func (b *Backend) deviceInfo(i int) (capability.DeviceInfo, error) {
 // index order, with their possible placements. Profiles are found by
 // walking every index NVML defines and skipping those it reports as not
 // supported; Index is the key and ID is NVML's opaque profile Id. Name is
-// the driver's V3 name without its "MIG " prefix, or "" on drivers without
-// the V3 query (then [capability.DeriveProfileName] names it).
+// the driver's name from the versioned query (V2 first, see
+// [Backend.nameQuery]) without its "MIG " prefix, or "" when the driver
+// gives none that agrees with the V1 answer (then
+// [capability.DeriveProfileName] names it).
 //
 // The queries are made whatever the MIG mode: drivers that answer profile
 // and placement queries with MIG off (the non-versioned profile query;
@@ -131,7 +139,7 @@ func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIPro
 // walkProfiles calls each for every GPU instance profile the GPU supports,
 // in index order, with its possible placements and NVML's raw info.
 func (b *Backend) walkProfiles(index int, dev nvml.Device, each func(capability.GIProfileInfo, nvml.GpuInstanceProfileInfo) error) error {
-	v3 := b.v3Query(dev)
+	names := b.nameQuery(dev)
 	for p := range capability.GIProfileCount {
 		info, ok, err := profileInfo(index, dev, p)
 		if err != nil {
@@ -150,7 +158,7 @@ func (b *Backend) walkProfiles(index int, dev nvml.Device, each func(capability.
 		gi := capability.GIProfileInfo{
 			Index:               p,
 			ID:                  info.Id,
-			Name:                v3(p),
+			Name:                names(p, &info),
 			SliceCount:          info.SliceCount,
 			InstanceCount:       info.InstanceCount,
 			MultiprocessorCount: info.MultiprocessorCount,
@@ -181,45 +189,87 @@ func profileInfo(gpu int, dev nvml.Device, p capability.GIProfileIndex) (nvml.Gp
 	return info, false, hwError("GetGpuInstanceProfileInfo", gpu, dev, ret)
 }
 
-// v3Query returns a function that yields the driver's canonical profile
-// name for an index, or "" when the driver has none for it.
-func (b *Backend) v3Query(dev nvml.Device) func(capability.GIProfileIndex) string {
+// versioned is one answer of the versioned profile query: the fields a
+// name is checked against, and the name.
+type versioned struct {
+	id, slices uint32
+	memoryMB   uint64
+	name       [96]int8
+}
+
+// nameQuery returns a function that yields the driver's canonical profile
+// name for an index, given the index's V1 info, or "" when the driver
+// gives none that can be trusted (then [capability.DeriveProfileName]
+// names the profile).
+//
+// The V2 struct is asked first, V3 only when V2 gives no trusted name. An
+// answer is trusted only when it agrees with V1 (same Id, slice count and
+// memory) and its name parses with V1's slice count: driver 580.159.04
+// answers V3 with SUCCESS, the numbers right and the name written at V2's
+// offset, so a SUCCESS does not prove the struct was filled for its
+// version, and a zeroed struct must not name anything. The Version word is
+// never read back (drivers write 0 there).
+func (b *Backend) nameQuery(dev nvml.Device) func(capability.GIProfileIndex, *nvml.GpuInstanceProfileInfo) string {
+	var v2, v3 func(int) (versioned, bool)
+	if d, ok := dev.(ProfileInfoV2Device); ok {
+		v2 = func(p int) (versioned, bool) {
+			in, ret := d.GetGpuInstanceProfileInfoV2(p)
+			return versioned{in.Id, in.SliceCount, in.MemorySizeMB, in.Name}, ret == nvml.SUCCESS
+		}
+	}
 	if d, ok := dev.(ProfileInfoV3Device); ok {
-		return func(p capability.GIProfileIndex) string {
-			info, ret := d.GetGpuInstanceProfileInfoV3(int(p))
-			if ret != nvml.SUCCESS {
-				return ""
+		v3 = func(p int) (versioned, bool) {
+			in, ret := d.GetGpuInstanceProfileInfoV3(p)
+			return versioned{in.Id, in.SliceCount, in.MemorySizeMB, in.Name}, ret == nvml.SUCCESS
+		}
+	}
+	if v2 == nil && v3 == nil && b.hasVersionedQuery(dev) {
+		// One symbol serves both versions; each call fills a fresh struct.
+		v2 = func(p int) (versioned, bool) {
+			in, ret := dev.GetGpuInstanceProfileInfoV(p).V2()
+			return versioned{in.Id, in.SliceCount, in.MemorySizeMB, in.Name}, ret == nvml.SUCCESS
+		}
+		v3 = func(p int) (versioned, bool) {
+			in, ret := dev.GetGpuInstanceProfileInfoV(p).V3()
+			return versioned{in.Id, in.SliceCount, in.MemorySizeMB, in.Name}, ret == nvml.SUCCESS
+		}
+	}
+	return func(p capability.GIProfileIndex, v1 *nvml.GpuInstanceProfileInfo) string {
+		for _, q := range []func(int) (versioned, bool){v2, v3} {
+			if q == nil {
+				continue
 			}
-			return profileName(info.Name)
-		}
-	}
-	// Calling the versioned query on a library that lacks it would jump to
-	// an unresolved symbol (go-nvml links lazily), so look it up first.
-	ext := b.lib.Extensions()
-	if !isLibraryDevice(dev) || ext == nil || ext.LookupSymbol("nvmlDeviceGetGpuInstanceProfileInfoV") != nil {
-		return func(capability.GIProfileIndex) string { return "" }
-	}
-	return func(p capability.GIProfileIndex) string {
-		h := dev.GetGpuInstanceProfileInfoV(int(p))
-		info, ret := h.V3()
-		if ret == nvml.SUCCESS {
-			return profileName(info.Name)
-		}
-		if retryV2(ret) {
-			if v2, ret := h.V2(); ret == nvml.SUCCESS {
-				return profileName(v2.Name)
+			if ans, ok := q(int(p)); ok {
+				if name, ok := trustedName(v1, ans); ok {
+					return name
+				}
 			}
 		}
 		return ""
 	}
 }
 
-// retryV2 reports whether a failed V3 profile query should be retried with
-// the V2 struct (which has Name too): drivers that know only V2 reject V3
-// with ARGUMENT_VERSION_MISMATCH, and nvml.h documents INVALID_ARGUMENT
-// for an unknown struct version as well.
-func retryV2(ret nvml.Return) bool {
-	return ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH || ret == nvml.ERROR_INVALID_ARGUMENT
+// hasVersionedQuery reports whether the versioned profile query may be
+// called on dev: only on a handle of the real library that has the
+// symbol. Calling it on a library that lacks it would jump to an
+// unresolved symbol (go-nvml links lazily), so it is looked up first.
+func (b *Backend) hasVersionedQuery(dev nvml.Device) bool {
+	ext := b.lib.Extensions()
+	return isLibraryDevice(dev) && ext != nil && ext.LookupSymbol("nvmlDeviceGetGpuInstanceProfileInfoV") == nil
+}
+
+// trustedName returns the name of a versioned answer that agrees with the
+// V1 info, and false for one that does not (see [Backend.nameQuery]).
+func trustedName(v1 *nvml.GpuInstanceProfileInfo, ans versioned) (string, bool) {
+	if ans.id != v1.Id || ans.slices != v1.SliceCount || ans.memoryMB != v1.MemorySizeMB {
+		return "", false
+	}
+	name := profileName(ans.name)
+	n, err := capability.ParseProfileName(name)
+	if err != nil || n.Compute != v1.SliceCount {
+		return "", false
+	}
+	return name, true
 }
 
 // numaNode is the NUMA node of the GPU's PCI device, read from sysfs as

@@ -21,22 +21,23 @@ import (
 // is listed with an empty MIGUUID.
 //
 // On a GPU whose MIG mode is off (a pending enable included) it fails with
-// realize.ErrMIGDisabled whose Cause is NOT_SUPPORTED, as NVML's
-// GetGpuInstances answers there, rather than listing nothing: an empty
-// list reads as "every instance is gone", which a caller must not infer
-// from a GPU that cannot be asked.
+// realize.ErrMIGDisabled whose Cause is a [*MIGModeError], without asking
+// for instances, rather than listing nothing: an empty list reads as
+// "every instance is gone", which a caller must not infer from a GPU in
+// MIG mode off (where some drivers answer GetGpuInstances with SUCCESS and
+// no instances, others with NOT_SUPPORTED).
 func (b *Backend) Instances(ctx context.Context, gpu int) ([]realize.Instance, error) {
 	dev, unlock, err := b.begin(ctx, "Instances", gpu)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	cur, _, err := migModes("GetMigMode", gpu, dev)
+	cur, pend, err := migModes("GetMigMode", gpu, dev)
 	if err != nil {
 		return nil, err
 	}
 	if cur == capability.MIGDisabled {
-		return nil, kindError("GetGpuInstances", gpu, realize.ErrMIGDisabled, &ReturnError{Return: nvml.ERROR_NOT_SUPPORTED})
+		return nil, kindError("Instances", gpu, realize.ErrMIGDisabled, &MIGModeError{Current: cur, Pending: pend})
 	}
 	uuids, err := migUUIDs(gpu, dev)
 	if err != nil {

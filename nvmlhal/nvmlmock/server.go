@@ -51,6 +51,23 @@ type Options struct {
 	// possible-placement queries with MIG mode off; by default they
 	// answer NOT_SUPPORTED there.
 	ProfilesWhileDisabled bool
+	// Driver580 reproduces what driver 580.159.04 (NVML 13.580.159.04)
+	// answered on an H200 SXM (mig-hardware-facts, measured 2026-12-04):
+	//
+	//   - the versioned profile query with a V3 struct returns SUCCESS with
+	//     the numeric fields right but an empty Name: the driver formats
+	//     the name as if the struct were V2 ("MIG <instanceCount>g.0gb",
+	//     from V3's instanceCount and the zero at V2's memory offset) and
+	//     writes it at V2's name offset, which is V3's Name[8:];
+	//   - the V2 struct gets the right name; both come back with Version 0;
+	//   - the profile and possible-placement queries answer with MIG mode
+	//     off (as ProfilesWhileDisabled), and GetGpuInstances answers
+	//     SUCCESS with no instances there, not NOT_SUPPORTED;
+	//   - profile indexes the GPU lacks answer NOT_SUPPORTED below 17 and
+	//     INVALID_ARGUMENT from 17 (3_SLICE_GFX), which the driver
+	//     predates;
+	//   - the driver version is 580.159.04.
+	Driver580 bool
 }
 
 // Op names a call whose next result a test can force with [Server.FailNext].
@@ -101,8 +118,12 @@ func New(model Model, opts Options) *Server {
 	if !ok {
 		panic(fmt.Sprintf("nvmlmock: unknown model %d", int(model)))
 	}
+	driver := "580.65.06"
+	if opts.Driver580 {
+		driver = "580.159.04"
+	}
 	base, err := server.New(server.WithGPUs(gpus.Multiple(8, spec.base)...),
-		server.WithDriverVersion("580.65.06"), server.WithNVMLVersion("13.580.65.06"), server.WithCUDADriverVersion(13000))
+		server.WithDriverVersion(driver), server.WithNVMLVersion("13."+driver), server.WithCUDADriverVersion(13000))
 	if err != nil {
 		panic(err) // go-nvml's options never fail
 	}
