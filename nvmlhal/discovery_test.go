@@ -316,3 +316,58 @@ func TestSystemLibraryBeforeInit(t *testing.T) {
 		t.Errorf("Shutdown before Init = %v, want ErrNotInitialized", err)
 	}
 }
+
+// The profile table is read from NVML once per GPU UUID and driver
+// version: discovery, inspection and instance listing after the first read
+// ask NVML no profile or placement query again.
+func TestProfileTableCached(t *testing.T) {
+	ctx := context.Background()
+	b, srv := newBackend(t, nvmlmock.DGXH200, nvmlmock.Options{Driver580: true})
+	first, _, err := capability.Discover(ctx, b, capability.DefaultAllowlist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := srv.ProfileQueries()
+	if read == 0 {
+		t.Fatal("discovery asked no profile query")
+	}
+	again, _, err := capability.Discover(ctx, b, capability.DefaultAllowlist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Instances(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Inspect(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.ProfileQueries(); got != read {
+		t.Errorf("%d profile queries after the first discovery, want none", got-read)
+	}
+	if len(again) != len(first) || len(again[0].Profiles) != len(first[0].Profiles) || again[0].Profiles[0].Name != first[0].Profiles[0].Name {
+		t.Errorf("cached discovery %+v differs from the first %+v", again[0], first[0])
+	}
+	// Callers get their own copies.
+	infos, _ := b.GIProfiles(ctx, 0)
+	infos[0].Placements[0].Start = 99
+	if infos, _ := b.GIProfiles(ctx, 0); infos[0].Placements[0].Start == 99 {
+		t.Error("a caller's change reached the cached table")
+	}
+}
+
+// A table read while the driver refuses profile queries (MIG off on
+// drivers that answer NOT_SUPPORTED there) is empty and is not kept: once
+// MIG is on, the table is read.
+func TestProfileTableNotCachedWhenRefused(t *testing.T) {
+	ctx := context.Background()
+	b, _ := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{MIGDisabled: true})
+	if infos, err := b.GIProfiles(ctx, 0); err != nil || len(infos) != 0 {
+		t.Fatalf("GIProfiles with MIG off = %v, %v; want none", infos, err)
+	}
+	if err := b.EnableMIG(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err := b.GIProfiles(ctx, 0); err != nil || len(infos) != 7 {
+		t.Errorf("GIProfiles after enabling MIG = %d profiles, %v; want 7", len(infos), err)
+	}
+}

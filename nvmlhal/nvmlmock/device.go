@@ -212,6 +212,12 @@ func (d *Device) migOn() bool { return d.migMode == nvml.DEVICE_MIG_ENABLE }
 // outside NVML's index range, NOT_SUPPORTED for an index the GPU lacks or
 // when MIG mode is off.
 func (d *Device) GetGpuInstanceProfileInfo(index int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+	in, ret := d.profileQueryV1(index)
+	d.srv.spend(ret, false)
+	return in, ret
+}
+
+func (d *Device) profileQueryV1(index int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_UNINITIALIZED
@@ -244,6 +250,12 @@ const driver580Indexes = 17
 // as on a driver without the symbol. With Options.Driver580 the Version
 // comes back 0, as that driver writes it.
 func (d *Device) GetGpuInstanceProfileInfoV2(index int) (nvml.GpuInstanceProfileInfo_v2, nvml.Return) {
+	in, ret := d.profileQueryV2(index)
+	d.srv.spend(ret, false)
+	return in, ret
+}
+
+func (d *Device) profileQueryV2(index int) (nvml.GpuInstanceProfileInfo_v2, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nvml.GpuInstanceProfileInfo_v2{}, nvml.ERROR_UNINITIALIZED
@@ -272,6 +284,12 @@ func (d *Device) GetGpuInstanceProfileInfoV2(index int) (nvml.GpuInstanceProfile
 // struct, including the canonical Name ("MIG 1g.5gb"). With Options.NoV3
 // it is ERROR_FUNCTION_NOT_FOUND, as on a driver without the symbol.
 func (d *Device) GetGpuInstanceProfileInfoV3(index int) (nvml.GpuInstanceProfileInfo_v3, nvml.Return) {
+	in, ret := d.profileQueryV3(index)
+	d.srv.spend(ret, false)
+	return in, ret
+}
+
+func (d *Device) profileQueryV3(index int) (nvml.GpuInstanceProfileInfo_v3, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nvml.GpuInstanceProfileInfo_v3{}, nvml.ERROR_UNINITIALIZED
@@ -312,6 +330,12 @@ func (d *Device) GetGpuInstanceProfileInfoV3(index int) (nvml.GpuInstanceProfile
 // GetGpuInstancePossiblePlacements lists every legal placement of the
 // profile whose Id is info.Id, occupied or not, in any MIG mode.
 func (d *Device) GetGpuInstancePossiblePlacements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+	out, ret := d.possiblePlacements(info)
+	d.srv.spend(ret, true)
+	return out, ret
+}
+
+func (d *Device) possiblePlacements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nil, nvml.ERROR_UNINITIALIZED
