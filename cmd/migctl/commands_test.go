@@ -404,6 +404,20 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestChartNamesResolved: the HAMi chart's 7g.79gb is A100 80GB's
+// 7g.80gb. Config loading and convert-legacy print the resolution, and
+// discovery publishes the full-GPU profile under the driver's name.
+func TestChartNamesResolved(t *testing.T) {
+	chart := writeTemp(t, "chart.yaml", "nvidia:\n  migProfileAllowlist:\n  - models: [A100-SXM4-80GB]\n    profiles: [1g.10gb, 7g.79gb]\n")
+	r := migctl(t, "", "discover", "--fake", "NVIDIA A100-SXM4-80GB", "--allowlist", chart)
+	r.check(t, exitOK, []string{`"name":"7g.80gb"`}, []string{
+		`migProfileAllowlist[0]: 7g.79gb resolves to the driver's 7g.80gb on "NVIDIA A100-SXM4-80GB"`,
+		"resolved entry 0 profile 7g.79gb resolved to the driver's 7g.80gb"})
+	legacy := writeTemp(t, "legacy.yaml", "nvidia:\n  knownMigGeometries:\n  - models: [A100-SXM4-80GB]\n    allowedGeometries:\n    - - name: 7g.79gb\n        memory: 80896\n        count: 1\n")
+	r = migctl(t, "", "convert-legacy", legacy)
+	r.check(t, exitOK, []string{"7g.79gb"}, []string{`migProfileAllowlist[0]: 7g.79gb resolves to the driver's 7g.80gb on "NVIDIA A100-SXM4-80GB"`})
+}
+
 func TestConvertLegacy(t *testing.T) {
 	r := migctl(t, "", "convert-legacy", testdata("legacy-config.yaml"))
 	r.check(t, exitOK, nil, nil)
