@@ -146,10 +146,13 @@ func (b *Backend) GIProfiles(ctx context.Context, index int) ([]capability.GIPro
 type tableKey struct{ uuid, driver string }
 
 // tableEntry is one GPU instance profile of a table: what discovery
-// reports and NVML's raw V1 info.
+// reports and NVML's raw V1 info. unplaced marks a profile whose placements
+// the driver refused: discovery leaves it out, instance listing still asks
+// for its instances.
 type tableEntry struct {
-	gi  capability.GIProfileInfo
-	raw nvml.GpuInstanceProfileInfo
+	gi       capability.GIProfileInfo
+	raw      nvml.GpuInstanceProfileInfo
+	unplaced bool
 }
 
 // walkProfiles calls each for every GPU instance profile the GPU supports,
@@ -162,6 +165,9 @@ func (b *Backend) walkProfiles(index int, dev nvml.Device, each func(capability.
 		return err
 	}
 	for _, e := range table {
+		if e.unplaced {
+			continue // a driver that answers placements only in MIG mode
+		}
 		gi := e.gi
 		gi.Placements = slices.Clone(gi.Placements)
 		if err := each(gi, e.raw); err != nil {
@@ -219,8 +225,8 @@ func (b *Backend) tableKey(dev nvml.Device) (tableKey, bool) {
 }
 
 // readProfiles reads the GPU's profile table from NVML: every profile
-// index, its possible placements and its name. complete is false when a
-// profile was left out because the driver refused its placements.
+// index, its possible placements and its name. complete is false when the
+// driver refused a profile's placements (that entry is unplaced).
 func (b *Backend) readProfiles(index int, dev nvml.Device) (table []tableEntry, complete bool, err error) {
 	names := b.nameQuery(dev)
 	complete = true
@@ -233,11 +239,10 @@ func (b *Backend) readProfiles(index int, dev nvml.Device) (table []tableEntry, 
 			continue
 		}
 		placements, ret := dev.GetGpuInstancePossiblePlacements(&info)
-		if ret == nvml.ERROR_NOT_SUPPORTED {
+		unplaced := ret == nvml.ERROR_NOT_SUPPORTED
+		if unplaced {
 			complete = false
-			continue // a driver that answers placements only in MIG mode
-		}
-		if ret != nvml.SUCCESS {
+		} else if ret != nvml.SUCCESS {
 			return nil, false, hwError("GetGpuInstancePossiblePlacements", index, dev, ret)
 		}
 		gi := capability.GIProfileInfo{
@@ -253,7 +258,7 @@ func (b *Backend) readProfiles(index int, dev nvml.Device) (table []tableEntry, 
 		for i, pl := range placements {
 			gi.Placements[i] = capability.Placement{Start: pl.Start, Size: pl.Size}
 		}
-		table = append(table, tableEntry{gi: gi, raw: info})
+		table = append(table, tableEntry{gi: gi, raw: info, unplaced: unplaced})
 	}
 	return table, complete, nil
 }
