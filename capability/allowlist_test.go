@@ -64,7 +64,8 @@ func TestDefaultAllowlistMatchesRealNames(t *testing.T) {
 		{device: "A30", want: "NVIDIA A30", seven: "4g.24gb"},
 		{device: "RTX PRO 6000 Blackwell Server Edition", want: "NVIDIA RTX PRO 6000 Blackwell Server Edition", seven: "4g.96gb"},
 		// Substring traps: the longer name must win.
-		{device: "NVIDIA GH200 144G HBM3e", want: "NVIDIA GH200 480GB", seven: "7g.96gb"},
+		{device: "NVIDIA GH200 144G HBM3e", want: "NVIDIA GH200 144G HBM3e", seven: "7g.144gb"},
+		{device: "NVIDIA GH200 480GB", want: "NVIDIA GH200 480GB", seven: "7g.96gb"},
 		{device: "NVIDIA H20 96GB", want: "NVIDIA H20", seven: "7g.96gb"},
 		{device: "NVIDIA GB200 189GB", want: "NVIDIA GB200", seven: "7g.186gb"},
 		{device: "NVIDIA H200 NVL", want: "NVIDIA H200", seven: "7g.141gb"},

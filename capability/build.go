@@ -96,7 +96,8 @@ func MaxMultiprocessors(infos []GIProfileInfo) uint32 {
 // every GPU instance profile it supports, without any allowlist filtering.
 // Profiles whose info is unusable are left out and returned as errors, one
 // per profile; the GPU is still usable with the rest. Profiles are ordered
-// by [CompareProfiles].
+// by [CompareProfiles]. Limits are those of every usable profile
+// ([LimitsOf]).
 func GPUFromDevice(dev DeviceInfo, infos []GIProfileInfo) (GPU, []error) {
 	gpu := GPU{
 		UUID:     dev.UUID,
@@ -118,6 +119,7 @@ func GPUFromDevice(dev DeviceInfo, infos []GIProfileInfo) (GPU, []error) {
 		gpu.Profiles = append(gpu.Profiles, p)
 	}
 	SortProfiles(gpu.Profiles)
+	gpu.Limits = LimitsOf(gpu.Profiles)
 	return gpu, errs
 }
 

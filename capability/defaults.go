@@ -4,7 +4,9 @@ package capability
 // entry whose model is a substring of the NVML name wins, and several model
 // strings are substrings of other GPUs' names:
 //
-//   - "H200" and "H20" occur in "NVIDIA GH200 ...", so GH200 comes first;
+//   - "H200" and "H20" occur in "NVIDIA GH200 ...", so GH200 comes first,
+//     and "GH200" occurs in "NVIDIA GH200 144G HBM3e", so that comes first
+//     of all;
 //   - "B200" occurs in "NVIDIA GB200", so GB200 precedes B200;
 //   - "H20" occurs in "NVIDIA H200 ...", so H200 precedes H20;
 //   - "NVIDIA H800" occurs in "NVIDIA H800 PCIe", which is meant: both
@@ -22,8 +24,14 @@ package capability
 // them changes which profile the "smallest that fits" rule picks (an A100's
 // 1g.10gb would win over 2g.10gb with half the compute), so they are opt-in.
 var defaultAllowlist = Allowlist{
-	{ // GH200 96GB (H100 on GH200). The 144GB GH200 has other sizes (?):
-		// its names are reported as unresolved rather than guessed.
+	{ // GH200 144G HBM3e; before the 96GB entry, whose "GH200" is a
+		// substring of its name. 1g.18gb and 2g.36gb were seen on hardware;
+		// 3g.72gb and 7g.144gb follow NVIDIA's naming rule (?), and a name
+		// the GPU does not report shows up as a FindingUnresolved.
+		Models:   []string{"NVIDIA GH200 144G HBM3e", "GH200 144G"},
+		Profiles: []string{"1g.18gb", "2g.36gb", "3g.72gb", "7g.144gb"},
+	},
+	{ // GH200 96GB (H100 on GH200).
 		Models:   []string{"NVIDIA GH200 480GB", "GH200"},
 		Profiles: []string{"1g.12gb", "2g.24gb", "3g.48gb", "7g.96gb"},
 	},

@@ -32,6 +32,11 @@ const (
 	// FindingNoProfiles: the GPU is in MIG mode and matches an entry, but
 	// none of the entry's profiles resolved.
 	FindingNoProfiles
+	// FindingResolved: an allowlisted name the GPU does not report denotes
+	// one of its profiles under another naming (HAMi's chart lists A100
+	// 80GB's 7g.80gb as 7g.79gb), so the GPU publishes that profile under
+	// the driver's name, Finding.Resolved (see [ResolveProfileName]).
+	FindingResolved
 )
 
 var findingNames = [...]string{
@@ -41,6 +46,7 @@ var findingNames = [...]string{
 	FindingUnresolved:  "unresolved",
 	FindingBadProfile:  "bad-profile",
 	FindingNoProfiles:  "no-profiles",
+	FindingResolved:    "resolved",
 }
 
 // String returns a short kebab-case name such as "no-match".
@@ -63,6 +69,9 @@ type Finding struct {
 	// Profile is the profile name concerned (FindingUnresolved,
 	// FindingBadProfile when a name is known), else "".
 	Profile string
+	// Resolved is the driver's name of the profile an allowlisted name
+	// resolved to (FindingResolved), else "".
+	Resolved string
 	// Err is the cause for FindingBadProfile (a [*ProfileNameError] or a
 	// [*ProfileInfoError]), else nil.
 	Err error
@@ -76,6 +85,9 @@ func (f Finding) String() string {
 	}
 	if f.Profile != "" {
 		s += " profile " + f.Profile
+	}
+	if f.Resolved != "" {
+		s += " resolved to the driver's " + f.Resolved
 	}
 	if f.Err != nil {
 		s += ": " + f.Err.Error()
@@ -105,7 +117,10 @@ func (r DiscoveryReport) Of(k FindingKind) []Finding {
 // policy, one [GPU] per device in NVML index order.
 //
 // A GPU in MIG mode whose NVML name matches an allowlist entry (see
-// [Allowlist.Match]) gets exactly the entry's profiles that NVML resolves,
+// [Allowlist.Match]) gets exactly the entry's profiles that NVML resolves
+// (an entry's name the driver does not report resolves to the driver's
+// profile it denotes under another naming, see [ResolveProfileName], and
+// is published under the driver's name with a FindingResolved),
 // built by [GPUFromDevice] (so core = ceil(profileSMs*100/maxSMs) with maxSMs
 // over all the GPU's GI profiles, allowlisted or not) and ordered by
 // [CompareProfiles]. Every other GPU is returned with no profiles. Whatever
@@ -186,14 +201,28 @@ func discoverGPU(ctx context.Context, hw HardwareView, policy Allowlist, dev Dev
 		}
 	}
 	gpu := bare
+	gpu.Limits = all.Limits
+	usable := make([]Profile, 0, len(byName))
+	for i := range all.Profiles {
+		if p := &all.Profiles[i]; byName[p.Name] == p {
+			usable = append(usable, *p)
+		}
+	}
 	published := make(map[string]bool, len(byName))
 	for _, name := range policy[entry].Profiles {
 		p := byName[name]
+		if p == nil {
+			if r, _, ok := ResolveProfileName(name, usable, dev.MemoryMB); ok {
+				p = byName[r.Name]
+				report.Findings = append(report.Findings, Finding{Kind: FindingResolved, GPU: dev.Index, UUID: dev.UUID,
+					Model: dev.Name, Entry: entry, Profile: name, Resolved: p.Name})
+			}
+		}
 		switch {
 		case p == nil:
 			note(FindingUnresolved, name, nil)
-		case !published[name]: // an unvalidated policy may list a name twice
-			published[name] = true
+		case !published[p.Name]: // an unvalidated policy may list a name twice
+			published[p.Name] = true
 			gpu.Profiles = append(gpu.Profiles, *p)
 		}
 	}

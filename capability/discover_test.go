@@ -3,6 +3,7 @@ package capability_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -134,16 +135,15 @@ func TestDiscoverDefaultPolicy(t *testing.T) {
 			t.Errorf("GPU %d: got width %d, want %d", tc.gpu, got, tc.width)
 		}
 	}
-	// The 3g.39gb and 7g.79gb aliases do not resolve on a driver naming
-	// 3g.40gb and 7g.80gb:
-	// reported, not silent.
+	// The 3g.39gb and 7g.79gb aliases name the same profiles as the
+	// driver's 3g.40gb and 7g.80gb: resolved, and said so.
 	a100_80Entry := entryOf(t, "NVIDIA A100-SXM4-80GB")
 	want := []capability.Finding{{
-		Kind: capability.FindingUnresolved, GPU: 1, UUID: "GPU-00000001",
-		Model: "NVIDIA A100-SXM4-80GB", Entry: a100_80Entry, Profile: "3g.39gb",
+		Kind: capability.FindingResolved, GPU: 1, UUID: "GPU-00000001",
+		Model: "NVIDIA A100-SXM4-80GB", Entry: a100_80Entry, Profile: "3g.39gb", Resolved: "3g.40gb",
 	}, {
-		Kind: capability.FindingUnresolved, GPU: 1, UUID: "GPU-00000001",
-		Model: "NVIDIA A100-SXM4-80GB", Entry: a100_80Entry, Profile: "7g.79gb",
+		Kind: capability.FindingResolved, GPU: 1, UUID: "GPU-00000001",
+		Model: "NVIDIA A100-SXM4-80GB", Entry: a100_80Entry, Profile: "7g.79gb", Resolved: "7g.80gb",
 	}}
 	if !reflect.DeepEqual(report.Findings, want) {
 		t.Errorf("got findings %v, want %v", report.Findings, want)
@@ -373,17 +373,101 @@ func TestDiscoverDefaultPolicyOlderDriverNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names, unresolved []string
+	var names, resolved []string
 	for _, p := range gpus[0].Profiles {
 		names = append(names, p.Name)
 	}
-	for _, f := range report.Of(capability.FindingUnresolved) {
-		unresolved = append(unresolved, f.Profile)
+	for _, f := range report.Of(capability.FindingResolved) {
+		resolved = append(resolved, f.Profile+"="+f.Resolved)
 	}
 	if want := []string{"1g.10gb", "2g.20gb", "3g.39gb", "7g.79gb"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("got %v, want %v", names, want)
 	}
-	if want := []string{"3g.40gb", "7g.80gb"}; !reflect.DeepEqual(unresolved, want) {
-		t.Errorf("got unresolved %v, want %v", unresolved, want)
+	if want := []string{"3g.40gb=3g.39gb", "7g.80gb=7g.79gb"}; !reflect.DeepEqual(resolved, want) {
+		t.Errorf("got resolved %v, want %v", resolved, want)
+	}
+	if len(report.Findings) != 2 {
+		t.Errorf("findings %v, want the two resolutions", report.Findings)
+	}
+}
+
+// The names HAMi's chart lists resolve to the driver's profiles wherever
+// they denote the same profile: the chart's A100 80GB entry on a driver
+// naming 7g.80gb publishes the full-GPU profile (the deployed chart lost
+// it), and its B200 entry, which also matches GB200, resolves there too.
+func TestDiscoverChartNames(t *testing.T) {
+	chart := capability.Allowlist{
+		{Models: []string{"A100-SXM4-80GB", "A100-80GB-PCIe", "A100-PCIE-80GB"}, Profiles: []string{"1g.10gb", "2g.20gb", "3g.40gb", "7g.79gb"}},
+		{Models: []string{"H200 NVL", "H200-SXM5"}, Profiles: []string{"1g.18gb", "2g.35gb", "3g.71gb", "7g.141gb"}},
+		{Models: []string{"B200"}, Profiles: []string{"1g.23gb", "2g.45gb", "3g.90gb", "7g.180gb"}},
+	}
+	gb200 := []capability.GIProfileInfo{
+		gip(capability.GIProfile1Slice, 19, "1g.23gb", 1, 7, 18, 22528, starts(1, 0, 1, 2, 3, 4, 5, 6)),
+		gip(capability.GIProfile2Slice, 14, "2g.47gb", 2, 3, 38, 46592, starts(2, 0, 2, 4)),
+		gip(capability.GIProfile3Slice, 9, "3g.93gb", 3, 2, 72, 93184, starts(4, 0, 4)),
+		gip(capability.GIProfile7Slice, 0, "7g.186gb", 7, 1, 148, 186368, starts(8, 0)),
+	}
+	var hw fakeView
+	hw.add("NVIDIA A100-SXM4-80GB", a100_80Total, a100_80)
+	hw.add("NVIDIA GB200", 189471, gb200)
+	hw.add("NVIDIA H200 NVL", h200Total, h200)
+	gpus, report, err := capability.Discover(context.Background(), &hw, chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range [][]string{
+		{"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"},
+		{"1g.23gb", "2g.47gb", "3g.93gb", "7g.186gb"},
+		{"1g.18gb", "2g.35gb", "3g.71gb", "7g.141gb"},
+	} {
+		var names []string
+		for _, p := range gpus[i].Profiles {
+			names = append(names, p.Name)
+		}
+		if !reflect.DeepEqual(names, want) {
+			t.Errorf("GPU %d %s: published %v, want %v", i, gpus[i].Name, names, want)
+		}
+	}
+	var got []string
+	for _, f := range report.Findings {
+		got = append(got, fmt.Sprintf("%d %v %s=%s", f.GPU, f.Kind, f.Profile, f.Resolved))
+	}
+	want := []string{"0 resolved 7g.79gb=7g.80gb", "1 resolved 2g.45gb=2g.47gb", "1 resolved 3g.90gb=3g.93gb", "1 resolved 7g.180gb=7g.186gb"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("findings %v, want %v", got, want)
+	}
+}
+
+func TestResolveProfileName(t *testing.T) {
+	gpu, _ := capability.GPUFromDevice(capability.DeviceInfo{Name: "A100-80", MemoryMB: a100_80Total, MIGMode: capability.MIGEnabled}, a100_80)
+	tests := []struct {
+		name, want string
+		exact, ok  bool
+	}{
+		{"7g.80gb", "7g.80gb", true, true},
+		{"7g.79gb", "7g.80gb", false, true},
+		{"3g.39gb", "3g.40gb", false, true},
+		{"1g.10gb+me", "1g.10gb+me", true, true},
+		{"1g.11gb", "1g.10gb", false, true}, // the 1/8 profile, not the +me one
+		{"1g.19gb", "1g.20gb", false, true}, // the 2/8 one
+		{"1g.40gb", "", false, false},       // no 1-slice profile holds half the GPU
+		{"2g.40gb", "", false, false},       // 2g holds a quarter
+		{"7g.80gb-me", "", false, false},    // no such variant
+		{"4g.40gb+gfx", "", false, false},   // no such variant
+		{"seven", "", false, false},         // not a profile name
+		{"5g.50gb", "", false, false},       // no 5-slice profile
+	}
+	for _, tt := range tests {
+		p, exact, ok := capability.ResolveProfileName(tt.name, gpu.Profiles, a100_80Total)
+		got := ""
+		if p != nil {
+			got = p.Name
+		}
+		if got != tt.want || exact != tt.exact || ok != tt.ok {
+			t.Errorf("ResolveProfileName(%q) = %q, %v, %v; want %q, %v, %v", tt.name, got, exact, ok, tt.want, tt.exact, tt.ok)
+		}
+	}
+	if _, _, ok := capability.ResolveProfileName("7g.79gb", gpu.Profiles, 0); ok {
+		t.Error("resolved without the GPU's total memory")
 	}
 }

@@ -22,7 +22,16 @@
 // deployed HAMi scheduler. [Discover] combines a [HardwareView] with the
 // policy: a GPU publishes exactly the allowlisted profiles NVML resolves, and
 // everything left out is reported in a [DiscoveryReport], never dropped
-// silently. v2.9 configs (nvidia.knownMigGeometries) are refused by
+// silently. An allowlisted name the driver spells differently (the HAMi
+// chart's 7g.79gb for A100 80GB's 7g.80gb) resolves to the driver's profile
+// when it denotes the same one ([ResolveProfileName]), with a finding.
+//
+// Capacity comes from the hardware, not from the policy: a GPU's [Limits]
+// (slot grid width, compute slices, media-engine rules) are read from its
+// full profile table by discovery, or from its model family
+// ([GPU.HardwareLimits]) when it was decoded from a registration, which
+// carries only the allowlisted profiles. Narrowing the allowlist never
+// lowers how many instances of the remaining profiles fit. v2.9 configs (nvidia.knownMigGeometries) are refused by
 // [ParseDeviceConfig] and converted explicitly by [ParseLegacyGeometries] and
 // [ConvertLegacy].
 //

@@ -56,10 +56,10 @@ func ExampleAllowlist_Match() {
 		fmt.Printf("%s: entry %d via %q, %v\n", name, i, model, policy[i].Profiles)
 	}
 	// Output:
-	// NVIDIA H200 NVL: entry 2 via "NVIDIA H200", [1g.18gb 2g.35gb 3g.71gb 7g.141gb]
-	// NVIDIA H20: entry 3 via "NVIDIA H20", [1g.12gb 2g.24gb 3g.48gb 7g.96gb]
-	// NVIDIA GB200: entry 1 via "NVIDIA GB200", [1g.23gb 1g.24gb 2g.47gb 3g.93gb 3g.95gb 7g.186gb 7g.189gb]
-	// NVIDIA H100 80GB HBM3: entry 6 via "NVIDIA H100 80GB HBM3", [1g.10gb 2g.20gb 3g.40gb 7g.80gb]
+	// NVIDIA H200 NVL: entry 3 via "NVIDIA H200", [1g.18gb 2g.35gb 3g.71gb 7g.141gb]
+	// NVIDIA H20: entry 4 via "NVIDIA H20", [1g.12gb 2g.24gb 3g.48gb 7g.96gb]
+	// NVIDIA GB200: entry 2 via "NVIDIA GB200", [1g.23gb 1g.24gb 2g.47gb 3g.93gb 3g.95gb 7g.186gb 7g.189gb]
+	// NVIDIA H100 80GB HBM3: entry 7 via "NVIDIA H100 80GB HBM3", [1g.10gb 2g.20gb 3g.40gb 7g.80gb]
 	// Tesla T4: no entry
 }
 
@@ -95,7 +95,7 @@ nvidia:
 }
 
 func ExampleEncodeDeviceConfig() {
-	data, err := capability.EncodeDeviceConfig(capability.DefaultAllowlist()[9:], capability.FormatYAML)
+	data, err := capability.EncodeDeviceConfig(capability.DefaultAllowlist()[10:], capability.FormatYAML)
 	if err != nil {
 		panic(err)
 	}

@@ -138,14 +138,15 @@ var h100 = []capability.GIProfileInfo{
 	gip(capability.GIProfile7Slice, 0, "7g.80gb", 7, 1, 132, 81152, starts(8, 0)),
 }
 
+// h200 is an H200 SXM as driver 580.159.04 reports it.
 const h200Total = 143771
 
 var h200 = []capability.GIProfileInfo{
 	gip(capability.GIProfile1Slice, 19, "1g.18gb", 1, 7, 16, 16384, starts(1, 0, 1, 2, 3, 4, 5, 6)),
 	gip(capability.GIProfile1SliceRev1, 20, "1g.18gb+me", 1, 1, 16, 16384, starts(1, 0, 1, 2, 3, 4, 5, 6)),
-	gip(capability.GIProfile1SliceRev2, 15, "1g.35gb", 1, 4, 26, 33024, starts(2, 0, 2, 4, 6)),
-	gip(capability.GIProfile2Slice, 14, "2g.35gb", 2, 3, 32, 33024, starts(2, 0, 2, 4)),
-	gip(capability.GIProfile3Slice, 9, "3g.71gb", 3, 2, 60, 71168, starts(4, 0, 4)),
-	gip(capability.GIProfile4Slice, 5, "4g.71gb", 4, 1, 64, 71168, starts(4, 0)),
+	gip(capability.GIProfile1SliceRev2, 15, "1g.35gb", 1, 4, 26, 33280, starts(2, 0, 2, 4, 6)),
+	gip(capability.GIProfile2Slice, 14, "2g.35gb", 2, 3, 32, 33280, starts(2, 0, 2, 4)),
+	gip(capability.GIProfile3Slice, 9, "3g.71gb", 3, 2, 60, 71424, starts(4, 0, 4)),
+	gip(capability.GIProfile4Slice, 5, "4g.71gb", 4, 1, 64, 71424, starts(4, 0)),
 	gip(capability.GIProfile7Slice, 0, "7g.141gb", 7, 1, 132, 143360, starts(8, 0)),
 }

@@ -88,6 +88,11 @@ type GPU struct {
 	// Profiles are the allowlisted profiles NVML resolves, ordered by
 	// MemoryMB, then SliceCount, then Name.
 	Profiles []Profile
+	// Limits are the whole GPU's limits from its full profile table,
+	// allowlisted or not, as [Discover] and [GPUFromDevice] read them; zero
+	// when unknown (a GPU decoded from a node registration). Read them
+	// through [GPU.HardwareLimits]. They never go on the wire.
+	Limits Limits
 	// Unhealthy marks a GPU the device plugin reports unhealthy: in the
 	// node registration its "health" is false or, as the deployed plugin
 	// writes it, absent. Placement never chooses an unhealthy GPU for a new

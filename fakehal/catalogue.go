@@ -41,10 +41,28 @@ var (
 		[7]string{"1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"},
 		[7]uint64{11264, 11264, 23552, 23552, 47616, 47616, 96768},
 		[7]uint32{9, 9, 15, 18, 35, 37, 78})
-	// H200: 7g.141gb is 143104 MiB (139.75 GiB in nvidia-smi).
+	// H200 at driver 580.159.04 (read on an H200 SXM, 2026-12-04):
+	// 7g.141gb is 143360 MiB (140.00 GiB in nvidia-smi). IDs, SMs,
+	// placements and media engines were confirmed there too.
 	h200 = eightSlot(
 		[7]string{"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
+		[7]uint64{16384, 16384, 33280, 33280, 71424, 71424, 143360},
+		[7]uint32{16, 16, 26, 32, 60, 64, 132})
+	// H200 on an earlier driver (NVIDIA/mig-parted#120, 2024, pre-R570
+	// nvidia-smi): 32.25 / 69.50 / 139.75 GiB; 1g was 16384 on both.
+	h200Early = eightSlot(
+		[7]string{"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
 		[7]uint64{16384, 16384, 33024, 33024, 71168, 71168, 143104},
+		[7]uint32{16, 16, 26, 32, 60, 64, 132})
+	// GH200 144G HBM3e (PCI 0x2348), from NVIDIA/mig-parted#139 (Oct
+	// 2024): 1g.18gb 17920 MiB, 1g.36gb and 2g.36gb 36096 MiB, SMs as
+	// H100. The 3g, 4g and 7g rows were not shown (?): their names follow
+	// NVIDIA's rule from the 4/8 and 8/8 memory fractions, and their
+	// memory (two 1g.36gb; the total less 512 MiB) and SMs (H100's) are
+	// estimates.
+	gh200_144 = eightSlot(
+		[7]string{"1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"},
+		[7]uint64{17920, 17920, 36096, 36096, 72192, 72192, 146432},
 		[7]uint32{16, 16, 26, 32, 60, 64, 132})
 	// B200: 1g.23gb is 20992 MiB on current drivers (22528 on early
 	// ones, see b200Early); 3g/4g/7g memory follows the 4/8 and 8/8
@@ -64,9 +82,11 @@ var (
 		[7]string{"1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"},
 		[7]uint64{22528, 22528, 46592, 46592, 93184, 93184, 186368},
 		[7]uint32{18, 18, 32, 38, 72, 96, 148})
+	// GB200 on early drivers: their 1g.24gb was 20480 MiB (20.00 GiB,
+	// NVIDIA/gpu-operator#1303, Mar 2025); 1g.47gb was 46592 there too.
 	gb200Early = eightSlot(
 		[7]string{"1g.24gb", "1g.24gb+me", "1g.47gb", "2g.47gb", "3g.95gb", "4g.95gb", "7g.189gb"},
-		[7]uint64{22528, 22528, 46592, 46592, 93184, 93184, 186368},
+		[7]uint64{20480, 20480, 46592, 46592, 93184, 93184, 186368},
 		[7]uint32{18, 18, 32, 38, 72, 96, 148})
 
 	rtxPro6000 = []capability.GIProfileInfo{
@@ -114,6 +134,7 @@ var (
 	famH20     = family{97871, h20_96, hopperBudget, hopperEngines}
 	famGH200   = family{97871, gh200_96, hopperBudget, hopperEngines}
 	famH200    = family{143771, h200, hopperBudget, hopperEngines}
+	famGH200L  = family{146944, gh200_144, hopperBudget, hopperEngines}
 	famB200    = family{183359, b200, hopperBudget, hopperEngines}
 	famGB200   = family{189471, gb200, hopperBudget, hopperEngines}
 	famRTX6000 = family{97887, rtxPro6000, rtxBudget, rtxEngines}
@@ -142,8 +163,14 @@ var models = []Model{
 	famH100PCI.model("NVIDIA H800 PCIe", []string{"H800-PCIE"}, false, "H100 PCIe table assumed for the export variant; SM counts unconfirmed"),
 	famH20.model("NVIDIA H20", []string{"H20"}, false, "SM counts estimated (H100's scaled to 78 SMs); memory and placements unconfirmed"),
 	famGH200.model("NVIDIA GH200 96GB HBM3", []string{"GH200", "H100 on GH200"}, false, "memory and placements unconfirmed"),
-	famH200.model("NVIDIA H200", []string{"H200-SXM5", "H200", "NVIDIA H200 141GB HBM3e"}, false, "placements unconfirmed; "+noteHopperEngines),
-	famH200.model("NVIDIA H200 NVL", []string{"H200 NVL"}, false, "placements unconfirmed; "+noteHopperEngines),
+	// H200 SXM: table, placements and media engines confirmed at driver
+	// 580.159.04; the early driver's memory is the Older table.
+	withOlder(famH200.model("NVIDIA H200", []string{"H200-SXM5", "H200", "NVIDIA H200 141GB HBM3e"}, true, ""),
+		DriverTable{Driver: DriverEarly, MemoryMB: 143771, Profiles: h200Early}),
+	withOlder(famH200.model("NVIDIA H200 NVL", []string{"H200 NVL"}, false, "memory table, placements and media engines assumed equal to the H200 SXM's"),
+		DriverTable{Driver: DriverEarly, MemoryMB: 143771, Profiles: h200Early}),
+	withPCI(famGH200L.model("NVIDIA GH200 144G HBM3e", []string{"GH200 144G HBM3e", "GH200-144GB"}, false,
+		"3g/4g/7g memory, names and SM counts, total memory, placements and media engines unconfirmed"), 0x2348),
 	withOlder(famB200.model("NVIDIA B200", []string{"B200", "NVIDIA B200 180GB HBM3e"}, false,
 		"3g/4g/7g memory and SM counts, placements and media engines unconfirmed"),
 		DriverTable{Driver: DriverEarly, MemoryMB: 183359, Profiles: b200Early}),
@@ -154,6 +181,11 @@ var models = []Model{
 	famRTX6000.model("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", []string{"RTX PRO 6000 Blackwell Workstation Edition"}, true, ""),
 	famRTX6000.model("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", []string{"RTX PRO 6000 Blackwell Max-Q Workstation Edition"}, true, ""),
 	famA30.model("NVIDIA A30", []string{"A30", "NVIDIA A30-PCIE-24GB", "A30-24GB"}, true, ""),
+}
+
+func withPCI(m Model, id uint16) Model {
+	m.PCIDeviceID = id
+	return m
 }
 
 func withOlder(m Model, older ...DriverTable) Model {

@@ -19,6 +19,9 @@ type Model struct {
 	// Aliases are other names that select the model: HAMi chart strings,
 	// go-nvml mock names, short forms. Matching is case-insensitive.
 	Aliases []string
+	// PCIDeviceID is the PCI device ID (the upper half of NVML's
+	// pciDeviceId) where a model is told apart by it, else 0.
+	PCIDeviceID uint16
 	// MemoryMB is the GPU's total memory as NVML reports it.
 	MemoryMB uint64
 	// Profiles are the GPU instance profiles the model supports, with the
@@ -43,15 +46,15 @@ type Model struct {
 }
 
 // Driver names a driver generation whose profile tables differ from the
-// current drivers' for some models (B200's 1g memory, GB200's profile
-// names). The zero value is [DriverCurrent].
+// current drivers' for some models (H200's 2g/3g/7g memory, B200's and
+// GB200's 1g memory, GB200's profile names). The zero value is [DriverCurrent].
 type Driver uint8
 
 const (
 	// DriverCurrent is the profile table current (R580) drivers report.
 	DriverCurrent Driver = iota
 	// DriverEarly is the table of the first drivers that supported the
-	// model (R570 for B200 and GB200).
+	// model (R570 for B200 and GB200; a 2024 driver for H200).
 	DriverEarly
 )
 

@@ -60,6 +60,10 @@ type Backend struct {
 	newLib func() nvml.Interface // makes the library when owned
 
 	locks gpulock.Set // per-GPU mutation lock
+
+	// tables caches each GPU's profile table (see [Backend.GIProfiles]).
+	tablesMu sync.Mutex
+	tables   map[tableKey][]tableEntry
 }
 
 // New returns a Backend over opts.NVML. It does not call NVML; call

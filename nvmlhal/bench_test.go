@@ -6,6 +6,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/nvmlhal"
 	"github.com/dynmig/dynmig/nvmlhal/nvmlmock"
 )
@@ -82,3 +83,41 @@ func BenchmarkInstancesFullGPU(b *testing.B) {
 		}
 	}
 }
+
+// benchDiscover discovers a DGX H200 (8 GPUs) under driver 580's measured
+// query latencies, either with a fresh backend each time (every GPU's
+// profile table read from NVML: the cost before the table was cached) or
+// with one backend (the table read once, then from the cache).
+func benchDiscover(b *testing.B, fresh bool) {
+	ctx := context.Background()
+	srv := nvmlmock.New(nvmlmock.DGXH200, nvmlmock.Options{Driver580: true, Latency: nvmlmock.MeasuredLatency})
+	newBE := func() *nvmlhal.Backend {
+		be := nvmlhal.New(nvmlhal.Options{NVML: srv})
+		if err := be.Init(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { be.Shutdown(ctx) })
+		return be
+	}
+	be := newBE()
+	if _, _, err := capability.Discover(ctx, be, capability.DefaultAllowlist()); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if fresh {
+			b.StopTimer()
+			be = newBE()
+			b.StartTimer()
+		}
+		gpus, _, err := capability.Discover(ctx, be, capability.DefaultAllowlist())
+		if err != nil || len(gpus) != 8 || len(gpus[7].Profiles) != 4 {
+			b.Fatal(gpus, err)
+		}
+	}
+}
+
+// Baseline: discovery reads every GPU's profile table from NVML.
+func BenchmarkDiscover8GPUsUncached(b *testing.B) { benchDiscover(b, true) }
+
+// Discovery with the table cached per GPU UUID and driver version.
+func BenchmarkDiscover8GPUsCached(b *testing.B) { benchDiscover(b, false) }

@@ -52,6 +52,7 @@ func TestDiscoveryReproducesA100Facts(t *testing.T) {
 	}{
 		{name: "V3 names", opts: nvmlmock.Options{}},
 		{name: "derived names (pre-V3 driver)", opts: nvmlmock.Options{NoV3: true}},
+		{name: "driver 580 (V3 name empty, V2 right)", opts: nvmlmock.Options{Driver580: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -76,6 +77,9 @@ func TestDiscoveryReproducesA100Facts(t *testing.T) {
 				if tc.opts.NoV3 && in.Name != "" {
 					t.Errorf("profile index %d: Name = %q from a driver without V3, want \"\"", in.Index, in.Name)
 				}
+				if !tc.opts.NoV3 && in.Name == "" {
+					t.Errorf("profile index %d: no driver name, want the V2 name", in.Index)
+				}
 			}
 			gpu, errs := capability.GPUFromDevice(dev, infos)
 			if len(errs) > 0 {
@@ -96,9 +100,10 @@ func TestDiscoveryReproducesA100Facts(t *testing.T) {
 	}
 }
 
-// The corrected H100/H200/B200 tables: the V3 names the mock reports and
-// the names NVIDIA's rule derives from its memory agree, 3g is size 4 and
-// 7g size 8, and Ids are not indexes.
+// The corrected H100/H200/B200 tables: the driver's names (V3, or V2 on
+// driver 580 whose V3 name is empty) and the names NVIDIA's rule derives
+// from its memory agree, 3g is size 4 and 7g size 8, and Ids are not
+// indexes.
 func TestDiscoveryEightSlotModels(t *testing.T) {
 	want := map[nvmlmock.Model][]string{
 		nvmlmock.DGXA100: {"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"},
@@ -108,9 +113,20 @@ func TestDiscoveryEightSlotModels(t *testing.T) {
 	}
 	for _, model := range nvmlmock.DGXModels {
 		t.Run(model.String(), func(t *testing.T) {
-			var named [2][]string
-			for i, opts := range []nvmlmock.Options{{}, {NoV3: true}} {
+			var named [3][]string
+			for i, opts := range []nvmlmock.Options{{}, {NoV3: true}, {Driver580: true}} {
 				b, _ := newBackend(t, model, opts)
+				if !opts.NoV3 {
+					infos, err := b.GIProfiles(context.Background(), 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, in := range infos {
+						if in.Name == "" {
+							t.Errorf("%+v: profile index %d has no driver name", opts, in.Index)
+						}
+					}
+				}
 				gpu := discoverGPU0(t, b)
 				for _, p := range gpu.Profiles {
 					named[i] = append(named[i], p.Name)
@@ -136,6 +152,9 @@ func TestDiscoveryEightSlotModels(t *testing.T) {
 			}
 			if !slices.Equal(named[1], want[model]) {
 				t.Errorf("derived names = %v, want %v", named[1], want[model])
+			}
+			if !slices.Equal(named[2], want[model]) {
+				t.Errorf("driver 580 names = %v, want %v", named[2], want[model])
 			}
 		})
 	}
@@ -187,13 +206,51 @@ func TestDiscoveryMIGDisabled(t *testing.T) {
 	if err != nil || len(infos) != 0 {
 		t.Errorf("GIProfiles on a MIG-disabled GPU = %v, %v; want none, nil", infos, err)
 	}
-	// NVML's GetGpuInstances answers NOT_SUPPORTED with MIG off; the
-	// backend says so instead of listing nothing (realize.Realizer).
+	// The backend says MIG is off instead of listing nothing
+	// (realize.Realizer), with no NVML code: NVML was not asked.
 	insts, err := b.Instances(ctx, 0)
 	if insts != nil {
 		t.Errorf("Instances on a MIG-disabled GPU = %v, want nil", insts)
 	}
-	checkKind(t, err, realize.ErrMIGDisabled, nvml.ERROR_NOT_SUPPORTED, "GetGpuInstances", 0)
+	checkMIGOff(t, err, 0, capability.MIGDisabled)
+}
+
+// checkMIGOff checks an error the backend decided from the MIG mode:
+// realize.ErrMIGDisabled whose Cause is a *MIGModeError, with no NVML
+// return code.
+func checkMIGOff(t *testing.T, err error, gpu int, pending capability.MIGMode) {
+	t.Helper()
+	var me *nvmlhal.MIGModeError
+	if !errors.Is(err, realize.ErrMIGDisabled) || !errors.As(err, &me) || me.Current != capability.MIGDisabled || me.Pending != pending {
+		t.Errorf("err = %v, want ErrMIGDisabled from a MIGModeError (pending %v)", err, pending)
+	}
+	var re *nvmlhal.ReturnError
+	if errors.As(err, &re) {
+		t.Errorf("err = %v carries NVML code %v that NVML never returned", err, re)
+	}
+	var he *realize.HardwareError
+	if !errors.As(err, &he) || he.Op != "Instances" || he.GPU != gpu {
+		t.Errorf("HardwareError = %+v, want Op Instances GPU %d", he, gpu)
+	}
+}
+
+// Driver 580.159.04 answers GetGpuInstances with SUCCESS and no instances
+// while MIG is off: the backend still says MIG is off, never "no
+// instances", and discovery lists the table with the driver's V2 names.
+func TestDriver580MIGOff(t *testing.T) {
+	ctx := context.Background()
+	b, _ := newBackend(t, nvmlmock.DGXH200, nvmlmock.Options{MIGDisabled: true, Driver580: true})
+	_, err := b.Instances(ctx, 2)
+	checkMIGOff(t, err, 2, capability.MIGDisabled)
+	infos, err := b.GIProfiles(ctx, 2)
+	if err != nil || len(infos) != 7 {
+		t.Fatalf("GIProfiles with MIG off on driver 580 = %d profiles, %v; want H200's 7", len(infos), err)
+	}
+	for _, in := range infos {
+		if in.Name == "" {
+			t.Errorf("profile index %d: no driver name", in.Index)
+		}
+	}
 }
 
 // A GPU whose MIG enable waits for a reset is still off: Instances is
@@ -205,7 +262,7 @@ func TestInstancesMIGPendingEnable(t *testing.T) {
 		t.Fatalf("EnableMIG = %v, want ErrResetRequired", err)
 	}
 	_, err := b.Instances(ctx, 3)
-	checkKind(t, err, realize.ErrMIGDisabled, nvml.ERROR_NOT_SUPPORTED, "GetGpuInstances", 3)
+	checkMIGOff(t, err, 3, capability.MIGEnabled)
 	if err := srv.ResetGPU(3); err != nil {
 		t.Fatal(err)
 	}
@@ -257,5 +314,60 @@ func TestSystemLibraryBeforeInit(t *testing.T) {
 	}
 	if err := b.Shutdown(ctx); !errors.Is(err, nvmlhal.ErrNotInitialized) {
 		t.Errorf("Shutdown before Init = %v, want ErrNotInitialized", err)
+	}
+}
+
+// The profile table is read from NVML once per GPU UUID and driver
+// version: discovery, inspection and instance listing after the first read
+// ask NVML no profile or placement query again.
+func TestProfileTableCached(t *testing.T) {
+	ctx := context.Background()
+	b, srv := newBackend(t, nvmlmock.DGXH200, nvmlmock.Options{Driver580: true})
+	first, _, err := capability.Discover(ctx, b, capability.DefaultAllowlist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := srv.ProfileQueries()
+	if read == 0 {
+		t.Fatal("discovery asked no profile query")
+	}
+	again, _, err := capability.Discover(ctx, b, capability.DefaultAllowlist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Instances(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Inspect(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.ProfileQueries(); got != read {
+		t.Errorf("%d profile queries after the first discovery, want none", got-read)
+	}
+	if len(again) != len(first) || len(again[0].Profiles) != len(first[0].Profiles) || again[0].Profiles[0].Name != first[0].Profiles[0].Name {
+		t.Errorf("cached discovery %+v differs from the first %+v", again[0], first[0])
+	}
+	// Callers get their own copies.
+	infos, _ := b.GIProfiles(ctx, 0)
+	infos[0].Placements[0].Start = 99
+	if infos, _ := b.GIProfiles(ctx, 0); infos[0].Placements[0].Start == 99 {
+		t.Error("a caller's change reached the cached table")
+	}
+}
+
+// A table read while the driver refuses profile queries (MIG off on
+// drivers that answer NOT_SUPPORTED there) is empty and is not kept: once
+// MIG is on, the table is read.
+func TestProfileTableNotCachedWhenRefused(t *testing.T) {
+	ctx := context.Background()
+	b, _ := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{MIGDisabled: true})
+	if infos, err := b.GIProfiles(ctx, 0); err != nil || len(infos) != 0 {
+		t.Fatalf("GIProfiles with MIG off = %v, %v; want none", infos, err)
+	}
+	if err := b.EnableMIG(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err := b.GIProfiles(ctx, 0); err != nil || len(infos) != 7 {
+		t.Errorf("GIProfiles after enabling MIG = %d profiles, %v; want 7", len(infos), err)
 	}
 }

@@ -69,9 +69,12 @@
 // RTX PRO 6000 Blackwell in all editions) on Linux, with a driver whose
 // NVML has CreateGpuInstanceWithPlacement and the placement queries (R470
 // and later). Drivers with the versioned profile query
-// (nvmlDeviceGetGpuInstanceProfileInfoV, V3 struct, else V2 on
-// ARGUMENT_VERSION_MISMATCH or INVALID_ARGUMENT) report the canonical
-// profile names; on older ones the names are derived. go-nvml links
+// (nvmlDeviceGetGpuInstanceProfileInfoV) report the canonical profile
+// names: the V2 struct is asked first, V3 only when V2 gives none, and an
+// answer names a profile only when it agrees with the V1 answer (driver
+// 580.159.04 answers V3 with SUCCESS and an empty name). Otherwise the
+// names are derived. Each GPU's profile table is read once per GPU UUID
+// and driver version and then served from memory. go-nvml links
 // lazily, so a call through a symbol the library lacks ends the process:
 // the backend calls no entry point newer than R470 without looking it up
 // first (the versioned profile query), and not at all where it has a
@@ -80,7 +83,9 @@
 // CAP_SYS_ADMIN). The unit tests run against the strict mocks of package
 // nvmlmock (A100, H100, H200, B200, A30 and RTX PRO 6000 tables from the
 // facts file); only the hardware tests behind the nvml_hardware build tag
-// check a real driver, and none has run in this project's CI.
+// check a real driver, and none has run in this project's CI; the
+// read-only self-check (package selfcheck) ran on an H200 with driver
+// 580.159.04, whose answers nvmlmock's Driver580 mode reproduces.
 //
 // # Init and Shutdown ownership
 //

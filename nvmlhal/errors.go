@@ -159,6 +159,24 @@ func notSupportedKind(dev nvml.Device, ret nvml.Return) error {
 	return realize.ErrNotSupported
 }
 
+// MIGModeError is the Cause of a realize.ErrMIGDisabled error that this
+// package decides from the GPU's MIG mode before asking NVML anything, so
+// no NVML return code is involved: NVML's answer there differs between
+// drivers (nvml.h documents NOT_SUPPORTED for GetGpuInstances with MIG
+// off; driver 580.159.04 answers SUCCESS with no instances).
+type MIGModeError struct {
+	Current capability.MIGMode // the mode now
+	Pending capability.MIGMode // the mode after the next GPU reset
+}
+
+func (e *MIGModeError) Error() string {
+	s := "nvmlhal: MIG mode is " + e.Current.String()
+	if e.Pending != e.Current {
+		s += " (" + e.Pending.String() + " after a GPU reset)"
+	}
+	return s
+}
+
 // kindError is an error with a sentinel Kind and no NVML cause, for
 // failures this package detects itself (an unknown GPU index, a placement
 // the GPU does not publish).

@@ -14,8 +14,11 @@ func (b *Backend) LockGPU(ctx context.Context, gpu int) (func(), error) {
 // ProfileName exposes the V2/V3 profile name decoder to the fuzz test.
 var ProfileName = profileName
 
-// RetryV2 exposes the V3-to-V2 fallback rule.
-var RetryV2 = retryV2
+// TrustedName exposes the rule that decides whether a versioned profile
+// answer's name may be used.
+func TrustedName(v1 nvml.GpuInstanceProfileInfo, id, slices uint32, memoryMB uint64, name [96]int8) (string, bool) {
+	return trustedName(&v1, versioned{id: id, slices: slices, memoryMB: memoryMB, name: name})
+}
 
 // SysfsBusID exposes the bus ID conversion.
 var SysfsBusID = sysfsBusID

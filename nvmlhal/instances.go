@@ -17,49 +17,49 @@ import (
 // instances, ordered by placement start. GPU instances are found by walking
 // the GPU instance profiles (not the MIG device handles, which exist only
 // for compute instances), so a GPU instance without a compute instance is
-// listed too. A compute instance whose MIG device handle cannot be found
-// is listed with an empty MIGUUID.
+// listed too; the profiles come from the cached table (see
+// [Backend.GIProfiles]). A compute instance whose MIG device handle cannot
+// be found is listed with an empty MIGUUID.
 //
 // On a GPU whose MIG mode is off (a pending enable included) it fails with
-// realize.ErrMIGDisabled whose Cause is NOT_SUPPORTED, as NVML's
-// GetGpuInstances answers there, rather than listing nothing: an empty
-// list reads as "every instance is gone", which a caller must not infer
-// from a GPU that cannot be asked.
+// realize.ErrMIGDisabled whose Cause is a [*MIGModeError], without asking
+// for instances, rather than listing nothing: an empty list reads as
+// "every instance is gone", which a caller must not infer from a GPU in
+// MIG mode off (where some drivers answer GetGpuInstances with SUCCESS and
+// no instances, others with NOT_SUPPORTED).
 func (b *Backend) Instances(ctx context.Context, gpu int) ([]realize.Instance, error) {
 	dev, unlock, err := b.begin(ctx, "Instances", gpu)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	cur, _, err := migModes("GetMigMode", gpu, dev)
+	cur, pend, err := migModes("GetMigMode", gpu, dev)
 	if err != nil {
 		return nil, err
 	}
 	if cur == capability.MIGDisabled {
-		return nil, kindError("GetGpuInstances", gpu, realize.ErrMIGDisabled, &ReturnError{Return: nvml.ERROR_NOT_SUPPORTED})
+		return nil, kindError("Instances", gpu, realize.ErrMIGDisabled, &MIGModeError{Current: cur, Pending: pend})
 	}
 	uuids, err := migUUIDs(gpu, dev)
 	if err != nil {
 		return nil, err
 	}
+	table, err := b.profileTable(gpu, dev)
+	if err != nil {
+		return nil, err
+	}
 	var out []realize.Instance
-	for p := range capability.GIProfileCount {
+	for _, e := range table {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		info, ok, err := profileInfo(gpu, dev, p)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue
-		}
+		info := e.raw
 		gis, ret := dev.GetGpuInstances(&info)
 		if ret != nvml.SUCCESS {
 			return nil, hwError("GetGpuInstances", gpu, dev, ret)
 		}
 		for _, gi := range gis {
-			inst, err := describeGI(gpu, dev, p, gi, uuids)
+			inst, err := describeGI(gpu, dev, e.gi.Index, gi, uuids)
 			if err != nil {
 				return nil, err
 			}

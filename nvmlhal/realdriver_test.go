@@ -177,17 +177,41 @@ func TestGIProfilesWithMIGOff(t *testing.T) {
 	}
 }
 
-// Fix 4: the V3 name query falls back to V2 on both codes nvml.h gives
-// for a struct version the driver does not know.
-func TestRetryV2(t *testing.T) {
-	for ret, want := range map[nvml.Return]bool{
-		nvml.ERROR_ARGUMENT_VERSION_MISMATCH: true,
-		nvml.ERROR_INVALID_ARGUMENT:          true,
-		nvml.ERROR_NOT_SUPPORTED:             false,
-		nvml.ERROR_FUNCTION_NOT_FOUND:        false,
-	} {
-		if got := nvmlhal.RetryV2(ret); got != want {
-			t.Errorf("RetryV2(%v) = %v, want %v", ret, got, want)
+// Fix 4: a versioned answer names a profile only when it agrees with the
+// V1 answer and its name parses with V1's slice count: a SUCCESS proves
+// nothing on driver 580.159.04, whose V3 answer has an empty name and
+// garbage at V2's name offset.
+func TestTrustedName(t *testing.T) {
+	v1 := nvml.GpuInstanceProfileInfo{Id: 19, SliceCount: 1, MemorySizeMB: 16384}
+	name := func(s string, at int) [96]int8 {
+		var out [96]int8
+		for i, c := range []byte(s) {
+			out[at+i] = int8(c)
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		id, sl   uint32
+		mib      uint64
+		raw      [96]int8
+		want     string
+		wantTrue bool
+	}{
+		{name: "V2 answer", id: 19, sl: 1, mib: 16384, raw: name("MIG 1g.18gb", 0), want: "1g.18gb", wantTrue: true},
+		{name: "variant", id: 19, sl: 1, mib: 16384, raw: name("MIG 1g.18gb+me", 0), want: "1g.18gb+me", wantTrue: true},
+		{name: "580 V3: empty, garbage at V2's offset", id: 19, sl: 1, mib: 16384, raw: name("MIG 7g.0gb", 8)},
+		{name: "zeroed struct", raw: [96]int8{}},
+		{name: "zeroed numbers, a name", raw: name("MIG 1g.18gb", 0)},
+		{name: "other Id", id: 20, sl: 1, mib: 16384, raw: name("MIG 1g.18gb", 0)},
+		{name: "other memory", id: 19, sl: 1, mib: 16383, raw: name("MIG 1g.18gb", 0)},
+		{name: "slice count differs from the name's", id: 19, sl: 1, mib: 16384, raw: name("MIG 7g.18gb", 0)},
+		{name: "unparsable name", id: 19, sl: 1, mib: 16384, raw: name("MIG one", 0)},
+	}
+	for _, tt := range tests {
+		got, ok := nvmlhal.TrustedName(v1, tt.id, tt.sl, tt.mib, tt.raw)
+		if got != tt.want || ok != tt.wantTrue {
+			t.Errorf("%s: TrustedName = %q, %v; want %q, %v", tt.name, got, ok, tt.want, tt.wantTrue)
 		}
 	}
 }

@@ -22,13 +22,20 @@ import (
 //     nvidia-smi output; inferred for H200, H20, B200 and GB200). So at most
 //     one such GPU instance per GPU: on an A30, 1g.6gb+me and 2g.12gb+me
 //     exclude each other although their slots do not overlap.
-//   - On GPUs whose table has "+me.all" profiles (RTX PRO 6000 Blackwell)
-//     a "+me.all" instance takes all NVDEC/NVENC engines and excludes every
-//     other engine-bearing instance (read from the guide); plain, "+gfx" and
-//     "+me" instances take one per compute slice and "-me" ones none
-//     (inferred). There the decoder budget is the GPU's compute slices.
+//   - On GPUs whose full table has "+me.all" profiles (RTX PRO 6000
+//     Blackwell) a "+me.all" instance takes all NVDEC/NVENC engines and
+//     excludes every other engine-bearing instance (read from the guide);
+//     plain, "+gfx" and "+me" instances take one per compute slice and "-me"
+//     ones none (inferred). There the decoder budget is the GPU's compute
+//     slices.
 //   - Elsewhere decoders are not tracked: the guide's per-profile counts
 //     (A100, A30, Hopper) never exceed the GPU's within the slot limits.
+//
+// The budget, whether decoders are tracked and which instance spans the
+// whole GPU are properties of the hardware: they come from the GPU's
+// [capability.GPU.HardwareLimits], never from the published (allowlisted)
+// profiles, so narrowing the allowlist never lowers how many instances of
+// the remaining profiles fit.
 //
 // placement's tests check these rules against fakehal's per-profile engine
 // tables on every combination of every built-in model.
@@ -61,10 +68,14 @@ type engineTable struct {
 	decoders bool
 }
 
-// deriveEngines applies the rules of [Engines] to a compiled table.
-func deriveEngines(ps []gridProfile, width uint32) engineTable {
+// deriveEngines applies the rules of [Engines] to a compiled table on a
+// GPU of the given width and limits. The budget and whether decoders are
+// tracked come from the GPU's limits, never from the table: an allowlist
+// that leaves out profiles must not lower what the remaining ones can use.
+func deriveEngines(ps []gridProfile, width uint32, lim capability.Limits) engineTable {
 	t := engineTable{demand: make([]Engines, len(ps)), budget: Engines{OFA: 1}}
-	var slices uint32
+	slices := lim.ComputeSlices
+	t.decoders = lim.AllMediaEngines
 	for i := range ps {
 		slices = max(slices, ps[i].sliceCount)
 		if variantOf(ps[i].p) == capability.VariantMEAll {
@@ -77,7 +88,7 @@ func deriveEngines(ps []gridProfile, width uint32) engineTable {
 	for i := range ps {
 		gp := &ps[i]
 		var d Engines
-		whole := gp.minSize == width
+		whole := gp.minSize >= width
 		switch variantOf(gp.p) {
 		case capability.VariantNoME:
 			// No media engines.

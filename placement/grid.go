@@ -82,6 +82,7 @@ type shape struct {
 	full     uint64
 	profiles []gridProfile
 	src      []capability.Profile // the input table, in input order, for interning
+	limits   capability.Limits    // the GPU's hardware limits, for interning
 	caps     []capability.Profile // sorted copies; gridProfile.p points here
 	frag     []weightedMask
 	byEnd    [][]uint64 // per profile, placement masks ordered by end
@@ -157,17 +158,18 @@ var shapes struct {
 }
 
 func internShape(gpu *capability.GPU) (*shape, error) {
-	h := tableHash(gpu.Profiles)
-	if sh := lookupShape(h, gpu.Profiles, false); sh != nil {
+	lim := gpu.HardwareLimits()
+	h := tableHash(gpu.Profiles, lim)
+	if sh := lookupShape(h, gpu.Profiles, lim, false); sh != nil {
 		return sh, nil
 	}
-	sh, err := newShape(gpu)
+	sh, err := newShape(gpu, lim)
 	if err != nil {
 		return nil, err
 	}
 	shapes.Lock()
 	defer shapes.Unlock()
-	if old := lookupShapeLocked(h, gpu.Profiles, true); old != nil {
+	if old := lookupShapeLocked(h, gpu.Profiles, lim, true); old != nil {
 		return old, nil
 	}
 	if shapes.m == nil {
@@ -175,7 +177,7 @@ func internShape(gpu *capability.GPU) (*shape, error) {
 	}
 	if len(shapes.m) >= shapes.sweepAt {
 		for k := range shapes.m {
-			lookupShapeLocked(k, nil, true)
+			lookupShapeLocked(k, nil, capability.Limits{}, true)
 		}
 		shapes.sweepAt = 2*len(shapes.m) + 64
 	}
@@ -183,18 +185,18 @@ func internShape(gpu *capability.GPU) (*shape, error) {
 	return sh, nil
 }
 
-func lookupShape(h uint64, ps []capability.Profile, prune bool) *shape {
+func lookupShape(h uint64, ps []capability.Profile, lim capability.Limits, prune bool) *shape {
 	shapes.Lock()
 	defer shapes.Unlock()
-	return lookupShapeLocked(h, ps, prune)
+	return lookupShapeLocked(h, ps, lim, prune)
 }
 
-// lookupShapeLocked returns the live shape of table ps, and with prune
-// drops the collected shapes with hash h.
-func lookupShapeLocked(h uint64, ps []capability.Profile, prune bool) *shape {
+// lookupShapeLocked returns the live shape of table ps on a GPU with
+// limits lim, and with prune drops the collected shapes with hash h.
+func lookupShapeLocked(h uint64, ps []capability.Profile, lim capability.Limits, prune bool) *shape {
 	var found *shape
 	for _, w := range shapes.m[h] {
-		if sh := w.Value(); sh != nil && sameTable(sh.src, ps) {
+		if sh := w.Value(); sh != nil && sh.limits == lim && sameTable(sh.src, ps) {
 			found = sh
 			break
 		}
@@ -211,7 +213,7 @@ func lookupShapeLocked(h uint64, ps []capability.Profile, prune bool) *shape {
 }
 
 // tableHash is an FNV-1a hash of what a shape depends on.
-func tableHash(ps []capability.Profile) uint64 {
+func tableHash(ps []capability.Profile, lim capability.Limits) uint64 {
 	h := uint64(14695981039346656037)
 	mix := func(v uint64) {
 		for range 8 {
@@ -219,6 +221,10 @@ func tableHash(ps []capability.Profile) uint64 {
 			h *= 1099511628211
 			v >>= 8
 		}
+	}
+	mix(uint64(lim.Slots)<<32 | uint64(lim.ComputeSlices))
+	if lim.AllMediaEngines {
+		mix(1)
 	}
 	for i := range ps {
 		p := &ps[i]
@@ -249,7 +255,10 @@ func sameTable(a, b []capability.Profile) bool {
 	return true
 }
 
-func newShape(gpu *capability.GPU) (*shape, error) {
+// newShape compiles gpu's table on a GPU with limits lim: the grid is
+// lim.Slots wide and the media-engine budget is lim's (see [Engines]),
+// whatever subset of the GPU's profiles the table holds.
+func newShape(gpu *capability.GPU, lim capability.Limits) (*shape, error) {
 	src := make([]capability.Profile, len(gpu.Profiles))
 	for i, p := range gpu.Profiles {
 		p.Placements = slices.Clone(p.Placements)
@@ -257,7 +266,7 @@ func newShape(gpu *capability.GPU) (*shape, error) {
 	}
 	caps := slices.Clone(src)
 	capability.SortProfiles(caps)
-	sh := &shape{src: src, caps: caps, profiles: make([]gridProfile, len(caps))}
+	sh := &shape{src: src, caps: caps, profiles: make([]gridProfile, len(caps)), limits: lim, width: lim.Slots}
 	seen := make(map[string]bool, len(caps))
 	for i := range caps {
 		pr := &caps[i]
@@ -297,7 +306,7 @@ func newShape(gpu *capability.GPU) (*shape, error) {
 		sh.full = (uint64(1) << sh.width) - 1
 	}
 	sh.frag = fragMasks(sh.profiles)
-	sh.engines = deriveEngines(sh.profiles, sh.width)
+	sh.engines = deriveEngines(sh.profiles, sh.width, lim)
 	sh.byEnd = make([][]uint64, len(sh.profiles))
 	for i := range sh.profiles {
 		gp := &sh.profiles[i]

@@ -10,8 +10,10 @@ import (
 )
 
 // narrowed keeps only the named profiles of gpu, as an allowlist change
-// republished in the node registration would.
+// republished in the node registration would; as a GPU decoded from the
+// registration, it carries no limits.
 func narrowed(gpu capability.GPU, keep ...string) capability.GPU {
+	gpu.Limits = capability.Limits{}
 	gpu.Profiles = slices.DeleteFunc(slices.Clone(gpu.Profiles), func(p capability.Profile) bool {
 		return !slices.Contains(keep, p.Name)
 	})
@@ -19,8 +21,9 @@ func narrowed(gpu capability.GPU, keep ...string) capability.GPU {
 }
 
 // A 3g.20gb pod runs at [4,8); the registration is republished with only
-// 1g.5gb and 2g.10gb, whose placements span 7 slots. The running pod keeps
-// [4,8) taken, new pods land elsewhere, and the mismatch is reported.
+// 1g.5gb and 2g.10gb, whose placements span 7 slots; the grid stays the
+// A100's 8 slots. The running pod keeps [4,8) taken, new pods land
+// elsewhere, and the mismatch is reported.
 func TestLedgerNarrowerTableKeepsRunningPods(t *testing.T) {
 	gpu := plainGPU(t, "A100-SXM4-40GB", 0)
 	l := placement.NewLedger(placement.LedgerOptions{})
@@ -52,7 +55,7 @@ func TestLedgerNarrowerTableKeepsRunningPods(t *testing.T) {
 	}
 	got := l.Conflicts()
 	want := []placement.Conflict{{Node: "n1", GPUUUID: gpu.UUID, PodUID: "running", Placement: capability.Placement{Start: 4, Size: 4},
-		Reason: "placement [4,8) outside the 7-slot grid"}}
+		Reason: `profile "3g.20gb" not published`}}
 	if !slices.Equal(got, want) {
 		t.Errorf("Conflicts() = %v, want %v", got, want)
 	}

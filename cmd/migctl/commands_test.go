@@ -94,6 +94,18 @@ func TestDiscoverCorrectedTables(t *testing.T) {
 	}
 }
 
+// TestDiscoverH200Driver580: the H200 preset is what driver 580.159.04
+// reported on a real H200; the early driver's memory stays selectable.
+func TestDiscoverH200Driver580(t *testing.T) {
+	r := migctl(t, "", "discover", "--fake", "NVIDIA H200")
+	r.check(t, exitOK, []string{`"2g.35gb","memoryMB":33280`, `"3g.71gb","memoryMB":71424`, `"7g.141gb","memoryMB":143360`}, nil)
+	if strings.Contains(r.stderr, "unconfirmed") {
+		t.Errorf("confirmed H200 preset noted as unconfirmed:\n%s", r.stderr)
+	}
+	r = migctl(t, "", "discover", "--fake", "NVIDIA H200", "--driver", "early")
+	r.check(t, exitOK, []string{`"2g.35gb","memoryMB":33024`, `"3g.71gb","memoryMB":71168`, `"7g.141gb","memoryMB":143104`}, nil)
+}
+
 func TestDiscoverDriver(t *testing.T) {
 	r := migctl(t, "", "discover", "--fake", "GB200", "--driver", "early")
 	r.check(t, exitOK, []string{`"7g.189gb"`, `"3g.95gb"`}, nil)
@@ -390,6 +402,20 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("%v: H100 3g.40gb not allowed", args)
 		}
 	}
+}
+
+// TestChartNamesResolved: the HAMi chart's 7g.79gb is A100 80GB's
+// 7g.80gb. Config loading and convert-legacy print the resolution, and
+// discovery publishes the full-GPU profile under the driver's name.
+func TestChartNamesResolved(t *testing.T) {
+	chart := writeTemp(t, "chart.yaml", "nvidia:\n  migProfileAllowlist:\n  - models: [A100-SXM4-80GB]\n    profiles: [1g.10gb, 7g.79gb]\n")
+	r := migctl(t, "", "discover", "--fake", "NVIDIA A100-SXM4-80GB", "--allowlist", chart)
+	r.check(t, exitOK, []string{`"name":"7g.80gb"`}, []string{
+		`migProfileAllowlist[0]: 7g.79gb resolves to the driver's 7g.80gb on "NVIDIA A100-SXM4-80GB"`,
+		"resolved entry 0 profile 7g.79gb resolved to the driver's 7g.80gb"})
+	legacy := writeTemp(t, "legacy.yaml", "nvidia:\n  knownMigGeometries:\n  - models: [A100-SXM4-80GB]\n    allowedGeometries:\n    - - name: 7g.79gb\n        memory: 80896\n        count: 1\n")
+	r = migctl(t, "", "convert-legacy", legacy)
+	r.check(t, exitOK, []string{"7g.79gb"}, []string{`migProfileAllowlist[0]: 7g.79gb resolves to the driver's 7g.80gb on "NVIDIA A100-SXM4-80GB"`})
 }
 
 func TestConvertLegacy(t *testing.T) {

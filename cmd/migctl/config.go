@@ -60,7 +60,10 @@ dropped on purpose: NVML placements, not geometries, define capacity now.
 
 What could not be converted (names that are not profile names, empty or
 duplicate models, entries left empty) is listed on standard error and makes
-the exit code 1; the converted document is printed either way.`,
+the exit code 1; the converted document is printed either way. Names that a
+built-in model's driver reports differently but that denote one of its
+profiles (7g.79gb for A100 80GB's 7g.80gb) are listed on standard error too:
+discovery publishes them under the driver's name.`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			asJSON := fs.Bool("json", false, "print JSON instead of YAML")
 			return func(e *env, args []string) error {
@@ -90,6 +93,7 @@ func convertLegacy(e *env, file string, f capability.Format) error {
 	if err := writeDoc(e, out); err != nil {
 		return err
 	}
+	printResolutions(e, displayName(file), allow)
 	if report.Clean() {
 		return nil
 	}

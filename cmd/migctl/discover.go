@@ -108,7 +108,7 @@ func discover(e *env, fake, allowFile, nodeName string, seed uint64, drv fakehal
 	serious := false
 	for _, f := range report.Findings {
 		fmt.Fprintf(e.stderr, "finding: %s\n", f)
-		if f.Kind != capability.FindingUnresolved && f.Kind != capability.FindingModePending {
+		if f.Kind != capability.FindingUnresolved && f.Kind != capability.FindingModePending && f.Kind != capability.FindingResolved {
 			serious = true
 		}
 	}
@@ -195,5 +195,6 @@ func loadAllowlist(e *env, file string) (capability.Allowlist, error) {
 	if cfg.LegacyIgnored {
 		fmt.Fprintf(e.stderr, "migctl: %s: nvidia.knownMigGeometries is ignored next to migProfileAllowlist\n", displayName(file))
 	}
+	printResolutions(e, displayName(file), cfg.Allowlist)
 	return cfg.Allowlist, nil
 }

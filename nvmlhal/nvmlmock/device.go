@@ -212,6 +212,12 @@ func (d *Device) migOn() bool { return d.migMode == nvml.DEVICE_MIG_ENABLE }
 // outside NVML's index range, NOT_SUPPORTED for an index the GPU lacks or
 // when MIG mode is off.
 func (d *Device) GetGpuInstanceProfileInfo(index int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+	in, ret := d.profileQueryV1(index)
+	d.srv.spend(ret, false)
+	return in, ret
+}
+
+func (d *Device) profileQueryV1(index int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_UNINITIALIZED
@@ -224,20 +230,66 @@ func (d *Device) GetGpuInstanceProfileInfo(index int) (nvml.GpuInstanceProfileIn
 }
 
 func (d *Device) profileAt(index int) (*profile, nvml.Return) {
-	if index < 0 || index >= nvml.GPU_INSTANCE_PROFILE_COUNT {
+	if index < 0 || index >= nvml.GPU_INSTANCE_PROFILE_COUNT || (d.srv.opts.Driver580 && index >= driver580Indexes) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	p := d.profiles[index]
-	if p == nil || (!d.migOn() && !d.srv.opts.ProfilesWhileDisabled) {
+	if p == nil || (!d.migOn() && !d.srv.opts.ProfilesWhileDisabled && !d.srv.opts.Driver580) {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	return p, nvml.SUCCESS
+}
+
+// driver580Indexes is the number of GPU instance profile indexes driver
+// 580.159.04 knows: it answers INVALID_ARGUMENT from index 17 (3_SLICE_GFX).
+const driver580Indexes = 17
+
+// GetGpuInstanceProfileInfoV2 answers the versioned query with a V2
+// struct, with the canonical Name ("MIG 1g.5gb"), as every driver with the
+// versioned query does. With Options.NoV3 it is ERROR_FUNCTION_NOT_FOUND,
+// as on a driver without the symbol. With Options.Driver580 the Version
+// comes back 0, as that driver writes it.
+func (d *Device) GetGpuInstanceProfileInfoV2(index int) (nvml.GpuInstanceProfileInfo_v2, nvml.Return) {
+	in, ret := d.profileQueryV2(index)
+	d.srv.spend(ret, false)
+	return in, ret
+}
+
+func (d *Device) profileQueryV2(index int) (nvml.GpuInstanceProfileInfo_v2, nvml.Return) {
+	defer d.srv.mu.Unlock()
+	if !d.srv.lock() {
+		return nvml.GpuInstanceProfileInfo_v2{}, nvml.ERROR_UNINITIALIZED
+	}
+	if d.srv.opts.NoV3 || d.srv.missing("nvmlDeviceGetGpuInstanceProfileInfoV") {
+		return nvml.GpuInstanceProfileInfo_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
+	}
+	p, ret := d.profileAt(index)
+	if ret != nvml.SUCCESS {
+		return nvml.GpuInstanceProfileInfo_v2{}, ret
+	}
+	in := p.info
+	v2 := nvml.GpuInstanceProfileInfo_v2{
+		Version: nvml.STRUCT_VERSION(nvml.GpuInstanceProfileInfo_v2{}, 2), Id: in.Id, IsP2pSupported: in.IsP2pSupported,
+		SliceCount: in.SliceCount, InstanceCount: in.InstanceCount, MultiprocessorCount: in.MultiprocessorCount,
+		CopyEngineCount: in.CopyEngineCount, DecoderCount: in.DecoderCount, EncoderCount: in.EncoderCount,
+		JpegCount: in.JpegCount, OfaCount: in.OfaCount, MemorySizeMB: in.MemorySizeMB, Name: v3Name(p.spec.Name),
+	}
+	if d.srv.opts.Driver580 {
+		v2.Version = 0
+	}
+	return v2, nvml.SUCCESS
 }
 
 // GetGpuInstanceProfileInfoV3 answers the versioned query with a V3
 // struct, including the canonical Name ("MIG 1g.5gb"). With Options.NoV3
 // it is ERROR_FUNCTION_NOT_FOUND, as on a driver without the symbol.
 func (d *Device) GetGpuInstanceProfileInfoV3(index int) (nvml.GpuInstanceProfileInfo_v3, nvml.Return) {
+	in, ret := d.profileQueryV3(index)
+	d.srv.spend(ret, false)
+	return in, ret
+}
+
+func (d *Device) profileQueryV3(index int) (nvml.GpuInstanceProfileInfo_v3, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nvml.GpuInstanceProfileInfo_v3{}, nvml.ERROR_UNINITIALIZED
@@ -262,12 +314,28 @@ func (d *Device) GetGpuInstanceProfileInfoV3(index int) (nvml.GpuInstanceProfile
 	if strings.HasSuffix(p.spec.Name, "+gfx") {
 		v3.Capabilities |= nvml.GPU_INSTANCE_PROFILE_CAPS_GFX
 	}
+	if d.srv.opts.Driver580 {
+		// The driver's V3 bug: the name formatted from V2's offsets
+		// (sliceCount at byte 12, V3's instanceCount; memorySizeMB at byte
+		// 48, still 0) and written at V2's name offset, byte 56.
+		v3.Version = 0
+		v3.Name = [96]int8{}
+		for i, c := range []byte(fmt.Sprintf("MIG %dg.%dgb", in.InstanceCount, 0)) {
+			v3.Name[8+i] = int8(c)
+		}
+	}
 	return v3, nvml.SUCCESS
 }
 
 // GetGpuInstancePossiblePlacements lists every legal placement of the
 // profile whose Id is info.Id, occupied or not, in any MIG mode.
 func (d *Device) GetGpuInstancePossiblePlacements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+	out, ret := d.possiblePlacements(info)
+	d.srv.spend(ret, true)
+	return out, ret
+}
+
+func (d *Device) possiblePlacements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nil, nvml.ERROR_UNINITIALIZED
@@ -356,13 +424,14 @@ func overlaps(a, b nvml.GpuInstancePlacement) bool {
 }
 
 // GetGpuInstances lists the live GPU instances of the profile whose Id is
-// info.Id; NOT_SUPPORTED with MIG off.
+// info.Id; NOT_SUPPORTED with MIG off (Options.Driver580: SUCCESS with
+// none, as that driver answers).
 func (d *Device) GetGpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
 	defer d.srv.mu.Unlock()
 	if !d.srv.lock() {
 		return nil, nvml.ERROR_UNINITIALIZED
 	}
-	if !d.migOn() {
+	if !d.migOn() && !d.srv.opts.Driver580 {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	if info == nil || d.profileByID(info.Id) == nil {

@@ -50,8 +50,13 @@
 // Options.ProfilesWhileDisabled answers profile queries with MIG off.
 // [Server.Sysfs] gives the PCI NUMA nodes of a DGX.
 //
-// V3 profile names are served through nvmlhal.ProfileInfoV3Device, since
-// go-nvml's versioned handler cannot be mocked. Processes are started and
+// Options.Driver580 reproduces driver 580.159.04 as measured on an H200:
+// its V3 profile answer with an empty name, GetGpuInstances answering with
+// MIG off, and the index range it knows.
+//
+// V2 and V3 profile names are served through nvmlhal.ProfileInfoV2Device
+// and nvmlhal.ProfileInfoV3Device, since go-nvml's versioned handler
+// cannot be mocked. Processes are started and
 // stopped with [Server.StartProcess], [Server.StartMIGProcess] and
 // [Server.StopProcess]; [Server.FailNext] injects an NVML error into the
 // next call of an operation. The zero [Options] give a MIG-enabled server.

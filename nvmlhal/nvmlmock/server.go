@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing/fstest"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -51,7 +53,41 @@ type Options struct {
 	// possible-placement queries with MIG mode off; by default they
 	// answer NOT_SUPPORTED there.
 	ProfilesWhileDisabled bool
+	// Driver580 reproduces what driver 580.159.04 (NVML 13.580.159.04)
+	// answered on an H200 SXM (mig-hardware-facts, measured 2026-12-04):
+	//
+	//   - the versioned profile query with a V3 struct returns SUCCESS with
+	//     the numeric fields right but an empty Name: the driver formats
+	//     the name as if the struct were V2 ("MIG <instanceCount>g.0gb",
+	//     from V3's instanceCount and the zero at V2's memory offset) and
+	//     writes it at V2's name offset, which is V3's Name[8:];
+	//   - the V2 struct gets the right name; both come back with Version 0;
+	//   - the profile and possible-placement queries answer with MIG mode
+	//     off (as ProfilesWhileDisabled), and GetGpuInstances answers
+	//     SUCCESS with no instances there, not NOT_SUPPORTED;
+	//   - profile indexes the GPU lacks answer NOT_SUPPORTED below 17 and
+	//     INVALID_ARGUMENT from 17 (3_SLICE_GFX), which the driver
+	//     predates;
+	//   - the driver version is 580.159.04.
+	Driver580 bool
+	// Latency makes the profile and placement queries take as long as on
+	// real hardware, for benchmarks; the zero value adds none.
+	Latency Latency
 }
+
+// Latency is how long the mock's profile queries take. Driver 580.159.04
+// on an H200 took about 0.5 ms per supported profile index (V1 or
+// versioned query), 0.17 ms per unsupported one and 0.22 ms per
+// possible-placement query ([MeasuredLatency]).
+type Latency struct {
+	Profile     time.Duration // a profile query that succeeds (V1, V2 or V3)
+	Unsupported time.Duration // a profile query that fails
+	Placements  time.Duration // a possible-placement query
+}
+
+// MeasuredLatency is what driver 580.159.04 took on an H200
+// (mig-hardware-facts).
+var MeasuredLatency = Latency{Profile: 500 * time.Microsecond, Unsupported: 170 * time.Microsecond, Placements: 220 * time.Microsecond}
 
 // Op names a call whose next result a test can force with [Server.FailNext].
 type Op string
@@ -93,6 +129,8 @@ type Server struct {
 	faults  map[Op][]nvml.Return
 
 	events eventHub // event sets (events.go); its own lock
+
+	queries atomic.Int64 // profile and placement queries answered
 }
 
 // New returns a strict server of the given model.
@@ -101,8 +139,12 @@ func New(model Model, opts Options) *Server {
 	if !ok {
 		panic(fmt.Sprintf("nvmlmock: unknown model %d", int(model)))
 	}
+	driver := "580.65.06"
+	if opts.Driver580 {
+		driver = "580.159.04"
+	}
 	base, err := server.New(server.WithGPUs(gpus.Multiple(8, spec.base)...),
-		server.WithDriverVersion("580.65.06"), server.WithNVMLVersion("13.580.65.06"), server.WithCUDADriverVersion(13000))
+		server.WithDriverVersion(driver), server.WithNVMLVersion("13."+driver), server.WithCUDADriverVersion(13000))
 	if err != nil {
 		panic(err) // go-nvml's options never fail
 	}
@@ -111,6 +153,27 @@ func New(model Model, opts Options) *Server {
 		s.devices = append(s.devices, newDevice(s, i, d.(*server.Device), spec))
 	}
 	return s
+}
+
+// ProfileQueries returns how many profile and possible-placement queries
+// the server has answered (V1, V2 and V3 profile queries count one each).
+func (s *Server) ProfileQueries() int64 { return s.queries.Load() }
+
+// spend counts one profile (placements false) or placement query and
+// takes the time Options.Latency gives it.
+func (s *Server) spend(ret nvml.Return, placements bool) {
+	s.queries.Add(1)
+	l := s.opts.Latency
+	d := l.Unsupported
+	switch {
+	case placements:
+		d = l.Placements
+	case ret == nvml.SUCCESS:
+		d = l.Profile
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
 }
 
 // Extensions returns the library extensions; LookupSymbol fails for

@@ -223,3 +223,56 @@ func TestInstancesAndMIGDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestDriver580 checks the driver-580 mode against what driver 580.159.04
+// answered on an H200 with MIG off (mig-hardware-facts).
+func TestDriver580(t *testing.T) {
+	srv, dev := started(t, nvmlmock.DGXH200, nvmlmock.Options{MIGDisabled: true, Driver580: true})
+	if v, _ := srv.SystemGetDriverVersion(); v != "580.159.04" {
+		t.Errorf("driver version %q, want 580.159.04", v)
+	}
+	for idx := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		_, ret := dev.GetGpuInstanceProfileInfo(idx)
+		want := nvml.SUCCESS
+		switch {
+		case idx >= 17:
+			want = nvml.ERROR_INVALID_ARGUMENT
+		case idx == 5 || idx == 6 || idx == 8 || idx >= 10:
+			want = nvml.ERROR_NOT_SUPPORTED
+		}
+		if ret != want {
+			t.Errorf("profile index %d: %v, want %v", idx, ret, want)
+		}
+	}
+	v1 := info(t, dev, 0)
+	d := dev.(*nvmlmock.Device)
+	v3, ret := d.GetGpuInstanceProfileInfoV3(0)
+	if ret != nvml.SUCCESS || v3.Version != 0 || v3.Name[0] != 0 || v3.Id != v1.Id || v3.SliceCount != 1 || v3.MemorySizeMB != 16384 {
+		t.Errorf("V3 = %+v, %v; want SUCCESS, version 0, empty name, V1's numbers", v3, ret)
+	}
+	if got := cString(v3.Name[8:]); got != "MIG 7g.0gb" {
+		t.Errorf("V3 Name[8:] = %q, want the driver's garbage \"MIG 7g.0gb\"", got)
+	}
+	v2, ret := d.GetGpuInstanceProfileInfoV2(0)
+	if ret != nvml.SUCCESS || v2.Version != 0 || cString(v2.Name[:]) != "MIG 1g.18gb" {
+		t.Errorf("V2 = %q version %d, %v; want \"MIG 1g.18gb\", version 0", cString(v2.Name[:]), v2.Version, ret)
+	}
+	gis, ret := dev.GetGpuInstances(&v1)
+	if ret != nvml.SUCCESS || len(gis) != 0 {
+		t.Errorf("GetGpuInstances with MIG off = %d, %v; want SUCCESS with none", len(gis), ret)
+	}
+	if _, ret := create(dev, v1, 0, 1); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("create with MIG off = %v, want NOT_SUPPORTED", ret)
+	}
+}
+
+func cString(b []int8) string {
+	var s strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s.WriteByte(byte(c))
+	}
+	return s.String()
+}

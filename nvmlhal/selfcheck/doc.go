@@ -10,9 +10,15 @@
 // It never changes the MIG mode and never creates or destroys an
 // instance, so it can run on a production node: compute instance profiles
 // are readable only on an existing GPU instance, so those of profiles
-// without one are reported as not checked rather than created. Where
-// driver generations report different tables ([fakehal.Model.Older]) the
-// GPU is compared with the closest one, and the result names it.
+// without one are reported as not checked rather than created, and the
+// compute instance profile such a GPU instance would get (the one spanning
+// it) is printed as "implied, not measured". Where driver generations
+// report different tables ([fakehal.Model.Older]) the GPU is compared with
+// the closest one, and the result names it.
+//
+// Each difference is classified ([Class]): a value another driver
+// generation of the preset reports (named), drift within 2% (memory, or a
+// name 1 GB off, as drivers drift between releases), or a real mismatch.
 //
 // Units: memory in MiB as NVML reports it; placements are half-open slot
 // intervals [Start, Start+Size). A [Result] is a plain value; [Check] and

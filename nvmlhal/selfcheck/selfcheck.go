@@ -30,6 +30,56 @@ type Difference struct {
 	Field   string // e.g. "memory MiB", "SMs", "placements"
 	Preset  string // what the preset says
 	Driver  string // what the driver reports
+	// Class says what the difference most likely is.
+	Class Class
+	// Generation is the preset's driver generation whose table has the
+	// driver's value, for [ClassOtherGeneration].
+	Generation fakehal.Driver
+
+	index capability.GIProfileIndex // the profile's, -1 for the GPU itself
+}
+
+// Class classifies a [Difference]. The zero value is [ClassMismatch], so a
+// difference nothing explains is a mismatch.
+type Class uint8
+
+const (
+	// ClassMismatch: nothing known explains the difference: the preset is
+	// wrong for this GPU or the GPU is not the model its name says.
+	ClassMismatch Class = iota
+	// ClassOtherGeneration: another driver generation of the preset
+	// ([fakehal.Model.Older], or the current table when an older one is
+	// compared) reports the driver's value; Difference.Generation names it.
+	ClassOtherGeneration
+	// ClassDrift: memory within 2% of the preset's, or a name whose memory
+	// figure differs by 1 GB for the same compute slices and variant: the
+	// drift between driver releases that mig-hardware-facts describes.
+	ClassDrift
+)
+
+// String returns "mismatch", "other driver generation" or "drift".
+func (c Class) String() string {
+	switch c {
+	case ClassMismatch:
+		return "mismatch"
+	case ClassOtherGeneration:
+		return "other driver generation"
+	case ClassDrift:
+		return "drift"
+	}
+	return "Class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// ImpliedCI is the compute instance profile implied for a GPU instance
+// profile the check could not read one for (no live instance): the one
+// spanning the GPU instance with all the SMs the driver reports for the
+// GPU instance profile, which is the compute instance fakehal creates. It
+// is implied, not measured.
+type ImpliedCI struct {
+	Profile    string // the GPU instance profile's name
+	Index      capability.CIProfileIndex
+	SliceCount uint32
+	SMs        uint32
 }
 
 // Result is the comparison of one GPU with its preset. The zero value is a
@@ -53,12 +103,26 @@ type Result struct {
 	Differences []Difference
 	// Unchecked says what a read-only check could not compare.
 	Unchecked []string
+	// Implied are the compute instance profiles of the profiles without a
+	// live GPU instance, as the preset implies them; not measured.
+	Implied []ImpliedCI
 
 	noCI []string // profiles without a live GPU instance
 }
 
 // OK reports whether the GPU has a preset and matches it.
 func (r *Result) OK() bool { return r.Preset != "" && len(r.Differences) == 0 }
+
+// Count returns how many of the differences are of class c.
+func (r *Result) Count(c Class) int {
+	n := 0
+	for _, d := range r.Differences {
+		if d.Class == c {
+			n++
+		}
+	}
+	return n
+}
 
 // Check inspects every GPU and compares each with its preset. It fails
 // only when NVML does; differences are in the results.
@@ -85,38 +149,90 @@ func Check(ctx context.Context, in Inspector) ([]Result, error) {
 }
 
 // Compare compares one inspected GPU with preset m, at each of m's driver
-// generations, and returns the closest.
+// generations, and returns the closest, each difference classified: a
+// value another generation of the preset reports, drift within 2%, or a
+// real mismatch (see [Class]).
 func Compare(m fakehal.Model, got nvmlhal.Inspection) Result {
 	gens := []fakehal.Driver{fakehal.DriverCurrent}
 	for _, t := range m.Older {
 		gens = append(gens, t.Driver)
 	}
-	var best Result
+	results := make([]Result, len(gens))
+	best := 0
 	for i, g := range gens {
-		r := compareAt(m.ForDriver(g), got)
-		r.Generation = g
-		if i == 0 || len(r.Differences) < len(best.Differences) {
-			best = r
+		results[i] = compareAt(m.ForDriver(g), got)
+		results[i].Generation = g
+		if len(results[i].Differences) < len(results[best].Differences) {
+			best = i
 		}
 	}
-	return best
+	r := results[best]
+	for i := range r.Differences {
+		d := &r.Differences[i]
+		for j, other := range results {
+			if j != best && !other.differs(d.index, d.Field) {
+				d.Class, d.Generation = ClassOtherGeneration, other.Generation
+				break
+			}
+		}
+		if d.Class == ClassMismatch && drift(d) {
+			d.Class = ClassDrift
+		}
+	}
+	return r
 }
+
+// differs reports whether r has a difference in field of profile index.
+func (r *Result) differs(index capability.GIProfileIndex, field string) bool {
+	return slices.ContainsFunc(r.Differences, func(d Difference) bool { return d.index == index && d.Field == field })
+}
+
+// drift reports whether d is within the drift between driver releases:
+// memory within 2%, or a name whose GB figure is 1 off for the same
+// compute slices and variant.
+func drift(d *Difference) bool {
+	switch d.Field {
+	case fieldTotalMemory, fieldMemory:
+		p, err1 := strconv.ParseUint(d.Preset, 10, 64)
+		v, err2 := strconv.ParseUint(d.Driver, 10, 64)
+		if err1 != nil || err2 != nil || p == 0 {
+			return false
+		}
+		delta := max(p, v) - min(p, v)
+		return delta*50 <= p // |v-p| <= 2% of p
+	case fieldName:
+		p, err1 := capability.ParseProfileName(d.Preset)
+		v, err2 := capability.ParseProfileName(d.Driver)
+		return err1 == nil && err2 == nil && p.Compute == v.Compute && p.Variant == v.Variant &&
+			max(p.MemoryGB, v.MemoryGB)-min(p.MemoryGB, v.MemoryGB) <= 1
+	}
+	return false
+}
+
+// Field names of the differences that are classified as drift.
+const (
+	fieldTotalMemory = "total memory MiB"
+	fieldMemory      = "memory MiB"
+	fieldName        = "name"
+)
 
 func compareAt(m fakehal.Model, got nvmlhal.Inspection) Result {
 	r := Result{GPU: got.Device.Index, Name: got.Device.Name, DriverVersion: got.DriverVersion,
 		Preset: m.Name, Confirmed: m.Confirmed, Note: m.Note}
+	index := capability.GIProfileIndex(-1)
 	diff := func(profile, field string, want, have any) {
 		w, h := fmt.Sprint(want), fmt.Sprint(have)
 		if w != h {
-			r.Differences = append(r.Differences, Difference{Profile: profile, Field: field, Preset: w, Driver: h})
+			r.Differences = append(r.Differences, Difference{Profile: profile, Field: field, Preset: w, Driver: h, index: index})
 		}
 	}
-	diff("", "total memory MiB", m.MemoryMB, got.Device.MemoryMB)
+	diff("", fieldTotalMemory, m.MemoryMB, got.Device.MemoryMB)
 	reported := map[capability.GIProfileIndex]*nvmlhal.InspectedProfile{}
 	for i := range got.Profiles {
 		reported[got.Profiles[i].Index] = &got.Profiles[i]
 	}
 	for _, want := range m.Profiles {
+		index = want.Index
 		have := reported[want.Index]
 		delete(reported, want.Index)
 		if have == nil {
@@ -127,9 +243,9 @@ func compareAt(m fakehal.Model, got nvmlhal.Inspection) Result {
 		if name == "" {
 			name = capability.DeriveProfileName(have.Index, have.SliceCount, have.MemoryMB, got.Device.MemoryMB).String()
 		}
-		diff(want.Name, "name", want.Name, name)
+		diff(want.Name, fieldName, want.Name, name)
 		diff(want.Name, "profile ID", want.ID, have.ID)
-		diff(want.Name, "memory MiB", want.MemoryMB, have.MemoryMB)
+		diff(want.Name, fieldMemory, want.MemoryMB, have.MemoryMB)
 		diff(want.Name, "SMs", want.MultiprocessorCount, have.MultiprocessorCount)
 		diff(want.Name, "compute slices", want.SliceCount, have.SliceCount)
 		diff(want.Name, "instances", want.InstanceCount, have.InstanceCount)
@@ -141,6 +257,7 @@ func compareAt(m fakehal.Model, got nvmlhal.Inspection) Result {
 		r.compareCIs(want, have)
 	}
 	for _, idx := range slices.Sorted(maps.Keys(reported)) {
+		index = idx
 		p := reported[idx]
 		diff(p.Name, "profile", "absent (index "+strconv.Itoa(int(idx))+")", "reported")
 	}
@@ -155,11 +272,12 @@ func compareAt(m fakehal.Model, got nvmlhal.Inspection) Result {
 // compareCIs checks the compute instance profile fakehal creates for the
 // profile: the one spanning the GPU instance, with all its SMs.
 func (r *Result) compareCIs(want capability.GIProfileInfo, have *nvmlhal.InspectedProfile) {
+	idx, _ := capability.FullCIProfileIndex(want.SliceCount)
 	if have.ComputeProfiles == nil {
 		r.noCI = append(r.noCI, want.Name)
+		r.Implied = append(r.Implied, ImpliedCI{Profile: want.Name, Index: idx, SliceCount: have.SliceCount, SMs: have.MultiprocessorCount})
 		return
 	}
-	idx, _ := capability.FullCIProfileIndex(want.SliceCount)
 	full := "missing"
 	for _, ci := range have.ComputeProfiles {
 		if ci.Index == idx {
@@ -180,19 +298,25 @@ func placements(ps []capability.Placement) string {
 }
 
 // Write prints results as a table: one line per GPU saying whether it
-// matches its preset, then its differences and what was not checked.
+// matches its preset and how many differences of each [Class] it has, then
+// its differences with their class, what was not checked, and the compute
+// instance profiles implied for the profiles without a live instance,
+// marked "implied, not measured".
 func Write(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range results {
 		fmt.Fprintf(tw, "GPU %d %q (driver %s): %s\n", r.GPU, r.Name, orUnknown(r.DriverVersion), verdict(&r))
 		if len(r.Differences) > 0 {
-			fmt.Fprintf(tw, "  profile\tfield\tpreset\tdriver\n")
+			fmt.Fprintf(tw, "  profile\tfield\tpreset\tdriver\tclass\n")
 			for _, d := range r.Differences {
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", orDash(d.Profile), d.Field, d.Preset, d.Driver)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", orDash(d.Profile), d.Field, d.Preset, d.Driver, className(&d))
 			}
 		}
 		for _, u := range r.Unchecked {
 			fmt.Fprintf(tw, "  not checked: %s\n", u)
+		}
+		for _, c := range r.Implied {
+			fmt.Fprintf(tw, "  implied, not measured: %s: compute instance profile %d, %d slice(s), %d SMs\n", c.Profile, c.Index, c.SliceCount, c.SMs)
 		}
 	}
 	return tw.Flush()
@@ -212,7 +336,26 @@ func verdict(r *Result) string {
 	if len(r.Differences) == 0 {
 		return s + ": matches"
 	}
-	return s + ": " + strconv.Itoa(len(r.Differences)) + " differences"
+	s += ": " + strconv.Itoa(len(r.Differences)) + " differences"
+	var parts []string
+	for _, c := range []Class{ClassMismatch, ClassOtherGeneration, ClassDrift} {
+		if n := r.Count(c); n > 0 {
+			parts = append(parts, strconv.Itoa(n)+" "+c.String())
+		}
+	}
+	return s + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// className is the class column: the generation named for
+// ClassOtherGeneration, "drift within 2%" for ClassDrift.
+func className(d *Difference) string {
+	switch d.Class {
+	case ClassOtherGeneration:
+		return d.Generation.String() + " drivers' table"
+	case ClassDrift:
+		return "drift within 2%"
+	}
+	return d.Class.String()
 }
 
 func orUnknown(s string) string {

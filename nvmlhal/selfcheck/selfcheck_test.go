@@ -141,6 +141,12 @@ func Example() {
 	// Output:
 	// GPU 0 "NVIDIA B200" (driver 580.65.06): preset "NVIDIA B200" (early drivers' table), unconfirmed: 3g/4g/7g memory and SM counts, placements and media engines unconfirmed: matches
 	//   not checked: compute instance profiles of 1g.23gb+me, 1g.45gb, 2g.45gb, 3g.90gb, 4g.90gb, 7g.180gb (no live instance to read them from; the check creates none)
+	//   implied, not measured: 1g.23gb+me: compute instance profile 0, 1 slice(s), 18 SMs
+	//   implied, not measured: 1g.45gb: compute instance profile 0, 1 slice(s), 30 SMs
+	//   implied, not measured: 2g.45gb: compute instance profile 1, 2 slice(s), 36 SMs
+	//   implied, not measured: 3g.90gb: compute instance profile 2, 3 slice(s), 72 SMs
+	//   implied, not measured: 4g.90gb: compute instance profile 3, 4 slice(s), 96 SMs
+	//   implied, not measured: 7g.180gb: compute instance profile 4, 7 slice(s), 148 SMs
 }
 
 // ExampleCompare shows the differences table: an H100 PCIe preset against
@@ -159,16 +165,145 @@ func ExampleCompare() {
 	}
 	pcie, _ := fakehal.LookupModel("NVIDIA H100 PCIe")
 	r := selfcheck.Compare(pcie, got)
-	r.Unchecked = nil // no instance is live: every CI profile is unchecked
+	r.Unchecked, r.Implied = nil, nil // no instance is live: every CI profile is unchecked
 	_ = selfcheck.Write(os.Stdout, []selfcheck.Result{r})
 	// Output:
-	// GPU 0 "NVIDIA H100 80GB HBM3" (driver 580.65.06): preset "NVIDIA H100 PCIe": 7 differences
-	//   profile     field  preset  driver
-	//   1g.10gb     SMs    14      16
-	//   1g.10gb+me  SMs    14      16
-	//   1g.20gb     SMs    14      26
-	//   2g.20gb     SMs    30      32
-	//   3g.40gb     SMs    46      60
-	//   4g.40gb     SMs    62      64
-	//   7g.80gb     SMs    114     132
+	// GPU 0 "NVIDIA H100 80GB HBM3" (driver 580.65.06): preset "NVIDIA H100 PCIe": 7 differences (7 mismatch)
+	//   profile     field  preset  driver  class
+	//   1g.10gb     SMs    14      16      mismatch
+	//   1g.10gb+me  SMs    14      16      mismatch
+	//   1g.20gb     SMs    14      26      mismatch
+	//   2g.20gb     SMs    30      32      mismatch
+	//   3g.40gb     SMs    46      60      mismatch
+	//   4g.40gb     SMs    62      64      mismatch
+	//   7g.80gb     SMs    114     132     mismatch
+}
+
+// recordedH200 is what the read-only check read from an H200 SXM with
+// driver 580.159.04 (NVML 13.580.159.04, MIG mode disabled), as recorded in
+// mig-hardware-facts: names from the V2 query, V1 numbers, placements and
+// engine counts. MIG was off, so no compute instance profile was read.
+func recordedH200() nvmlhal.Inspection {
+	type row struct {
+		idx                 capability.GIProfileIndex
+		id                  uint32
+		name                string
+		slices, max, sms    uint32
+		mib                 uint64
+		pl                  []capability.Placement
+		dec, enc, jpeg, ofa uint32
+	}
+	st := func(size uint32, at ...uint32) []capability.Placement {
+		out := make([]capability.Placement, len(at))
+		for i, s := range at {
+			out[i] = capability.Placement{Start: s, Size: size}
+		}
+		return out
+	}
+	rows := []row{
+		{capability.GIProfile1Slice, 19, "1g.18gb", 1, 7, 16, 16384, st(1, 0, 1, 2, 3, 4, 5, 6), 1, 0, 1, 0},
+		{capability.GIProfile2Slice, 14, "2g.35gb", 2, 3, 32, 33280, st(2, 0, 2, 4), 2, 0, 2, 0},
+		{capability.GIProfile3Slice, 9, "3g.71gb", 3, 2, 60, 71424, st(4, 0, 4), 3, 0, 3, 0},
+		{capability.GIProfile4Slice, 5, "4g.71gb", 4, 1, 64, 71424, st(4, 0), 4, 0, 4, 0},
+		{capability.GIProfile7Slice, 0, "7g.141gb", 7, 1, 132, 143360, st(8, 0), 7, 0, 7, 1},
+		{capability.GIProfile1SliceRev1, 20, "1g.18gb+me", 1, 1, 16, 16384, st(1, 0, 1, 2, 3, 4, 5, 6), 1, 0, 1, 1},
+		{capability.GIProfile1SliceRev2, 15, "1g.35gb", 1, 4, 26, 33280, st(2, 0, 2, 4, 6), 1, 0, 1, 0},
+	}
+	out := nvmlhal.Inspection{
+		Device: capability.DeviceInfo{Index: 0, UUID: "GPU-recorded", Name: "NVIDIA H200", MemoryMB: 143771,
+			MIGMode: capability.MIGDisabled, PendingMIGMode: capability.MIGDisabled},
+		DriverVersion: "580.159.04",
+	}
+	for _, r := range rows {
+		out.Profiles = append(out.Profiles, nvmlhal.InspectedProfile{
+			GIProfileInfo: capability.GIProfileInfo{Index: r.idx, ID: r.id, Name: r.name, SliceCount: r.slices,
+				InstanceCount: r.max, MultiprocessorCount: r.sms, MemoryMB: r.mib, Placements: r.pl},
+			Decoders: r.dec, Encoders: r.enc, JPEG: r.jpeg, OFA: r.ofa,
+		})
+	}
+	return out
+}
+
+// The H200 preset reproduces the recorded driver answers: no difference,
+// and the compute instance profiles, unread with MIG off, implied.
+func TestRecordedH200(t *testing.T) {
+	m, _ := fakehal.LookupModel("NVIDIA H200")
+	r := selfcheck.Compare(m, recordedH200())
+	if !r.OK() || r.Generation != fakehal.DriverCurrent {
+		t.Errorf("recorded H200 answers: %d differences %+v at the %v table, want none at the current one", len(r.Differences), r.Differences, r.Generation)
+	}
+	if len(r.Implied) != 7 {
+		t.Errorf("implied compute instance profiles %+v, want one per profile", r.Implied)
+	}
+	for _, c := range r.Implied {
+		if c.Profile == "3g.71gb" && (c.Index != capability.CIProfileIndex(2) || c.SliceCount != 3 || c.SMs != 60) {
+			t.Errorf("3g.71gb implied %+v, want CI profile 2, 3 slices, 60 SMs", c)
+		}
+	}
+	// The driver-580 mock with MIG off is read the same way, names from V2.
+	b := backend(t, nvmlmock.DGXH200, nvmlmock.Options{Driver580: true, MIGDisabled: true})
+	defer b.Shutdown(context.Background())
+	results, err := selfcheck.Check(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if !r.OK() || r.DriverVersion != "580.159.04" {
+			t.Errorf("driver-580 mock GPU %d: %+v (driver %s)", r.GPU, r.Differences, r.DriverVersion)
+		}
+	}
+}
+
+// Each difference is classified: a value of the preset's other driver
+// generation (named), drift within 2%, or a real mismatch.
+func TestDifferenceClasses(t *testing.T) {
+	m, _ := fakehal.LookupModel("NVIDIA H200")
+	got := recordedH200()
+	for i := range got.Profiles {
+		p := &got.Profiles[i]
+		switch p.Name {
+		case "7g.141gb":
+			p.MemoryMB = 143104 // the early drivers' value
+		case "3g.71gb":
+			p.MemoryMB = 71000 // 0.6% off, in no table
+		case "4g.71gb":
+			p.Name = "4g.70gb" // a name 1 GB off
+		case "2g.35gb":
+			p.MultiprocessorCount = 30 // a real mismatch
+		case "1g.35gb":
+			p.MemoryMB = 40000 // 20% off
+		}
+	}
+	r := selfcheck.Compare(m, got)
+	want := map[string]selfcheck.Class{
+		"7g.141gb memory MiB": selfcheck.ClassOtherGeneration,
+		"3g.71gb memory MiB":  selfcheck.ClassDrift,
+		"4g.71gb name":        selfcheck.ClassDrift,
+		"2g.35gb SMs":         selfcheck.ClassMismatch,
+		"1g.35gb memory MiB":  selfcheck.ClassMismatch,
+	}
+	if len(r.Differences) != len(want) {
+		t.Errorf("differences %+v, want %d", r.Differences, len(want))
+	}
+	for _, d := range r.Differences {
+		c, ok := want[d.Profile+" "+d.Field]
+		if !ok || d.Class != c {
+			t.Errorf("%s %s: class %v, want %v", d.Profile, d.Field, d.Class, c)
+		}
+		if d.Class == selfcheck.ClassOtherGeneration && d.Generation != fakehal.DriverEarly {
+			t.Errorf("%s %s: generation %v, want early", d.Profile, d.Field, d.Generation)
+		}
+	}
+	if r.Count(selfcheck.ClassMismatch) != 2 || r.Count(selfcheck.ClassDrift) != 2 || r.Count(selfcheck.ClassOtherGeneration) != 1 {
+		t.Errorf("counts: %d mismatch, %d drift, %d other generation", r.Count(selfcheck.ClassMismatch), r.Count(selfcheck.ClassDrift), r.Count(selfcheck.ClassOtherGeneration))
+	}
+	var out strings.Builder
+	if err := selfcheck.Write(&out, []selfcheck.Result{r}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"5 differences (2 mismatch, 1 other driver generation, 2 drift)", "early drivers' table", "drift within 2%", "implied, not measured: 1g.18gb:"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("Write output lacks %q:\n%s", s, out.String())
+		}
+	}
 }
