@@ -158,15 +158,23 @@ type migKey struct {
 // Apply records e and reports whether it changed anything. A healthy
 // whole-GPU event (recovery) also makes every MIG device on the GPU
 // healthy.
+//
+// The first cause is kept: an unhealthy event about a GPU or MIG device
+// that is already unhealthy changes nothing, so [HealthState.Why] keeps
+// naming the event that took it out of service (the Xid 79 that lost the
+// GPU, not the Xid 48 that followed).
 func (s *HealthState) Apply(e HealthEvent) bool {
 	if e.WholeGPU() {
 		_, was := s.gpus[e.GPU]
 		if !e.Healthy {
+			if was {
+				return false
+			}
 			if s.gpus == nil {
 				s.gpus = make(map[int]HealthEvent)
 			}
 			s.gpus[e.GPU] = e
-			return !was
+			return true
 		}
 		changed := was
 		delete(s.gpus, e.GPU)
@@ -184,11 +192,14 @@ func (s *HealthState) Apply(e HealthEvent) bool {
 		delete(s.migs, k)
 		return was
 	}
+	if was {
+		return false
+	}
 	if s.migs == nil {
 		s.migs = make(map[migKey]HealthEvent)
 	}
 	s.migs[k] = e
-	return !was
+	return true
 }
 
 // GPUHealthy reports whether the GPU as a whole is healthy. An unhealthy
