@@ -46,7 +46,9 @@ func (b *Backend) WatchHealth(ctx context.Context) (realize.HealthWatch, error) 
 // as NVIDIA's device plugin does. A GPU whose supported events cannot be
 // read or registered is reported unhealthy ([realize.CauseRegistration])
 // by the watch's first Next calls, since its failures would go unseen; a
-// GPU that supports none of them is logged and stays healthy. Failing to
+// GPU that supports none of them, or whose registration NVML answers
+// ERROR_NOT_SUPPORTED (an old or virtualised GPU), is logged and stays
+// healthy. Failing to
 // create the event set or to count the GPUs is an error and nothing is
 // left allocated.
 //
@@ -105,7 +107,14 @@ func (w *HealthWatch) register(gpu int) {
 		w.b.log.Warn("GPU supports no health events; its failures will not be seen", "gpu", gpu)
 		return
 	}
-	if ret := dev.RegisterEvents(mask, w.set); ret != nvml.SUCCESS {
+	switch ret := dev.RegisterEvents(mask, w.set); ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED:
+		// An old or virtualised GPU cannot report events: that says nothing
+		// about its health, and taking it out of service for it would do so
+		// again after every restart (NVIDIA's device plugin and HAMi agree).
+		w.b.log.Warn("GPU cannot register health events; it stays healthy and its failures will not be seen", "gpu", gpu, "nvml", returnName(ret))
+	default:
 		w.registrationFailed(gpu, "RegisterEvents", ret)
 	}
 }

@@ -235,3 +235,42 @@ func TestHealthWatchOwnedLibraryNeedsInit(t *testing.T) {
 		t.Fatalf("WatchHealth on an owned, uninitialised library = %v, want ERROR_UNINITIALIZED", err)
 	}
 }
+
+// RegisterEvents outcomes: NOT_SUPPORTED (an old or virtualised GPU)
+// leaves the GPU healthy, as NVIDIA's device plugin and HAMi do; any other
+// failure reports it unhealthy, since its failures would go unseen.
+func TestHealthRegisterEventsOutcomes(t *testing.T) {
+	tests := []struct {
+		name string
+		ret  nvml.Return // GPU 0's RegisterEvents; SUCCESS: no failure injected
+		want *realize.HealthEvent
+	}{
+		{name: "registered", ret: nvml.SUCCESS},
+		{name: "not supported stays healthy", ret: nvml.ERROR_NOT_SUPPORTED},
+		{name: "unknown error is unhealthy", ret: nvml.ERROR_UNKNOWN, want: ptr(wholeGPU(0, false, realize.CauseRegistration, 0))},
+		{name: "gpu lost is unhealthy", ret: nvml.ERROR_GPU_IS_LOST, want: ptr(wholeGPU(0, false, realize.CauseRegistration, 0))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
+			if tt.ret != nvml.SUCCESS {
+				srv.FailNext(nvmlmock.OpRegisterEvents, tt.ret)
+			}
+			w := openWatch(t, b, srv, nvmlhal.HealthOptions{})
+			if tt.want != nil {
+				if got := next(t, w); got != *tt.want {
+					t.Fatalf("got %v, want %v", got, *tt.want)
+				}
+			} else {
+				quiet(t, w)
+			}
+			// The other GPUs are watched either way.
+			if err := srv.InjectXid(1, 79); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := next(t, w), wholeGPU(1, false, realize.CauseXid, 79); got != want {
+				t.Errorf("got %v, want %v", got, want)
+			}
+		})
+	}
+}
