@@ -50,6 +50,8 @@ const (
 	ReasonGPUHealthy         = "GPUHealthy"         // Normal: recovered
 	ReasonMIGDeviceUnhealthy = "MIGDeviceUnhealthy" // Warning
 	ReasonMIGDeviceHealthy   = "MIGDeviceHealthy"   // Normal
+	ReasonGPUUnmonitored     = "GPUUnmonitored"     // Warning: its health cannot be watched
+	ReasonGPUMonitored       = "GPUMonitored"       // Normal: watched again
 )
 
 // EventSource is the component name of the plugin's Events.
@@ -178,21 +180,28 @@ const publishRetry = 5 * time.Second
 var pruneInterval = 30 * time.Second
 
 // openHealth subscribes to the backend's health events when it is a
-// [realize.HealthWatcher]; nil otherwise (every GPU stays healthy). [Plugin.Run]
-// subscribes before it reports ready, so that no transition after Ready is
-// missed.
+// [realize.HealthWatcher]; nil otherwise (every GPU stays healthy). It
+// returns a [realize.HealthMonitor]: when the backend cannot open a watch,
+// the GPUs are reported unmonitored (not healthy) and the watch is retried
+// with backoff. [Plugin.Run] makes the first attempt before it reports
+// ready, so that no transition after Ready is missed.
 func (p *Plugin) openHealth(ctx context.Context) realize.HealthWatch {
 	hw, ok := p.cfg.Hardware.(realize.HealthWatcher)
 	if !ok {
 		p.log.Info("backend reports no GPU health; every GPU is published healthy")
 		return nil
 	}
-	w, err := hw.WatchHealth(ctx)
-	if err != nil {
-		p.log.Error("cannot watch GPU health; every GPU is published healthy", "err", err)
-		return nil
+	p.mu.Lock()
+	gpus := make([]int, 0, len(p.gpus))
+	for _, g := range p.gpus {
+		gpus = append(gpus, g.Index)
 	}
-	return w
+	p.mu.Unlock()
+	m := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Logger: p.log})
+	if err := m.Open(ctx); err != nil {
+		p.log.Error("cannot watch GPU health; the GPUs are reported unmonitored and the watch is retried", "err", err)
+	}
+	return m
 }
 
 // watchHealth follows w's health events until ctx is done, and closes w.
@@ -284,6 +293,10 @@ func (p *Plugin) pruneMIGHealth(ctx context.Context) {
 func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent, seq uint64) {
 	reason, kind := ReasonGPUUnhealthy, corev1.EventTypeWarning
 	switch {
+	case e.Cause == realize.CauseUnmonitored:
+		reason = ReasonGPUUnmonitored
+	case e.Cause == realize.CauseMonitored:
+		reason, kind = ReasonGPUMonitored, corev1.EventTypeNormal
 	case e.Healthy && e.WholeGPU():
 		reason, kind = ReasonGPUHealthy, corev1.EventTypeNormal
 	case e.Healthy:
@@ -296,6 +309,8 @@ func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent, s
 		msg += " " + uuid
 	}
 	switch {
+	case e.Cause == realize.CauseUnmonitored:
+		msg += ": its health cannot be watched, so no new MIG instances on it until it can; running pods keep theirs"
 	case !e.Healthy && e.WholeGPU():
 		msg += ": no new MIG instances on it; running pods keep theirs"
 	case !e.Healthy:

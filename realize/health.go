@@ -72,9 +72,20 @@ const (
 	// recovery action NONE, or fakehal's Recover). Recovery makes the GPU
 	// and every MIG device on it healthy.
 	CauseRecovered
+	// CauseUnmonitored: no health watch could be opened (the backend's
+	// event set could not be created), so nothing is known about the GPU.
+	// It is a state of its own, not a failure: [HealthState] reports the
+	// GPU unusable while it lasts, and only a [CauseMonitored] event ends
+	// it. [HealthMonitor] reports it and retries the watch.
+	CauseUnmonitored
+	// CauseMonitored: a watch opened again over a GPU that was
+	// unmonitored (the event is healthy). It ends the unmonitored state
+	// only: a failure recorded before stays.
+	CauseMonitored
 )
 
-var causeNames = [...]string{"unknown", "xid", "double-bit-ecc", "unavailable", "registration", "watch-failed", "recovered"}
+var causeNames = [...]string{"unknown", "xid", "double-bit-ecc", "unavailable", "registration", "watch-failed", "recovered",
+	"unmonitored", "monitored"}
 
 // String returns a short lower-case name, such as "xid".
 func (c HealthCause) String() string {
@@ -146,8 +157,9 @@ func IsApplicationXid(xid uint64) bool {
 // refuse new instances on an unhealthy GPU. The zero value is ready to use
 // (everything healthy). A HealthState is not safe for concurrent use.
 type HealthState struct {
-	gpus map[int]HealthEvent    // unhealthy GPUs, by index
-	migs map[migKey]HealthEvent // unhealthy MIG devices
+	gpus  map[int]HealthEvent    // unhealthy GPUs, by index
+	migs  map[migKey]HealthEvent // unhealthy MIG devices
+	unmon map[int]HealthEvent    // unmonitored GPUs ([CauseUnmonitored])
 }
 
 type migKey struct {
@@ -163,7 +175,16 @@ type migKey struct {
 // that is already unhealthy changes nothing, so [HealthState.Why] keeps
 // naming the event that took it out of service (the Xid 79 that lost the
 // GPU, not the Xid 48 that followed).
+//
+// The unmonitored state ([CauseUnmonitored]) is kept apart from failures:
+// it is set by an unhealthy CauseUnmonitored event and cleared only by a
+// healthy [CauseMonitored] one, which touches nothing else; a recovery
+// does not end it. A MIG-device event with either cause is treated as
+// one about its whole GPU.
 func (s *HealthState) Apply(e HealthEvent) bool {
+	if e.Cause == CauseUnmonitored || e.Cause == CauseMonitored {
+		return s.applyMonitoring(e)
+	}
 	if e.WholeGPU() {
 		_, was := s.gpus[e.GPU]
 		if !e.Healthy {
@@ -202,11 +223,37 @@ func (s *HealthState) Apply(e HealthEvent) bool {
 	return true
 }
 
-// GPUHealthy reports whether the GPU as a whole is healthy. An unhealthy
-// MIG device does not make its GPU unhealthy.
+func (s *HealthState) applyMonitoring(e HealthEvent) bool {
+	_, was := s.unmon[e.GPU]
+	if e.Healthy {
+		delete(s.unmon, e.GPU)
+		return was
+	}
+	if was {
+		return false
+	}
+	if s.unmon == nil {
+		s.unmon = make(map[int]HealthEvent)
+	}
+	e.GI, e.CI = NoInstance, NoInstance
+	s.unmon[e.GPU] = e
+	return true
+}
+
+// GPUHealthy reports whether the GPU as a whole is healthy: neither failed
+// nor unmonitored. An unhealthy MIG device does not make its GPU
+// unhealthy.
 func (s *HealthState) GPUHealthy(gpu int) bool {
 	_, bad := s.gpus[gpu]
-	return !bad
+	_, unmon := s.unmon[gpu]
+	return !bad && !unmon
+}
+
+// Unmonitored reports whether the GPU is in the unmonitored state
+// ([CauseUnmonitored]).
+func (s *HealthState) Unmonitored(gpu int) bool {
+	_, unmon := s.unmon[gpu]
+	return unmon
 }
 
 // MIGHealthy reports whether the MIG device gi/ci of the GPU is healthy:
@@ -219,10 +266,13 @@ func (s *HealthState) MIGHealthy(gpu int, gi, ci uint32) bool {
 	return !bad
 }
 
-// Why returns the event that made the GPU unhealthy, and false when it is
-// healthy.
+// Why returns the event that made the GPU unhealthy (its first failure,
+// else the event that made it unmonitored), and false when it is healthy.
 func (s *HealthState) Why(gpu int) (HealthEvent, bool) {
-	e, ok := s.gpus[gpu]
+	if e, ok := s.gpus[gpu]; ok {
+		return e, true
+	}
+	e, ok := s.unmon[gpu]
 	return e, ok
 }
 
