@@ -696,21 +696,29 @@ func (d *Driver) rebuildAndPublish(ctx context.Context) {
 }
 
 // watchHealth applies the backend's health events until ctx is done; a
-// GPU-level transition republishes.
+// GPU-level transition republishes. It follows a [realize.HealthMonitor]:
+// a watch that cannot be opened makes every GPU unmonitored (published
+// with no devices) and is retried with backoff, and a failed wait is
+// logged while the watch keeps running, so that what the backend reports
+// next (every GPU unhealthy after a lost GPU, then the recoveries) is
+// applied.
 func (d *Driver) watchHealth(ctx context.Context, hw realize.HealthWatcher) {
-	w, err := hw.WatchHealth(ctx)
-	if err != nil {
-		d.log.Warn("health watch unavailable; GPUs stay published healthy", "err", err)
-		return
+	d.mu.Lock()
+	gpus := make([]int, 0, len(d.gpus))
+	for _, g := range d.gpus {
+		gpus = append(gpus, g.Index)
 	}
+	d.mu.Unlock()
+	w := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Logger: d.log})
 	defer w.Close()
 	for {
 		ev, err := w.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("health watch ended", "err", err)
-			}
+		switch {
+		case ctx.Err() != nil || errors.Is(err, realize.ErrWatchClosed):
 			return
+		case err != nil:
+			d.log.Warn("waiting for GPU health events; the watch goes on", "err", err)
+			continue
 		}
 		d.ApplyHealth(ev)
 	}
