@@ -140,6 +140,13 @@ func (h *healthTracker) gpu(index int) (realize.HealthEvent, bool) {
 	return why, !bad
 }
 
+// GPUHealth reports whether the GPU with the NVML index takes new MIG
+// instances and, when it does not, the event that made it unhealthy
+// (its first failure, else the event that made it unmonitored).
+func (p *Plugin) GPUHealth(index int) (why realize.HealthEvent, healthy bool) {
+	return p.health.gpu(index)
+}
+
 // badMIGDevices counts the GPU's MIG devices unhealthy on their own.
 func (h *healthTracker) badMIGDevices(index int) int {
 	h.mu.Lock()
@@ -197,7 +204,7 @@ func (p *Plugin) openHealth(ctx context.Context) realize.HealthWatch {
 		gpus = append(gpus, g.Index)
 	}
 	p.mu.Unlock()
-	m := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Logger: p.log})
+	m := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Checks: p.cfg.HealthChecks, Logger: p.log})
 	if err := m.Open(ctx); err != nil {
 		p.log.Error("cannot watch GPU health; the GPUs are reported unmonitored and the watch is retried", "err", err)
 	}

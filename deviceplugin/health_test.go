@@ -254,7 +254,7 @@ type noEventSet struct {
 	release  chan struct{}
 }
 
-func (h *noEventSet) WatchHealth(ctx context.Context) (realize.HealthWatch, error) {
+func (h *noEventSet) WatchHealth(ctx context.Context, checks realize.HealthChecks) (realize.HealthWatch, error) {
 	h.mu.Lock()
 	h.attempts++
 	n := h.attempts
@@ -267,7 +267,7 @@ func (h *noEventSet) WatchHealth(ctx context.Context) (realize.HealthWatch, erro
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return h.Node.WatchHealth(ctx)
+	return h.Node.WatchHealth(ctx, checks)
 }
 
 // A GPU whose health cannot be watched is reported unmonitored, not
@@ -309,4 +309,27 @@ func TestPluginUnmonitoredUntilWatchOpens(t *testing.T) {
 	list, err := stream.Recv()
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{gpu1: 7}, unhealthyIDs(list))
+}
+
+// Config.HealthChecks reach the backend's watch: a disabled Xid changes
+// nothing, another one marks the GPU.
+func TestPluginHealthChecks(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	checks, err := realize.ParseHealthChecks("79", "")
+	require.NoError(t, err)
+	r := start(t, client, hw, func(c *deviceplugin.Config) { c.HealthChecks = checks })
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	stream, err := r.client.ListAndWatch(ctx, &v1beta1.Empty{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	require.NoError(t, err)
+	require.NoError(t, hw.InjectXid(0, "", 79)) // disabled
+	require.NoError(t, hw.InjectXid(0, "", 48))
+	list, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{gpuOf(t, hw, 0).UUID: 7}, unhealthyIDs(list))
+	why, _ := r.p.GPUHealth(0)
+	assert.Equal(t, uint64(48), why.Xid, "the disabled Xid 79 is not the cause")
 }

@@ -73,6 +73,11 @@ type Config struct {
 	Allowlist capability.Allowlist
 	// AllowMIGManager overrides the MIG Manager ownership refusal.
 	AllowMIGManager bool
+	// HealthChecks say which of the backend's health events count
+	// (realize.ParseHealthChecks reads NVIDIA's DP_DISABLE_HEALTHCHECKS
+	// and DP_ENABLE_HEALTHCHECKS); the zero value ignores application
+	// Xids only.
+	HealthChecks realize.HealthChecks
 	// ReconcileInterval is the period of the maintenance pass
 	// (realize.Manager.Maintain: adoption until settled, reconcile, leak
 	// collection every Manager.LeakInterval); 0 means kube's default.

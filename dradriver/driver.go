@@ -66,6 +66,11 @@ type Config struct {
 	// realize.HealthWatcher, GPU health is watched and unhealthy GPUs
 	// publish no devices.
 	Hardware realize.Realizer
+	// HealthChecks say which of the backend's health events count
+	// (realize.ParseHealthChecks reads NVIDIA's DP_DISABLE_HEALTHCHECKS
+	// and DP_ENABLE_HEALTHCHECKS); the zero value ignores application
+	// Xids only.
+	HealthChecks realize.HealthChecks
 	// Allowlist is the profile policy; nil means
 	// capability.DefaultAllowlist(). [Driver.SetAllowlist] changes it.
 	Allowlist capability.Allowlist
@@ -709,7 +714,7 @@ func (d *Driver) watchHealth(ctx context.Context, hw realize.HealthWatcher) {
 		gpus = append(gpus, g.Index)
 	}
 	d.mu.Unlock()
-	w := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Logger: d.log})
+	w := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Checks: d.cfg.HealthChecks, Logger: d.log})
 	defer w.Close()
 	for {
 		ev, err := w.Next(ctx)

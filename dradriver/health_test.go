@@ -21,8 +21,8 @@ type lostOnce struct {
 	calls chan int
 }
 
-func (l *lostOnce) WatchHealth(ctx context.Context) (realize.HealthWatch, error) {
-	w, err := l.node.WatchHealth(ctx)
+func (l *lostOnce) WatchHealth(ctx context.Context, checks realize.HealthChecks) (realize.HealthWatch, error) {
+	w, err := l.node.WatchHealth(ctx, checks)
 	if err != nil {
 		return nil, err
 	}

@@ -28,17 +28,20 @@ const DefaultHealthPoll = time.Second
 // ignores [realize.ApplicationXids] only and polls every
 // [DefaultHealthPoll].
 type HealthOptions struct {
-	// IgnoreXids are Xids ignored in addition to realize.ApplicationXids,
-	// as NVIDIA's device plugin takes DP_DISABLE_HEALTHCHECKS.
-	IgnoreXids []uint64
+	// Checks say which Xids count, as NVIDIA's device plugin reads
+	// DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS
+	// ([realize.ParseHealthChecks]). A watch is opened even when they are
+	// [realize.HealthChecks.Off]: not opening one is the caller's choice.
+	Checks realize.HealthChecks
 	// Poll bounds each NVML wait; zero means DefaultHealthPoll. Next and
 	// Close react to ctx and Close within about one Poll.
 	Poll time.Duration
 }
 
-// WatchHealth is [Backend.WatchHealthWith] with zero [HealthOptions].
-func (b *Backend) WatchHealth(ctx context.Context) (realize.HealthWatch, error) {
-	return b.WatchHealthWith(ctx, HealthOptions{})
+// WatchHealth is [Backend.WatchHealthWith] with these checks and the
+// default poll.
+func (b *Backend) WatchHealth(ctx context.Context, checks realize.HealthChecks) (realize.HealthWatch, error) {
+	return b.WatchHealthWith(ctx, HealthOptions{Checks: checks})
 }
 
 // WatchHealthWith creates an NVML event set and registers every GPU for the
@@ -73,7 +76,7 @@ func (b *Backend) WatchHealthWith(ctx context.Context, opts HealthOptions) (*Hea
 		return nil, hwError("EventSetCreate", -1, nil, ret)
 	}
 	w := &HealthWatch{b: b, set: set, gpus: make(map[string]int, n), poll: opts.Poll,
-		ignore: slices.Concat(realize.ApplicationXids, opts.IgnoreXids), closed: make(chan struct{})}
+		checks: opts.Checks, closed: make(chan struct{})}
 	if w.poll <= 0 {
 		w.poll = DefaultHealthPoll
 	}
@@ -135,7 +138,7 @@ type HealthWatch struct {
 	b      *Backend
 	set    nvml.EventSet
 	gpus   map[string]int // GPU UUID -> NVML index, for attributing events
-	ignore []uint64
+	checks realize.HealthChecks
 	poll   time.Duration
 
 	mu       sync.Mutex // held by Next and by Close's Free
@@ -265,8 +268,8 @@ func (w *HealthWatch) translate(data []nvml.EventData) []realize.HealthEvent {
 		}
 		switch d.EventType {
 		case nvml.EventTypeXidCriticalError:
-			if slices.Contains(w.ignore, d.EventData) {
-				w.b.log.Info("ignoring application Xid", "gpu", gpu, "xid", d.EventData)
+			if !w.checks.CountsXid(d.EventData) {
+				w.b.log.Info("ignoring Xid (an application's, or disabled)", "gpu", gpu, "xid", d.EventData)
 				continue
 			}
 			e.Cause, e.Xid = realize.CauseXid, d.EventData

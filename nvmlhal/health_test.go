@@ -68,7 +68,7 @@ func TestHealthEventsOnStrictMock(t *testing.T) {
 	b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
 	inst := mustCreate(t, b, 2, p1g, at(0, 1))
 	ci := inst.ComputeInstances[0]
-	w := openWatch(t, b, srv, nvmlhal.HealthOptions{IgnoreXids: []uint64{63}})
+	w := openWatch(t, b, srv, nvmlhal.HealthOptions{Checks: realize.HealthChecks{Disable: []uint64{63}}})
 
 	steps := []struct {
 		name   string
@@ -193,7 +193,7 @@ func TestHealthCloseAndContext(t *testing.T) {
 func TestHealthWatchNeedsInit(t *testing.T) {
 	srv := nvmlmock.New(nvmlmock.DGXA100, nvmlmock.Options{})
 	b := nvmlhal.New(nvmlhal.Options{NVML: srv})
-	_, err := b.WatchHealth(context.Background())
+	_, err := b.WatchHealth(context.Background(), realize.HealthChecks{})
 	if !errors.Is(err, nvml.ERROR_UNINITIALIZED) {
 		t.Errorf("WatchHealth before Init = %v, want ERROR_UNINITIALIZED", err)
 	}
@@ -230,7 +230,7 @@ func ExampleBackend_WatchHealth() {
 // instead of calling into a library that is not loaded.
 func TestHealthWatchOwnedLibraryNeedsInit(t *testing.T) {
 	b := nvmlhal.New(nvmlhal.Options{})
-	_, err := b.WatchHealth(context.Background())
+	_, err := b.WatchHealth(context.Background(), realize.HealthChecks{})
 	if !errors.Is(err, nvml.ERROR_UNINITIALIZED) {
 		t.Fatalf("WatchHealth on an owned, uninitialised library = %v, want ERROR_UNINITIALIZED", err)
 	}
@@ -272,5 +272,33 @@ func TestHealthRegisterEventsOutcomes(t *testing.T) {
 				t.Errorf("got %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// HealthOptions.Checks carry DP_DISABLE_HEALTHCHECKS and
+// DP_ENABLE_HEALTHCHECKS: an enabled application Xid counts, a disabled
+// critical one does not, and ECC errors count whatever the Xid lists say.
+func TestHealthChecksOnStrictMock(t *testing.T) {
+	checks, err := realize.ParseHealthChecks("all", "43")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
+	w := openWatch(t, b, srv, nvmlhal.HealthOptions{Checks: checks})
+	if err := srv.InjectXid(0, 79); err != nil {
+		t.Fatal(err)
+	}
+	quiet(t, w)
+	if err := srv.InjectXid(0, 43); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next(t, w), wholeGPU(0, false, realize.CauseXid, 43); got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if err := srv.InjectEvent(1, nvml.EventTypeDoubleBitEccError, 0, realize.NoInstance, realize.NoInstance); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next(t, w), wholeGPU(1, false, realize.CauseDoubleBitECC, 0); got != want {
+		t.Errorf("got %v, want %v", got, want)
 	}
 }

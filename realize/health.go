@@ -12,12 +12,13 @@ import (
 // [MIGModeSetter] is: a device plugin checks for it with a type assertion
 // and, without it, publishes every GPU healthy.
 type HealthWatcher interface {
-	// WatchHealth starts watching every GPU of the node. Events that
-	// happen before the call are not reported; every GPU and MIG device
-	// starts healthy in the watch's view unless its first events say
-	// otherwise (a GPU whose events cannot be registered is reported
-	// unhealthy by the first Next calls). The caller must Close the watch.
-	WatchHealth(ctx context.Context) (HealthWatch, error)
+	// WatchHealth starts watching every GPU of the node, counting the
+	// events checks says count. Events that happen before the call are
+	// not reported; every GPU and MIG device starts healthy in the
+	// watch's view unless its first events say otherwise (a GPU whose
+	// events cannot be registered is reported unhealthy by the first Next
+	// calls). The caller must Close the watch.
+	WatchHealth(ctx context.Context, checks HealthChecks) (HealthWatch, error)
 }
 
 // HealthWatch is one open health watch. It starts no goroutine: Next does
@@ -131,14 +132,15 @@ func (e HealthEvent) String() string {
 }
 
 // ApplicationXids are the Xid errors that a faulty application causes and
-// that leave the GPU usable; a [HealthWatcher] ignores them. The list is
+// that leave the GPU usable; a [HealthWatcher] ignores them unless its
+// [HealthChecks] enable them. The list is
 // the one NVIDIA's Kubernetes device plugin ignores (k8s-device-plugin,
 // internal/rm/health.go: 13 graphics engine exception, 31 GPU memory page
 // fault, 43 GPU stopped processing, 45 preemptive cleanup after previous
 // errors, 68 video processor exception, 109 context switch timeout), whose
 // meanings are in NVIDIA's Xid catalogue
-// (https://docs.nvidia.com/deploy/xid-errors/). Do not modify it; pass a
-// longer list to a backend's options instead.
+// (https://docs.nvidia.com/deploy/xid-errors/). Do not modify it; set
+// [HealthChecks] instead.
 var ApplicationXids = []uint64{13, 31, 43, 45, 68, 109}
 
 // IsApplicationXid reports whether xid is in [ApplicationXids].

@@ -9,6 +9,10 @@ import (
 	"time"
 )
 
+// forever is how long a monitor with its checks off waits: until ctx or
+// Close ends it.
+const forever = time.Duration(1<<63 - 1)
+
 // Default backoff of a [HealthMonitor] between attempts to open a watch.
 const (
 	DefaultWatchRetryMin = time.Second
@@ -19,6 +23,10 @@ const (
 // retries from [DefaultWatchRetryMin] up to [DefaultWatchRetryMax] and
 // discards logs.
 type HealthMonitorOptions struct {
+	// Checks are passed to every WatchHealth. When they are
+	// [HealthChecks.Off], no watch is opened: Next waits for ctx or Close
+	// and every GPU keeps the health it has.
+	Checks HealthChecks
 	// RetryMin is the first wait after a watch could not be opened; each
 	// further failure doubles it, up to RetryMax.
 	RetryMin, RetryMax time.Duration
@@ -40,11 +48,12 @@ type HealthMonitorOptions struct {
 // logs them and calls Next again. Like every HealthWatch it starts no
 // goroutine; Next and Close may be called from different goroutines.
 type HealthMonitor struct {
-	hw   HealthWatcher
-	gpus []int
-	min  time.Duration
-	max  time.Duration
-	log  *slog.Logger
+	hw     HealthWatcher
+	checks HealthChecks
+	gpus   []int
+	min    time.Duration
+	max    time.Duration
+	log    *slog.Logger
 
 	mu          sync.Mutex // serialises Next
 	pending     []HealthEvent
@@ -78,7 +87,7 @@ func NewHealthMonitor(hw HealthWatcher, gpus []int, opts HealthMonitorOptions) *
 	}
 	gpus = slices.Clone(gpus)
 	slices.Sort(gpus)
-	return &HealthMonitor{hw: hw, gpus: slices.Compact(gpus), min: opts.RetryMin, max: opts.RetryMax, log: log,
+	return &HealthMonitor{hw: hw, checks: opts.Checks, gpus: slices.Compact(gpus), min: opts.RetryMin, max: opts.RetryMax, log: log,
 		delay: opts.RetryMin, closed: make(chan struct{})}
 }
 
@@ -91,6 +100,11 @@ func (m *HealthMonitor) Open(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.attempted {
+		return nil
+	}
+	if m.checks.Off() {
+		m.attempted = true
+		m.log.Warn("GPU health checks are disabled: no GPU failure will be seen", "checks", m.checks.String())
 		return nil
 	}
 	return m.open(ctx)
@@ -110,6 +124,9 @@ func (m *HealthMonitor) Next(ctx context.Context) (HealthEvent, error) {
 			return HealthEvent{}, err
 		}
 		w := m.watch()
+		if w == nil && m.checks.Off() {
+			return HealthEvent{}, m.sleep(ctx, forever)
+		}
 		if w == nil {
 			if err := m.open(ctx); err != nil && m.alive(ctx) != nil {
 				return HealthEvent{}, m.alive(ctx)
@@ -163,7 +180,7 @@ func (m *HealthMonitor) open(ctx context.Context) error {
 		}
 	}
 	m.attempted = true
-	w, err := m.hw.WatchHealth(ctx)
+	w, err := m.hw.WatchHealth(ctx, m.checks)
 	if err != nil {
 		if cerr := m.alive(ctx); cerr != nil {
 			return cerr

@@ -23,7 +23,7 @@ type flakyWatcher struct {
 
 var errNoEventSet = errors.New("test: event set cannot be created")
 
-func (f *flakyWatcher) WatchHealth(ctx context.Context) (realize.HealthWatch, error) {
+func (f *flakyWatcher) WatchHealth(ctx context.Context, checks realize.HealthChecks) (realize.HealthWatch, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, time.Now())
 	fail := len(f.calls) <= f.fails
@@ -31,7 +31,7 @@ func (f *flakyWatcher) WatchHealth(ctx context.Context) (realize.HealthWatch, er
 	if fail {
 		return nil, &realize.HardwareError{Op: "EventSetCreate", GPU: -1, Cause: errNoEventSet}
 	}
-	return f.node.WatchHealth(ctx)
+	return f.node.WatchHealth(ctx, checks)
 }
 
 func wholeEvent(gpu int, healthy bool, cause realize.HealthCause) realize.HealthEvent {
@@ -173,4 +173,25 @@ func TestHealthMonitorClose(t *testing.T) {
 			})
 		})
 	}
+}
+
+// With the checks off (DP_DISABLE_HEALTHCHECKS=all) no watch is opened and
+// nothing is reported: Next waits for ctx.
+func TestHealthMonitorChecksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hw := &flakyWatcher{node: fakehal.MustNew(fakehal.Options{})}
+		m := realize.NewHealthMonitor(hw, []int{0}, realize.HealthMonitorOptions{Checks: realize.HealthChecks{DisableAllXids: true}})
+		defer m.Close()
+		if err := m.Open(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		if e, err := m.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Next = %v, %v; want to wait for ctx", e, err)
+		}
+		if len(hw.calls) != 0 {
+			t.Errorf("WatchHealth called %d times, want 0", len(hw.calls))
+		}
+	})
 }
