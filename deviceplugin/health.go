@@ -62,9 +62,15 @@ const EventSource = "dynmig-device-plugin"
 type healthTracker struct {
 	mu      sync.Mutex
 	state   realize.HealthState
-	changed chan struct{} // closed and replaced on every transition
-	seq     uint64        // transitions so far: makes Event names unique
-	bad     map[int]bool  // GPUs that ever had a transition: where to look for MIG marks
+	changed chan struct{}     // closed and replaced on every transition
+	seq     uint64            // transitions so far: makes Event names unique
+	bad     map[int]bool      // GPUs that ever had a transition: where to look for MIG marks
+	since   map[int]time.Time // when each unhealthy GPU became so
+
+	// recorded are the UUIDs in the node's health record as last read or
+	// written (healthrecord.go). Not guarded by mu: only Run's startup
+	// and then the health loop use it.
+	recorded map[string]bool
 }
 
 // watch returns a channel closed at the next transition.
@@ -77,18 +83,24 @@ func (h *healthTracker) watch() <-chan struct{} {
 	return h.changed
 }
 
-// apply records e and reports whether it changed anything, with the
-// transition's number; a change wakes every ListAndWatch stream.
-func (h *healthTracker) apply(e realize.HealthEvent) (seq uint64, changed bool) {
+// applyAt records e, which happened at the given time, and reports
+// whether it changed anything, with the transition's number; a change
+// wakes every ListAndWatch stream.
+func (h *healthTracker) applyAt(e realize.HealthEvent, at time.Time) (seq uint64, changed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.state.Apply(e) {
 		return h.seq, false
 	}
 	if h.bad == nil {
-		h.bad = map[int]bool{}
+		h.bad, h.since = map[int]bool{}, map[int]time.Time{}
 	}
 	h.bad[e.GPU] = true
+	if _, bad := h.state.Why(e.GPU); !bad {
+		delete(h.since, e.GPU)
+	} else if _, ok := h.since[e.GPU]; !ok {
+		h.since[e.GPU] = at
+	}
 	h.seq++
 	if h.changed != nil {
 		close(h.changed)
@@ -147,6 +159,15 @@ func (p *Plugin) GPUHealth(index int) (why realize.HealthEvent, healthy bool) {
 	return p.health.gpu(index)
 }
 
+// why returns the event that made the GPU unhealthy and when, and false
+// when it is healthy.
+func (h *healthTracker) why(index int) (realize.HealthEvent, time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, bad := h.state.Why(index)
+	return e, h.since[index], bad
+}
+
 // badMIGDevices counts the GPU's MIG devices unhealthy on their own.
 func (h *healthTracker) badMIGDevices(index int) int {
 	h.mu.Lock()
@@ -167,8 +188,13 @@ func (h *healthTracker) markGPUs(gpus []capability.GPU) []capability.GPU {
 	return out
 }
 
-// publish writes the node registration with each GPU's current health.
+// publish brings the node's health record in line (which may find GPUs
+// an operator cleared) and writes the node registration with each GPU's
+// current health.
 func (p *Plugin) publish(ctx context.Context) error {
+	if err := p.syncHealthRecord(ctx); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	gpus := p.health.markGPUs(p.gpus)
 	p.mu.Unlock()
@@ -181,6 +207,10 @@ func (p *Plugin) publish(ctx context.Context) error {
 // publishRetry is how long the health loop waits before publishing again
 // after the API server refused a registration update.
 const publishRetry = 5 * time.Second
+
+// recordInterval is how often the health loop reads the node's health
+// record while it names a GPU, to see whether an operator cleared it.
+var recordInterval = 30 * time.Second
 
 // pruneInterval is how often the health loop looks for unhealthy MIG
 // devices that no longer exist, while there are any.
@@ -228,16 +258,16 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 		switch {
 		case ctx.Err() != nil || errors.Is(err, realize.ErrWatchClosed):
 			return
-		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish or prune
+		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish, prune or check the record
 			p.pruneMIGHealth(ctx)
-			if !unpublished {
+			if !unpublished && len(p.health.recorded) == 0 {
 				continue
 			}
 		case err != nil:
 			p.log.Error("waiting for GPU health events", "err", err) // the watch reports the GPUs next
 			continue
 		default:
-			seq, changed := p.health.apply(e)
+			seq, changed := p.health.applyAt(e, p.cfg.Clock.Now())
 			if !changed {
 				continue
 			}
@@ -253,11 +283,16 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 }
 
 // nextHealth waits for the next event, no longer than publishRetry while a
-// publish is owed and pruneInterval while MIG devices are marked unhealthy.
+// publish is owed, pruneInterval while MIG devices are marked unhealthy
+// and recordInterval while the node's health record names a GPU (to see
+// an operator clear it).
 func (p *Plugin) nextHealth(ctx context.Context, w realize.HealthWatch, unpublished bool) (realize.HealthEvent, error) {
 	wait := time.Duration(0)
 	if p.health.anyBadMIG() {
 		wait = pruneInterval
+	}
+	if len(p.health.recorded) > 0 && (wait == 0 || recordInterval < wait) {
+		wait = recordInterval
 	}
 	if unpublished && (wait == 0 || publishRetry < wait) {
 		wait = publishRetry

@@ -249,6 +249,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.gpus = gpus
 	p.mu.Unlock()
+	if err := p.restoreHealth(ctx); err != nil { // before the first publish: a restart keeps failed GPUs out
+		return err
+	}
 	if err := p.publish(ctx); err != nil {
 		return err
 	}

@@ -147,7 +147,7 @@ func (w *healthWatch) Next(ctx context.Context) (realize.HealthEvent, error) {
 	defer w.mu.Unlock()
 	for {
 		for ev, ok := w.pop(); ok; ev, ok = w.pop() {
-			if e, ok := transition(ev, w.checks); ok && w.state.Apply(e) {
+			if e, ok := transition(ev, w.checks); ok && (w.state.Apply(e) || e.Cause == realize.CauseRecovered) {
 				return e, nil
 			}
 		}

@@ -181,12 +181,13 @@ func (w *HealthWatch) Next(ctx context.Context) (realize.HealthEvent, error) {
 	}
 }
 
-// popTransition returns the first pending event that changes the health.
+// popTransition returns the first pending event that changes the health,
+// or is a recovery ([realize.HealthWatch]).
 func (w *HealthWatch) popTransition() (realize.HealthEvent, bool) {
 	for len(w.pending) > 0 {
 		e := w.pending[0]
 		w.pending = w.pending[1:]
-		if w.state.Apply(e) {
+		if w.state.Apply(e) || e.Cause == realize.CauseRecovered {
 			return e, true
 		}
 	}

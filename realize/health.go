@@ -29,7 +29,10 @@ type HealthWatcher interface {
 type HealthWatch interface {
 	// Next blocks until the health of a GPU or MIG device changes and
 	// returns that transition. It reports transitions only: a second
-	// critical error on a GPU already unhealthy is not an event. It
+	// critical error on a GPU already unhealthy is not an event. The
+	// exception is a recovery ([CauseRecovered]), reported even for a GPU
+	// the watch saw healthy: the caller may hold a failure from before
+	// the watch (restored across a restart) that only it clears. It
 	// returns ctx.Err() when ctx is done and ErrWatchClosed after Close;
 	// a failure of the backend's wait is a [*HardwareError] after which
 	// the watch reports every GPU unhealthy, since nothing more can be
@@ -83,10 +86,24 @@ const (
 	// unmonitored (the event is healthy). It ends the unmonitored state
 	// only: a failure recorded before stays.
 	CauseMonitored
+	// CauseCleared: an operator cleared the GPU's recorded failure (the
+	// event is healthy). Like a recovery it makes the GPU and every MIG
+	// device on it healthy.
+	CauseCleared
 )
 
 var causeNames = [...]string{"unknown", "xid", "double-bit-ecc", "unavailable", "registration", "watch-failed", "recovered",
-	"unmonitored", "monitored"}
+	"unmonitored", "monitored", "cleared"}
+
+// ParseHealthCause returns the cause whose [HealthCause.String] is s.
+func ParseHealthCause(s string) (HealthCause, bool) {
+	for i, name := range causeNames {
+		if name == s {
+			return HealthCause(i), true
+		}
+	}
+	return 0, false
+}
 
 // String returns a short lower-case name, such as "xid".
 func (c HealthCause) String() string {
