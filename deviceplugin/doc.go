@@ -112,6 +112,17 @@
 //     (kubectl annotate node NODE dynmig.io/gpu-health-), which the plugin
 //     notices within 30 s and answers with a GPUHealthy Event "(cleared)".
 //     A GPU reset without a reboot is not seen: clear the entry then.
+//   - Health reaches the right pods. The kubelet hands out device IDs
+//     regardless of GPU, so the plugin reports Unhealthy exactly the IDs
+//     held by containers whose MIG devices are on a failed GPU (or are a
+//     failed MIG device), learnt from its own Allocate calls and, after a
+//     restart, from the kubelet's PodResources API and the pods'
+//     reservations; the kubelet then shows those pods' devices unhealthy
+//     (allocatedResourcesStatus). Free IDs, the failed GPU's own first,
+//     make up the rest of its capacity so that allocatable drops by as
+//     much as before. Each affected pod gets a Warning Event
+//     (GPUUnhealthy or MIGDeviceUnhealthy) naming its container, MIG
+//     device and the cause.
 //
 // # Model and units
 //

@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
@@ -66,6 +65,10 @@ type healthTracker struct {
 	seq     uint64            // transitions so far: makes Event names unique
 	bad     map[int]bool      // GPUs that ever had a transition: where to look for MIG marks
 	since   map[int]time.Time // when each unhealthy GPU became so
+
+	// held are the containers the kubelet gave each device ID to
+	// (healthpods.go).
+	held map[string]holder
 
 	// recorded are the UUIDs in the node's health record as last read or
 	// written (healthrecord.go). Not guarded by mu: only Run's startup
@@ -260,6 +263,7 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 			return
 		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish, prune or check the record
 			p.pruneMIGHealth(ctx)
+			p.refreshHolders(ctx)
 			if !unpublished && len(p.health.recorded) == 0 {
 				continue
 			}
@@ -273,6 +277,7 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 			}
 			p.log.Warn("GPU health changed", "event", e.String())
 			p.recordHealthEvent(ctx, e, seq)
+			p.recordPodEvents(ctx, e, seq)
 		}
 		unpublished = false
 		if err := p.publish(ctx); err != nil {
@@ -387,20 +392,6 @@ func (p *Plugin) gpuUUID(index int) string {
 		}
 	}
 	return ""
-}
-
-// deviceHealth is the ListAndWatch health of a GPU's k-th of n device IDs:
-// all Unhealthy when the GPU is, else the last ones, one per MIG device
-// unhealthy on its own (the IDs are interchangeable, so the kubelet's
-// allocatable count drops by as many).
-func (p *Plugin) deviceHealth(g *capability.GPU, k, n uint32) string {
-	if _, ok := p.health.gpu(g.Index); !ok {
-		return v1beta1.Unhealthy
-	}
-	if bad := uint32(p.health.badMIGDevices(g.Index)); k >= n-min(bad, n) {
-		return v1beta1.Unhealthy
-	}
-	return v1beta1.Healthy
 }
 
 // refuseUnhealthy refuses a container whose reservation has an entry not

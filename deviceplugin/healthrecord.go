@@ -153,6 +153,7 @@ func (p *Plugin) restoreHealth(ctx context.Context) error {
 			"recorded_boot", rec.BootID, "boot", boot, "gpus", len(rec.GPUs))
 		return nil
 	}
+	p.refreshHolders(ctx) // the pods the restored failures hit, for ListAndWatch
 	recorded := map[string]bool{}
 	for _, g := range rec.GPUs {
 		index, ok := p.gpuIndex(g.UUID)
