@@ -117,6 +117,7 @@ type Driver struct {
 	allowlist capability.Allowlist
 	gpus      []capability.GPU
 	health    realize.HealthState
+	healthed  chan struct{} // closed and replaced when health changes (WatchHealthStatus)
 	ck        Checkpoint
 	cat       *Catalog
 
@@ -577,11 +578,86 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	}
 }
 
-// WatchHealthStatus implements kubeletplugin.DRAPlugin. Device health is
-// expressed in the publication instead (an unhealthy GPU publishes no
-// devices), so the driver does not serve the health API.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+// HealthRefresh is how often [Driver.WatchHealthStatus] sends a report
+// when nothing changed, well within the kubelet's staleness timeout
+// (HealthTimeout).
+const (
+	HealthRefresh = 10 * time.Second
+	HealthTimeout = 45 * time.Second
+)
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin (KEP-4680): it
+// sends [Driver.HealthReport] at once, again at every health change and
+// every [HealthRefresh], until ctx ends. The kubelet shows the health in
+// the status of the pods that use the devices. New devices are left to the
+// publication: an unhealthy GPU publishes none.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	tick := time.NewTicker(HealthRefresh)
+	defer tick.Stop()
+	for {
+		changed := d.healthChanged()
+		select {
+		case reports <- d.HealthReport():
+		case <-ctx.Done():
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// healthChanged returns a channel closed at the next health change.
+func (d *Driver) healthChanged() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.healthed == nil {
+		d.healthed = make(chan struct{})
+	}
+	return d.healthed
+}
+
+// HealthReport returns the health of every prepared device: Unhealthy when
+// its GPU is unhealthy or unmonitored or its MIG device failed, with the
+// cause ([realize.HealthState.Why]) in the message; Healthy otherwise.
+func (d *Driver) HealthReport() kubeletplugin.DeviceHealthReport {
+	ck := d.Checkpoint()
+	cat := d.Catalog()
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var rep kubeletplugin.DeviceHealthReport
+	for _, pc := range ck.Claims {
+		for _, pd := range pc.Devices {
+			dh := kubeletplugin.DeviceHealth{PoolName: d.cfg.Node, DeviceName: pd.Device, Health: kubeletplugin.HealthStatusHealthy,
+				LastUpdated: now, HealthCheckTimeout: HealthTimeout}
+			var g capability.GPU
+			ok := false
+			if cat != nil {
+				g, ok = cat.GPU(pd.Partition.GPUUUID)
+			}
+			switch {
+			case !ok:
+				dh.Health, dh.Message = kubeletplugin.HealthStatusUnknown, "GPU "+pd.Partition.GPUUUID+" is not on the node"
+			case !d.health.GPUHealthy(g.Index):
+				why, _ := d.health.Why(g.Index)
+				dh.Health, dh.Message = kubeletplugin.HealthStatusUnhealthy, why.String()
+			case !d.health.MIGHealthy(g.Index, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID):
+				dh.Health = kubeletplugin.HealthStatusUnhealthy
+				dh.Message = fmt.Sprintf("GPU %d MIG %d/%d unhealthy", g.Index, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID)
+				for _, e := range d.health.UnhealthyMIG(g.Index) {
+					if e.GI == pd.Runtime.GPUInstanceID && e.CI == pd.Runtime.ComputeInstanceID {
+						dh.Message = e.String()
+					}
+				}
+			}
+			rep.Devices = append(rep.Devices, dh)
+		}
+	}
+	return rep
 }
 
 // Run sets the driver up, starts the kubelet plugin (registration and DRA
@@ -629,7 +705,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		kubeletplugin.KubeClient(d.cfg.Client),
 		kubeletplugin.NodeName(d.cfg.Node),
 		kubeletplugin.PluginDataDirectoryPath(d.cfg.DataDir),
-		kubeletplugin.HealthService(false),
+		kubeletplugin.HealthService(true), // WatchHealthStatus
 	}
 	if d.cfg.RegistrarDir != "" {
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(d.cfg.RegistrarDir))
@@ -729,12 +805,16 @@ func (d *Driver) watchHealth(ctx context.Context, hw realize.HealthWatcher) {
 	}
 }
 
-// ApplyHealth records a health event; a change of a GPU's health
-// rebuilds the publication (an unhealthy GPU publishes no devices).
+// ApplyHealth records a health event; any change wakes
+// [Driver.WatchHealthStatus], and a change of a GPU's health rebuilds the
+// publication (an unhealthy GPU publishes no devices).
 func (d *Driver) ApplyHealth(ev realize.HealthEvent) {
 	d.mu.Lock()
 	before := d.health.GPUHealthy(ev.GPU)
-	d.health.Apply(ev)
+	if d.health.Apply(ev) && d.healthed != nil {
+		close(d.healthed)
+		d.healthed = nil
+	}
 	after := d.health.GPUHealthy(ev.GPU)
 	d.mu.Unlock()
 	if before != after {

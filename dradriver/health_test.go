@@ -3,7 +3,12 @@ package dradriver_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
@@ -84,5 +89,61 @@ func TestHealthWatchSurvivesWaitError(t *testing.T) {
 		if dev.GPU == 1 {
 			t.Fatalf("GPU 1 lost after a wait error still publishes %s", dev.Name)
 		}
+	}
+}
+
+// WatchHealthStatus tells the kubelet the health of every prepared device
+// (KEP-4680): Healthy at first, Unhealthy with the cause once its GPU
+// fails, while a device on the other GPU stays Healthy.
+func TestWatchHealthStatus(t *testing.T) {
+	e := newEnv(t, "NVIDIA A30", "NVIDIA A30")
+	d := e.driver(t)
+	on0 := claimFor("uid-0", deviceName(t, e.hw, 0, "1g.6gb", 0, 1))
+	on1 := claimFor("uid-1", deviceName(t, e.hw, 1, "1g.6gb", 0, 1))
+	e.claims.set(true, on0, on1)
+	for _, c := range []*resourceapi.ResourceClaim{on0, on1} {
+		if r := prepareOne(t, d, c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan kubeletplugin.DeviceHealthReport)
+	done := make(chan error, 1)
+	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchHealthStatus = %v", err)
+		}
+	}()
+	health := func() map[string]kubeletplugin.DeviceHealth {
+		t.Helper()
+		select {
+		case rep := <-reports:
+			out := map[string]kubeletplugin.DeviceHealth{}
+			for _, dh := range rep.Devices {
+				if dh.PoolName != testNode {
+					t.Errorf("device %s in pool %s, want %s", dh.DeviceName, dh.PoolName, testNode)
+				}
+				out[dh.DeviceName] = dh
+			}
+			return out
+		case <-time.After(testwait.Bound()):
+			t.Fatal("no health report")
+			return nil
+		}
+	}
+	dev0, dev1 := deviceName(t, e.hw, 0, "1g.6gb", 0, 1), deviceName(t, e.hw, 1, "1g.6gb", 0, 1)
+	first := health()
+	if len(first) != 2 || first[dev0].Health != kubeletplugin.HealthStatusHealthy || first[dev1].Health != kubeletplugin.HealthStatusHealthy {
+		t.Fatalf("first report %+v, want both prepared devices Healthy", first)
+	}
+	d.ApplyHealth(realize.HealthEvent{GPU: 1, GI: realize.NoInstance, CI: realize.NoInstance, Cause: realize.CauseXid, Xid: 79})
+	next := health()
+	if got := next[dev1]; got.Health != kubeletplugin.HealthStatusUnhealthy || !strings.Contains(got.Message, "xid 79") {
+		t.Errorf("device on the failed GPU: %+v, want Unhealthy naming xid 79", got)
+	}
+	if got := next[dev0]; got.Health != kubeletplugin.HealthStatusHealthy {
+		t.Errorf("device on the healthy GPU: %+v, want Healthy", got)
 	}
 }
