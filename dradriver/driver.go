@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -771,7 +772,7 @@ func (d *Driver) rebuildAndPublish(ctx context.Context) {
 	if pub == nil || cat == nil {
 		return
 	}
-	if err := pub(ctx, cat.Resources()); err != nil {
+	if err := pub(ctx, d.Resources()); err != nil {
 		d.log.Error("publish ResourceSlices", "err", err)
 	}
 }
@@ -805,20 +806,118 @@ func (d *Driver) watchHealth(ctx context.Context, hw realize.HealthWatcher) {
 	}
 }
 
-// ApplyHealth records a health event; any change wakes
-// [Driver.WatchHealthStatus], and a change of a GPU's health rebuilds the
-// publication (an unhealthy GPU publishes no devices).
+// ApplyHealth records a health event. Any change wakes
+// [Driver.WatchHealthStatus] and rebuilds the publication: an unhealthy
+// GPU publishes no free devices, and prepared devices hit by a failure
+// are tainted ([Driver.Resources]).
 func (d *Driver) ApplyHealth(ev realize.HealthEvent) {
 	d.mu.Lock()
-	before := d.health.GPUHealthy(ev.GPU)
-	if d.health.Apply(ev) && d.healthed != nil {
+	changed := d.health.Apply(ev)
+	if changed && d.healthed != nil {
 		close(d.healthed)
 		d.healthed = nil
 	}
 	after := d.health.GPUHealthy(ev.GPU)
 	d.mu.Unlock()
-	if before != after {
-		d.log.Info("GPU health changed", "gpu", ev.GPU, "healthy", after, "event", ev.String())
+	if changed {
+		d.log.Info("GPU health changed", "gpu", ev.GPU, "gpu_healthy", after, "event", ev.String())
 		d.rebuild()
 	}
+}
+
+// TaintKey is the key of the device taints (KEP-5055) the driver puts on
+// the prepared devices of a failed GPU or MIG device; the value names the
+// cause, such as "xid-79".
+const TaintKey = DriverName + "/unhealthy"
+
+// Resources returns the publication Run hands to the kubelet plugin: the
+// catalog's ([Catalog.Resources]) with the prepared devices that a health
+// failure hits tainted. A device on an unhealthy or unmonitored GPU (whose
+// free devices the catalog withholds) is published again, tainted, in a
+// slice of its own, so that the taint reaches the pods using it; a failed
+// MIG device on a healthy GPU is tainted where it is published. The effect
+// is NoExecute when the GPU is lost (Xid 79, the driver reports it
+// unavailable or needing a reset, or an NVML wait failed: the kube
+// controller then evicts the pods that do not tolerate it), NoSchedule
+// otherwise. Before Setup it is empty.
+func (d *Driver) Resources() resourceslice.DriverResources {
+	cat := d.Catalog()
+	if cat == nil {
+		return resourceslice.DriverResources{}
+	}
+	res := cat.Resources()
+	ck := d.Checkpoint()
+	taints := map[string]resourceapi.DeviceTaint{}
+	var extra []PublishedDevice
+	d.mu.Lock()
+	for _, pc := range ck.Claims {
+		for _, pd := range pc.Devices {
+			if _, seen := taints[pd.Device]; seen {
+				continue
+			}
+			_, g, err := cat.Lookup(pd.Device)
+			if err != nil {
+				continue // not publishable (left the allowlist): nothing to taint
+			}
+			t, bad := d.taint(g.Index, pd.Runtime)
+			if !bad {
+				continue
+			}
+			taints[pd.Device] = t
+			if !d.health.GPUHealthy(g.Index) {
+				extra = append(extra, PublishedDevice{Name: pd.Device, Partition: pd.Partition, GPU: g.Index})
+			}
+		}
+	}
+	d.mu.Unlock()
+	if len(taints) == 0 {
+		return res
+	}
+	pool := res.Pools[d.cfg.Node]
+	for si := range pool.Slices {
+		for di := range pool.Slices[si].Devices {
+			dev := &pool.Slices[si].Devices[di]
+			if t, ok := taints[dev.Name]; ok {
+				dev.Taints = append(dev.Taints, t)
+			}
+		}
+	}
+	slices.SortFunc(extra, func(a, b PublishedDevice) int { return strings.Compare(a.Name, b.Name) })
+	for i, pd := range extra {
+		if i%resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures == 0 {
+			pool.Slices = append(pool.Slices, resourceslice.Slice{})
+		}
+		dev := device(cat.gpus[cat.byUUID[pd.Partition.GPUUUID]], pd)
+		dev.Taints = []resourceapi.DeviceTaint{taints[pd.Name]}
+		s := &pool.Slices[len(pool.Slices)-1]
+		s.Devices = append(s.Devices, dev)
+	}
+	res.Pools[d.cfg.Node] = pool
+	return res
+}
+
+// taint returns the taint of a prepared device with runtime identity rt on
+// the GPU, and false when neither the GPU nor the MIG device is unhealthy.
+// The caller holds d.mu.
+func (d *Driver) taint(gpu int, rt reservation.RuntimeIdentity) (resourceapi.DeviceTaint, bool) {
+	why, bad := d.health.Why(gpu)
+	if !bad {
+		if d.health.MIGHealthy(gpu, rt.GPUInstanceID, rt.ComputeInstanceID) {
+			return resourceapi.DeviceTaint{}, false
+		}
+		for _, e := range d.health.UnhealthyMIG(gpu) {
+			if e.GI == rt.GPUInstanceID && e.CI == rt.ComputeInstanceID {
+				why = e
+			}
+		}
+	}
+	t := resourceapi.DeviceTaint{Key: TaintKey, Value: why.Cause.String(), Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	if why.Cause == realize.CauseXid {
+		t.Value = fmt.Sprintf("xid-%d", why.Xid)
+	}
+	lost := why.Cause == realize.CauseUnavailable || why.Cause == realize.CauseWatchFailed || why.Cause == realize.CauseXid && why.Xid == 79
+	if lost && why.WholeGPU() {
+		t.Effect = resourceapi.DeviceTaintEffectNoExecute
+	}
+	return t, true
 }

@@ -147,3 +147,87 @@ func TestWatchHealthStatus(t *testing.T) {
 		t.Errorf("device on the healthy GPU: %+v, want Healthy", got)
 	}
 }
+
+// taintsOf returns the driver's published devices by name with their taints.
+func taintsOf(t *testing.T, d *dradriver.Driver) map[string][]resourceapi.DeviceTaint {
+	t.Helper()
+	out := map[string][]resourceapi.DeviceTaint{}
+	for _, pool := range d.Resources().Pools {
+		for _, s := range pool.Slices {
+			for _, dev := range s.Devices {
+				if _, dup := out[dev.Name]; dup {
+					t.Errorf("device %s published twice", dev.Name)
+				}
+				out[dev.Name] = dev.Taints
+			}
+		}
+	}
+	return out
+}
+
+// Prepared devices hit by a failure are tainted on the ResourceSlice
+// (KEP-5055): NoExecute when the GPU is lost (Xid 79), so the pods using
+// them are evicted, NoSchedule for other failures; a device of a lost GPU
+// is published again for its taint while the GPU's free devices stay
+// withdrawn; a recovery removes the taints.
+func TestDeviceTaints(t *testing.T) {
+	e := newEnv(t, "NVIDIA A30", "NVIDIA A30")
+	d := e.driver(t)
+	dev0, dev1 := deviceName(t, e.hw, 0, "1g.6gb", 0, 1), deviceName(t, e.hw, 1, "1g.6gb", 0, 1)
+	on0, on1 := claimFor("uid-0", dev0), claimFor("uid-1", dev1)
+	e.claims.set(true, on0, on1)
+	for _, c := range []*resourceapi.ResourceClaim{on0, on1} {
+		if r := prepareOne(t, d, c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if got := taintsOf(t, d); len(got[dev0])+len(got[dev1]) != 0 {
+		t.Fatalf("healthy devices tainted: %v", got)
+	}
+	free1 := deviceName(t, e.hw, 1, "1g.6gb", 1, 1)
+
+	tests := []struct {
+		name       string
+		event      realize.HealthEvent
+		dev        string
+		wantValue  string
+		wantEffect resourceapi.DeviceTaintEffect
+	}{
+		{name: "gpu lost", event: realize.HealthEvent{GPU: 1, GI: realize.NoInstance, CI: realize.NoInstance, Cause: realize.CauseXid, Xid: 79},
+			dev: dev1, wantValue: "xid-79", wantEffect: resourceapi.DeviceTaintEffectNoExecute},
+		{name: "ecc", event: realize.HealthEvent{GPU: 0, GI: realize.NoInstance, CI: realize.NoInstance, Cause: realize.CauseDoubleBitECC},
+			dev: dev0, wantValue: "double-bit-ecc", wantEffect: resourceapi.DeviceTaintEffectNoSchedule},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d.ApplyHealth(tt.event)
+			got := taintsOf(t, d)
+			ts, ok := got[tt.dev]
+			if !ok || len(ts) != 1 || ts[0].Key != dradriver.TaintKey || ts[0].Value != tt.wantValue || ts[0].Effect != tt.wantEffect {
+				t.Errorf("device %s published %v with taints %+v, want one %s=%s:%s", tt.dev, ok, ts, dradriver.TaintKey, tt.wantValue, tt.wantEffect)
+			}
+			if _, ok := got[free1]; ok {
+				t.Errorf("free device %s of the lost GPU is published", free1)
+			}
+		})
+	}
+	for gpu := range 2 {
+		d.ApplyHealth(realize.HealthEvent{GPU: gpu, GI: realize.NoInstance, CI: realize.NoInstance, Healthy: true, Cause: realize.CauseRecovered})
+	}
+	got := taintsOf(t, d)
+	if len(got[dev0])+len(got[dev1]) != 0 {
+		t.Errorf("taints after recovery: %v %v", got[dev0], got[dev1])
+	}
+	if _, ok := got[free1]; !ok {
+		t.Errorf("free device %s not published again after recovery", free1)
+	}
+
+	// A failed MIG device on a healthy GPU: its device is tainted where it
+	// is published.
+	pc, _ := d.Checkpoint().Claim("uid-0")
+	rt := pc.Devices[0].Runtime
+	d.ApplyHealth(realize.HealthEvent{GPU: 0, GI: rt.GPUInstanceID, CI: rt.ComputeInstanceID, Cause: realize.CauseXid, Xid: 94})
+	if ts := taintsOf(t, d)[dev0]; len(ts) != 1 || ts[0].Value != "xid-94" || ts[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("failed MIG device %s: taints %+v, want xid-94:NoSchedule", dev0, ts)
+	}
+}
