@@ -90,9 +90,39 @@
 //     destroys one, nor withholds one already realized. An Xid on one MIG
 //     device turns one of its GPU's IDs Unhealthy (MIGDeviceUnhealthy) and
 //     leaves the GPU schedulable; the ID comes back once that device's
-//     instance is gone (checked every 30 s while any is marked). Recovery reported by the driver undoes
-//     all of it (GPUHealthy). A registration update the API server refuses
-//     is retried every few seconds.
+//     instance is gone (checked every 30 s while any is marked). Recovery
+//     reported by the driver undoes all of it (GPUHealthy). A registration
+//     update the API server refuses is retried every few seconds.
+//     [Config.HealthChecks] say which Xids count (NVIDIA's
+//     DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS).
+//   - A GPU whose health cannot be watched (the backend cannot open a
+//     watch: NVML cannot create its event set) is unmonitored, not
+//     healthy: published and listed as an unhealthy one is, with a
+//     GPUUnmonitored Event, while the watch is retried with a doubling
+//     backoff (realize.HealthMonitor); GPUMonitored says it is watched
+//     again.
+//   - Health survives restarts: every GPU unhealthy for a failure the
+//     hardware reported (Xid, ECC, unavailable, a failed wait) is written,
+//     with its first cause and the time, to the node annotation
+//     [HealthRecordAnnotation] with the node's boot ID. At startup, before
+//     the first registration and ListAndWatch, the plugin reads it back
+//     and keeps those GPUs out of service, until the driver reports a
+//     recovery, the node reboots (another boot ID: the GPUs were reset),
+//     or an operator removes the GPU's entry or the whole annotation
+//     (kubectl annotate node NODE dynmig.io/gpu-health-), which the plugin
+//     notices within 30 s and answers with a GPUHealthy Event "(cleared)".
+//     A GPU reset without a reboot is not seen: clear the entry then.
+//   - Health reaches the right pods. The kubelet hands out device IDs
+//     regardless of GPU, so the plugin reports Unhealthy exactly the IDs
+//     held by containers whose MIG devices are on a failed GPU (or are a
+//     failed MIG device), learnt from its own Allocate calls and, after a
+//     restart, from the kubelet's PodResources API and the pods'
+//     reservations; the kubelet then shows those pods' devices unhealthy
+//     (allocatedResourcesStatus). Free IDs, the failed GPU's own first,
+//     make up the rest of its capacity so that allocatable drops by as
+//     much as before. Each affected pod gets a Warning Event
+//     (GPUUnhealthy or MIGDeviceUnhealthy) naming its container, MIG
+//     device and the cause.
 //
 // # Model and units
 //

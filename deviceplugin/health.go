@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
@@ -50,6 +49,8 @@ const (
 	ReasonGPUHealthy         = "GPUHealthy"         // Normal: recovered
 	ReasonMIGDeviceUnhealthy = "MIGDeviceUnhealthy" // Warning
 	ReasonMIGDeviceHealthy   = "MIGDeviceHealthy"   // Normal
+	ReasonGPUUnmonitored     = "GPUUnmonitored"     // Warning: its health cannot be watched
+	ReasonGPUMonitored       = "GPUMonitored"       // Normal: watched again
 )
 
 // EventSource is the component name of the plugin's Events.
@@ -60,9 +61,19 @@ const EventSource = "dynmig-device-plugin"
 type healthTracker struct {
 	mu      sync.Mutex
 	state   realize.HealthState
-	changed chan struct{} // closed and replaced on every transition
-	seq     uint64        // transitions so far: makes Event names unique
-	bad     map[int]bool  // GPUs that ever had a transition: where to look for MIG marks
+	changed chan struct{}     // closed and replaced on every transition
+	seq     uint64            // transitions so far: makes Event names unique
+	bad     map[int]bool      // GPUs that ever had a transition: where to look for MIG marks
+	since   map[int]time.Time // when each unhealthy GPU became so
+
+	// held are the containers the kubelet gave each device ID to
+	// (healthpods.go).
+	held map[string]holder
+
+	// recorded are the UUIDs in the node's health record as last read or
+	// written (healthrecord.go). Not guarded by mu: only Run's startup
+	// and then the health loop use it.
+	recorded map[string]bool
 }
 
 // watch returns a channel closed at the next transition.
@@ -75,18 +86,24 @@ func (h *healthTracker) watch() <-chan struct{} {
 	return h.changed
 }
 
-// apply records e and reports whether it changed anything, with the
-// transition's number; a change wakes every ListAndWatch stream.
-func (h *healthTracker) apply(e realize.HealthEvent) (seq uint64, changed bool) {
+// applyAt records e, which happened at the given time, and reports
+// whether it changed anything, with the transition's number; a change
+// wakes every ListAndWatch stream.
+func (h *healthTracker) applyAt(e realize.HealthEvent, at time.Time) (seq uint64, changed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.state.Apply(e) {
 		return h.seq, false
 	}
 	if h.bad == nil {
-		h.bad = map[int]bool{}
+		h.bad, h.since = map[int]bool{}, map[int]time.Time{}
 	}
 	h.bad[e.GPU] = true
+	if _, bad := h.state.Why(e.GPU); !bad {
+		delete(h.since, e.GPU)
+	} else if _, ok := h.since[e.GPU]; !ok {
+		h.since[e.GPU] = at
+	}
 	h.seq++
 	if h.changed != nil {
 		close(h.changed)
@@ -138,6 +155,22 @@ func (h *healthTracker) gpu(index int) (realize.HealthEvent, bool) {
 	return why, !bad
 }
 
+// GPUHealth reports whether the GPU with the NVML index takes new MIG
+// instances and, when it does not, the event that made it unhealthy
+// (its first failure, else the event that made it unmonitored).
+func (p *Plugin) GPUHealth(index int) (why realize.HealthEvent, healthy bool) {
+	return p.health.gpu(index)
+}
+
+// why returns the event that made the GPU unhealthy and when, and false
+// when it is healthy.
+func (h *healthTracker) why(index int) (realize.HealthEvent, time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, bad := h.state.Why(index)
+	return e, h.since[index], bad
+}
+
 // badMIGDevices counts the GPU's MIG devices unhealthy on their own.
 func (h *healthTracker) badMIGDevices(index int) int {
 	h.mu.Lock()
@@ -158,8 +191,13 @@ func (h *healthTracker) markGPUs(gpus []capability.GPU) []capability.GPU {
 	return out
 }
 
-// publish writes the node registration with each GPU's current health.
+// publish brings the node's health record in line (which may find GPUs
+// an operator cleared) and writes the node registration with each GPU's
+// current health.
 func (p *Plugin) publish(ctx context.Context) error {
+	if err := p.syncHealthRecord(ctx); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	gpus := p.health.markGPUs(p.gpus)
 	p.mu.Unlock()
@@ -173,26 +211,37 @@ func (p *Plugin) publish(ctx context.Context) error {
 // after the API server refused a registration update.
 const publishRetry = 5 * time.Second
 
+// recordInterval is how often the health loop reads the node's health
+// record while it names a GPU, to see whether an operator cleared it.
+var recordInterval = 30 * time.Second
+
 // pruneInterval is how often the health loop looks for unhealthy MIG
 // devices that no longer exist, while there are any.
 var pruneInterval = 30 * time.Second
 
 // openHealth subscribes to the backend's health events when it is a
-// [realize.HealthWatcher]; nil otherwise (every GPU stays healthy). [Plugin.Run]
-// subscribes before it reports ready, so that no transition after Ready is
-// missed.
+// [realize.HealthWatcher]; nil otherwise (every GPU stays healthy). It
+// returns a [realize.HealthMonitor]: when the backend cannot open a watch,
+// the GPUs are reported unmonitored (not healthy) and the watch is retried
+// with backoff. [Plugin.Run] makes the first attempt before it reports
+// ready, so that no transition after Ready is missed.
 func (p *Plugin) openHealth(ctx context.Context) realize.HealthWatch {
 	hw, ok := p.cfg.Hardware.(realize.HealthWatcher)
 	if !ok {
 		p.log.Info("backend reports no GPU health; every GPU is published healthy")
 		return nil
 	}
-	w, err := hw.WatchHealth(ctx)
-	if err != nil {
-		p.log.Error("cannot watch GPU health; every GPU is published healthy", "err", err)
-		return nil
+	p.mu.Lock()
+	gpus := make([]int, 0, len(p.gpus))
+	for _, g := range p.gpus {
+		gpus = append(gpus, g.Index)
 	}
-	return w
+	p.mu.Unlock()
+	m := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Checks: p.cfg.HealthChecks, Logger: p.log})
+	if err := m.Open(ctx); err != nil {
+		p.log.Error("cannot watch GPU health; the GPUs are reported unmonitored and the watch is retried", "err", err)
+	}
+	return m
 }
 
 // watchHealth follows w's health events until ctx is done, and closes w.
@@ -212,21 +261,23 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 		switch {
 		case ctx.Err() != nil || errors.Is(err, realize.ErrWatchClosed):
 			return
-		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish or prune
+		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish, prune or check the record
 			p.pruneMIGHealth(ctx)
-			if !unpublished {
+			p.refreshHolders(ctx)
+			if !unpublished && len(p.health.recorded) == 0 {
 				continue
 			}
 		case err != nil:
 			p.log.Error("waiting for GPU health events", "err", err) // the watch reports the GPUs next
 			continue
 		default:
-			seq, changed := p.health.apply(e)
+			seq, changed := p.health.applyAt(e, p.cfg.Clock.Now())
 			if !changed {
 				continue
 			}
 			p.log.Warn("GPU health changed", "event", e.String())
 			p.recordHealthEvent(ctx, e, seq)
+			p.recordPodEvents(ctx, e, seq)
 		}
 		unpublished = false
 		if err := p.publish(ctx); err != nil {
@@ -237,11 +288,16 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 }
 
 // nextHealth waits for the next event, no longer than publishRetry while a
-// publish is owed and pruneInterval while MIG devices are marked unhealthy.
+// publish is owed, pruneInterval while MIG devices are marked unhealthy
+// and recordInterval while the node's health record names a GPU (to see
+// an operator clear it).
 func (p *Plugin) nextHealth(ctx context.Context, w realize.HealthWatch, unpublished bool) (realize.HealthEvent, error) {
 	wait := time.Duration(0)
 	if p.health.anyBadMIG() {
 		wait = pruneInterval
+	}
+	if len(p.health.recorded) > 0 && (wait == 0 || recordInterval < wait) {
+		wait = recordInterval
 	}
 	if unpublished && (wait == 0 || publishRetry < wait) {
 		wait = publishRetry
@@ -284,6 +340,10 @@ func (p *Plugin) pruneMIGHealth(ctx context.Context) {
 func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent, seq uint64) {
 	reason, kind := ReasonGPUUnhealthy, corev1.EventTypeWarning
 	switch {
+	case e.Cause == realize.CauseUnmonitored:
+		reason = ReasonGPUUnmonitored
+	case e.Cause == realize.CauseMonitored:
+		reason, kind = ReasonGPUMonitored, corev1.EventTypeNormal
 	case e.Healthy && e.WholeGPU():
 		reason, kind = ReasonGPUHealthy, corev1.EventTypeNormal
 	case e.Healthy:
@@ -296,6 +356,8 @@ func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent, s
 		msg += " " + uuid
 	}
 	switch {
+	case e.Cause == realize.CauseUnmonitored:
+		msg += ": its health cannot be watched, so no new MIG instances on it until it can; running pods keep theirs"
 	case !e.Healthy && e.WholeGPU():
 		msg += ": no new MIG instances on it; running pods keep theirs"
 	case !e.Healthy:
@@ -330,20 +392,6 @@ func (p *Plugin) gpuUUID(index int) string {
 		}
 	}
 	return ""
-}
-
-// deviceHealth is the ListAndWatch health of a GPU's k-th of n device IDs:
-// all Unhealthy when the GPU is, else the last ones, one per MIG device
-// unhealthy on its own (the IDs are interchangeable, so the kubelet's
-// allocatable count drops by as many).
-func (p *Plugin) deviceHealth(g *capability.GPU, k, n uint32) string {
-	if _, ok := p.health.gpu(g.Index); !ok {
-		return v1beta1.Unhealthy
-	}
-	if bad := uint32(p.health.badMIGDevices(g.Index)); k >= n-min(bad, n) {
-		return v1beta1.Unhealthy
-	}
-	return v1beta1.Healthy
 }
 
 // refuseUnhealthy refuses a container whose reservation has an entry not

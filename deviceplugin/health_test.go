@@ -2,10 +2,12 @@ package deviceplugin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/kube/kubetest"
+	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -239,4 +242,94 @@ func TestPluginForgetsVanishedUnhealthyMIGDevice(t *testing.T) {
 	list, err = stream.Recv()
 	require.NoError(t, err)
 	assert.Empty(t, unhealthyIDs(list))
+}
+
+// noEventSet is fakehal whose first health watch cannot be opened (as
+// when NVML cannot create an event set); the second attempt waits for
+// release and then opens.
+type noEventSet struct {
+	*fakehal.Node
+	mu       sync.Mutex
+	attempts int
+	release  chan struct{}
+}
+
+func (h *noEventSet) WatchHealth(ctx context.Context, checks realize.HealthChecks) (realize.HealthWatch, error) {
+	h.mu.Lock()
+	h.attempts++
+	n := h.attempts
+	h.mu.Unlock()
+	if n == 1 {
+		return nil, &realize.HardwareError{Op: "EventSetCreate", GPU: -1, Cause: errors.New("test: no event set")}
+	}
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.Node.WatchHealth(ctx, checks)
+}
+
+// A GPU whose health cannot be watched is reported unmonitored, not
+// healthy: its device IDs are Unhealthy, the registration marks it and an
+// Event says why; the watch is retried and, once it opens, the GPUs are
+// healthy and watched again (issue 29 point 5).
+func TestPluginUnmonitoredUntilWatchOpens(t *testing.T) {
+	hw := &noEventSet{Node: fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)}), release: make(chan struct{})}
+	gpu0, gpu1 := gpuOf(t, hw.Node, 0).UUID, gpuOf(t, hw.Node, 1).UUID
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	r := start(t, client, hw.Node, func(c *deviceplugin.Config) { c.Hardware = hw })
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	defer close(hw.release) // before the plugin stops: registered after start's cleanup
+	stream, err := r.client.ListAndWatch(ctx, &v1beta1.Empty{})
+	require.NoError(t, err)
+	for {
+		list, err := stream.Recv()
+		require.NoError(t, err)
+		if len(unhealthyIDs(list)) == 2 {
+			assert.Equal(t, map[string]int{gpu0: 7, gpu1: 7}, unhealthyIDs(list))
+			break
+		}
+	}
+	require.Eventually(t, func() bool { h := registeredHealth(t, client); return h[0] && h[1] }, eventually, time.Millisecond)
+	assert.Eventually(t, func() bool { return slices.Contains(nodeEvents(t, client), deviceplugin.ReasonGPUUnmonitored) }, eventually, time.Millisecond)
+
+	hw.release <- struct{}{} // the retry opens the watch
+	for {
+		list, err := stream.Recv()
+		require.NoError(t, err)
+		if len(unhealthyIDs(list)) == 0 {
+			break
+		}
+	}
+	require.Eventually(t, func() bool { h := registeredHealth(t, client); return !h[0] && !h[1] }, eventually, time.Millisecond)
+	assert.Eventually(t, func() bool { return slices.Contains(nodeEvents(t, client), deviceplugin.ReasonGPUMonitored) }, eventually, time.Millisecond)
+	require.NoError(t, hw.InjectXid(1, "", 79))
+	list, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{gpu1: 7}, unhealthyIDs(list))
+}
+
+// Config.HealthChecks reach the backend's watch: a disabled Xid changes
+// nothing, another one marks the GPU.
+func TestPluginHealthChecks(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	checks, err := realize.ParseHealthChecks("79", "")
+	require.NoError(t, err)
+	r := start(t, client, hw, func(c *deviceplugin.Config) { c.HealthChecks = checks })
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	stream, err := r.client.ListAndWatch(ctx, &v1beta1.Empty{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	require.NoError(t, err)
+	require.NoError(t, hw.InjectXid(0, "", 79)) // disabled
+	require.NoError(t, hw.InjectXid(0, "", 48))
+	list, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{gpuOf(t, hw, 0).UUID: 7}, unhealthyIDs(list))
+	why, _ := r.p.GPUHealth(0)
+	assert.Equal(t, uint64(48), why.Xid, "the disabled Xid 79 is not the cause")
 }

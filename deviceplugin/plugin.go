@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +72,11 @@ type Config struct {
 	Allowlist capability.Allowlist
 	// AllowMIGManager overrides the MIG Manager ownership refusal.
 	AllowMIGManager bool
+	// HealthChecks say which of the backend's health events count
+	// (realize.ParseHealthChecks reads NVIDIA's DP_DISABLE_HEALTHCHECKS
+	// and DP_ENABLE_HEALTHCHECKS); the zero value ignores application
+	// Xids only.
+	HealthChecks realize.HealthChecks
 	// ReconcileInterval is the period of the maintenance pass
 	// (realize.Manager.Maintain: adoption until settled, reconcile, leak
 	// collection every Manager.LeakInterval); 0 means kube's default.
@@ -244,6 +248,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.gpus = gpus
 	p.mu.Unlock()
+	if err := p.restoreHealth(ctx); err != nil { // before the first publish: a restart keeps failed GPUs out
+		return err
+	}
 	if err := p.publish(ctx); err != nil {
 		return err
 	}
@@ -407,18 +414,16 @@ func (p *Plugin) devices() []*v1beta1.Device {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []*v1beta1.Device
+	ids := p.deviceIDs()
+	bad := p.health.unhealthyIDs(p.gpus, ids) // healthpods.go
 	for _, g := range p.gpus {
-		if g.MIGMode != capability.MIGEnabled {
-			continue // not published either
-		}
-		n := uint32(0)
-		for _, pr := range g.Profiles {
-			n = max(n, pr.MaxInstances)
-		}
-		for k := range n {
+		for _, id := range ids[g.Index] {
+			health := v1beta1.Healthy
+			if bad[id] {
+				health = v1beta1.Unhealthy
+			}
 			out = append(out, &v1beta1.Device{
-				ID:       g.UUID + "::" + strconv.FormatUint(uint64(k), 10),
-				Health:   p.deviceHealth(&g, k, n),
+				ID: id, Health: health,
 				Topology: &v1beta1.TopologyInfo{Nodes: []*v1beta1.NUMANode{{ID: int64(g.NUMA)}}},
 			})
 		}
@@ -500,6 +505,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 		name = cont.Name
 	}
 	p.verify.record(ids, assignment{namespace: pod.Namespace, name: pod.Name, container: name, migUUIDs: uuids})
+	p.holdIDs(ids, pod, ci, res.Devices) // for GPU health (healthpods.go)
 	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids, "device_ids", ids)
 	return uuids, nil
 }

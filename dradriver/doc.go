@@ -33,6 +33,22 @@
 // request naming one profile where dynmig's default policy would. An
 // unhealthy GPU keeps its counter set and publishes no device.
 //
+// # Health
+//
+// When the backend is a realize.HealthWatcher, Run follows a
+// realize.HealthMonitor with [Config.HealthChecks]: a failed NVML wait is
+// logged and the watch goes on (every GPU unhealthy, then what NVML
+// reports next); a watch that cannot be opened makes every GPU unmonitored
+// and is retried with backoff. An unhealthy or unmonitored GPU publishes
+// no free device and gets no new instance ([ErrUnhealthyGPU]); prepared
+// claims keep theirs. Prepared devices a failure hits are published with
+// a device taint ([TaintKey], KEP-5055, beta since Kubernetes 1.36):
+// NoExecute when the GPU is lost, so that the pods using it are evicted,
+// NoSchedule otherwise ([Driver.Resources]). [Driver.WatchHealthStatus]
+// reports every prepared device's health to the kubelet (KEP-4680), which
+// shows it in the status of the pods using it. Health is not kept across a
+// restart of the driver.
+//
 // # Preparation and trust
 //
 // A claim's devices are read only from its status.allocation (which the

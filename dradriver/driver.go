@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,11 @@ type Config struct {
 	// realize.HealthWatcher, GPU health is watched and unhealthy GPUs
 	// publish no devices.
 	Hardware realize.Realizer
+	// HealthChecks say which of the backend's health events count
+	// (realize.ParseHealthChecks reads NVIDIA's DP_DISABLE_HEALTHCHECKS
+	// and DP_ENABLE_HEALTHCHECKS); the zero value ignores application
+	// Xids only.
+	HealthChecks realize.HealthChecks
 	// Allowlist is the profile policy; nil means
 	// capability.DefaultAllowlist(). [Driver.SetAllowlist] changes it.
 	Allowlist capability.Allowlist
@@ -112,6 +118,7 @@ type Driver struct {
 	allowlist capability.Allowlist
 	gpus      []capability.GPU
 	health    realize.HealthState
+	healthed  chan struct{} // closed and replaced when health changes (WatchHealthStatus)
 	ck        Checkpoint
 	cat       *Catalog
 
@@ -572,11 +579,86 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	}
 }
 
-// WatchHealthStatus implements kubeletplugin.DRAPlugin. Device health is
-// expressed in the publication instead (an unhealthy GPU publishes no
-// devices), so the driver does not serve the health API.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+// HealthRefresh is how often [Driver.WatchHealthStatus] sends a report
+// when nothing changed, well within the kubelet's staleness timeout
+// (HealthTimeout).
+const (
+	HealthRefresh = 10 * time.Second
+	HealthTimeout = 45 * time.Second
+)
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin (KEP-4680): it
+// sends [Driver.HealthReport] at once, again at every health change and
+// every [HealthRefresh], until ctx ends. The kubelet shows the health in
+// the status of the pods that use the devices. New devices are left to the
+// publication: an unhealthy GPU publishes none.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	tick := time.NewTicker(HealthRefresh)
+	defer tick.Stop()
+	for {
+		changed := d.healthChanged()
+		select {
+		case reports <- d.HealthReport():
+		case <-ctx.Done():
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// healthChanged returns a channel closed at the next health change.
+func (d *Driver) healthChanged() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.healthed == nil {
+		d.healthed = make(chan struct{})
+	}
+	return d.healthed
+}
+
+// HealthReport returns the health of every prepared device: Unhealthy when
+// its GPU is unhealthy or unmonitored or its MIG device failed, with the
+// cause ([realize.HealthState.Why]) in the message; Healthy otherwise.
+func (d *Driver) HealthReport() kubeletplugin.DeviceHealthReport {
+	ck := d.Checkpoint()
+	cat := d.Catalog()
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var rep kubeletplugin.DeviceHealthReport
+	for _, pc := range ck.Claims {
+		for _, pd := range pc.Devices {
+			dh := kubeletplugin.DeviceHealth{PoolName: d.cfg.Node, DeviceName: pd.Device, Health: kubeletplugin.HealthStatusHealthy,
+				LastUpdated: now, HealthCheckTimeout: HealthTimeout}
+			var g capability.GPU
+			ok := false
+			if cat != nil {
+				g, ok = cat.GPU(pd.Partition.GPUUUID)
+			}
+			switch {
+			case !ok:
+				dh.Health, dh.Message = kubeletplugin.HealthStatusUnknown, "GPU "+pd.Partition.GPUUUID+" is not on the node"
+			case !d.health.GPUHealthy(g.Index):
+				why, _ := d.health.Why(g.Index)
+				dh.Health, dh.Message = kubeletplugin.HealthStatusUnhealthy, why.String()
+			case !d.health.MIGHealthy(g.Index, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID):
+				dh.Health = kubeletplugin.HealthStatusUnhealthy
+				dh.Message = fmt.Sprintf("GPU %d MIG %d/%d unhealthy", g.Index, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID)
+				for _, e := range d.health.UnhealthyMIG(g.Index) {
+					if e.GI == pd.Runtime.GPUInstanceID && e.CI == pd.Runtime.ComputeInstanceID {
+						dh.Message = e.String()
+					}
+				}
+			}
+			rep.Devices = append(rep.Devices, dh)
+		}
+	}
+	return rep
 }
 
 // Run sets the driver up, starts the kubelet plugin (registration and DRA
@@ -624,7 +706,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		kubeletplugin.KubeClient(d.cfg.Client),
 		kubeletplugin.NodeName(d.cfg.Node),
 		kubeletplugin.PluginDataDirectoryPath(d.cfg.DataDir),
-		kubeletplugin.HealthService(false),
+		kubeletplugin.HealthService(true), // WatchHealthStatus
 	}
 	if d.cfg.RegistrarDir != "" {
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(d.cfg.RegistrarDir))
@@ -690,42 +772,152 @@ func (d *Driver) rebuildAndPublish(ctx context.Context) {
 	if pub == nil || cat == nil {
 		return
 	}
-	if err := pub(ctx, cat.Resources()); err != nil {
+	if err := pub(ctx, d.Resources()); err != nil {
 		d.log.Error("publish ResourceSlices", "err", err)
 	}
 }
 
 // watchHealth applies the backend's health events until ctx is done; a
-// GPU-level transition republishes.
+// GPU-level transition republishes. It follows a [realize.HealthMonitor]:
+// a watch that cannot be opened makes every GPU unmonitored (published
+// with no devices) and is retried with backoff, and a failed wait is
+// logged while the watch keeps running, so that what the backend reports
+// next (every GPU unhealthy after a lost GPU, then the recoveries) is
+// applied.
 func (d *Driver) watchHealth(ctx context.Context, hw realize.HealthWatcher) {
-	w, err := hw.WatchHealth(ctx)
-	if err != nil {
-		d.log.Warn("health watch unavailable; GPUs stay published healthy", "err", err)
-		return
+	d.mu.Lock()
+	gpus := make([]int, 0, len(d.gpus))
+	for _, g := range d.gpus {
+		gpus = append(gpus, g.Index)
 	}
+	d.mu.Unlock()
+	w := realize.NewHealthMonitor(hw, gpus, realize.HealthMonitorOptions{Checks: d.cfg.HealthChecks, Logger: d.log})
 	defer w.Close()
 	for {
 		ev, err := w.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("health watch ended", "err", err)
-			}
+		switch {
+		case ctx.Err() != nil || errors.Is(err, realize.ErrWatchClosed):
 			return
+		case err != nil:
+			d.log.Warn("waiting for GPU health events; the watch goes on", "err", err)
+			continue
 		}
 		d.ApplyHealth(ev)
 	}
 }
 
-// ApplyHealth records a health event; a change of a GPU's health
-// rebuilds the publication (an unhealthy GPU publishes no devices).
+// ApplyHealth records a health event. Any change wakes
+// [Driver.WatchHealthStatus] and rebuilds the publication: an unhealthy
+// GPU publishes no free devices, and prepared devices hit by a failure
+// are tainted ([Driver.Resources]).
 func (d *Driver) ApplyHealth(ev realize.HealthEvent) {
 	d.mu.Lock()
-	before := d.health.GPUHealthy(ev.GPU)
-	d.health.Apply(ev)
+	changed := d.health.Apply(ev)
+	if changed && d.healthed != nil {
+		close(d.healthed)
+		d.healthed = nil
+	}
 	after := d.health.GPUHealthy(ev.GPU)
 	d.mu.Unlock()
-	if before != after {
-		d.log.Info("GPU health changed", "gpu", ev.GPU, "healthy", after, "event", ev.String())
+	if changed {
+		d.log.Info("GPU health changed", "gpu", ev.GPU, "gpu_healthy", after, "event", ev.String())
 		d.rebuild()
 	}
+}
+
+// TaintKey is the key of the device taints (KEP-5055) the driver puts on
+// the prepared devices of a failed GPU or MIG device; the value names the
+// cause, such as "xid-79".
+const TaintKey = DriverName + "/unhealthy"
+
+// Resources returns the publication Run hands to the kubelet plugin: the
+// catalog's ([Catalog.Resources]) with the prepared devices that a health
+// failure hits tainted. A device on an unhealthy or unmonitored GPU (whose
+// free devices the catalog withholds) is published again, tainted, in a
+// slice of its own, so that the taint reaches the pods using it; a failed
+// MIG device on a healthy GPU is tainted where it is published. The effect
+// is NoExecute when the GPU is lost (Xid 79, the driver reports it
+// unavailable or needing a reset, or an NVML wait failed: the kube
+// controller then evicts the pods that do not tolerate it), NoSchedule
+// otherwise. Before Setup it is empty.
+func (d *Driver) Resources() resourceslice.DriverResources {
+	cat := d.Catalog()
+	if cat == nil {
+		return resourceslice.DriverResources{}
+	}
+	res := cat.Resources()
+	ck := d.Checkpoint()
+	taints := map[string]resourceapi.DeviceTaint{}
+	var extra []PublishedDevice
+	d.mu.Lock()
+	for _, pc := range ck.Claims {
+		for _, pd := range pc.Devices {
+			if _, seen := taints[pd.Device]; seen {
+				continue
+			}
+			_, g, err := cat.Lookup(pd.Device)
+			if err != nil {
+				continue // not publishable (left the allowlist): nothing to taint
+			}
+			t, bad := d.taint(g.Index, pd.Runtime)
+			if !bad {
+				continue
+			}
+			taints[pd.Device] = t
+			if !d.health.GPUHealthy(g.Index) {
+				extra = append(extra, PublishedDevice{Name: pd.Device, Partition: pd.Partition, GPU: g.Index})
+			}
+		}
+	}
+	d.mu.Unlock()
+	if len(taints) == 0 {
+		return res
+	}
+	pool := res.Pools[d.cfg.Node]
+	for si := range pool.Slices {
+		for di := range pool.Slices[si].Devices {
+			dev := &pool.Slices[si].Devices[di]
+			if t, ok := taints[dev.Name]; ok {
+				dev.Taints = append(dev.Taints, t)
+			}
+		}
+	}
+	slices.SortFunc(extra, func(a, b PublishedDevice) int { return strings.Compare(a.Name, b.Name) })
+	for i, pd := range extra {
+		if i%resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures == 0 {
+			pool.Slices = append(pool.Slices, resourceslice.Slice{})
+		}
+		dev := device(cat.gpus[cat.byUUID[pd.Partition.GPUUUID]], pd)
+		dev.Taints = []resourceapi.DeviceTaint{taints[pd.Name]}
+		s := &pool.Slices[len(pool.Slices)-1]
+		s.Devices = append(s.Devices, dev)
+	}
+	res.Pools[d.cfg.Node] = pool
+	return res
+}
+
+// taint returns the taint of a prepared device with runtime identity rt on
+// the GPU, and false when neither the GPU nor the MIG device is unhealthy.
+// The caller holds d.mu.
+func (d *Driver) taint(gpu int, rt reservation.RuntimeIdentity) (resourceapi.DeviceTaint, bool) {
+	why, bad := d.health.Why(gpu)
+	if !bad {
+		if d.health.MIGHealthy(gpu, rt.GPUInstanceID, rt.ComputeInstanceID) {
+			return resourceapi.DeviceTaint{}, false
+		}
+		for _, e := range d.health.UnhealthyMIG(gpu) {
+			if e.GI == rt.GPUInstanceID && e.CI == rt.ComputeInstanceID {
+				why = e
+			}
+		}
+	}
+	t := resourceapi.DeviceTaint{Key: TaintKey, Value: why.Cause.String(), Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	if why.Cause == realize.CauseXid {
+		t.Value = fmt.Sprintf("xid-%d", why.Xid)
+	}
+	lost := why.Cause == realize.CauseUnavailable || why.Cause == realize.CauseWatchFailed || why.Cause == realize.CauseXid && why.Xid == 79
+	if lost && why.WholeGPU() {
+		t.Effect = resourceapi.DeviceTaintEffectNoExecute
+	}
+	return t, true
 }

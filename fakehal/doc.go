@@ -98,7 +98,8 @@
 // (the event names its GPU and compute instance IDs, as NVML does),
 // [Node.InjectECC] an uncorrectable ECC error, and [Node.Recover] the GPU
 // usable again. Open watches ([Node.WatchHealth]) receive each event and,
-// as nvmlhal's do, ignore [realize.ApplicationXids] and report transitions
+// as nvmlhal's do, ignore the Xids their [realize.HealthChecks] do not
+// count ([realize.ApplicationXids] by default) and report transitions
 // only. Faults change health, not the hardware's rules: instances can
 // still be created on a failed GPU, so tests show that it is the device
 // plugin that refuses to.

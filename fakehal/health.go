@@ -38,7 +38,8 @@ type driverEvent struct {
 // device with migUUID when it is not "" (the event then names that
 // device's GPU and compute instance IDs, as NVML does for an error it can
 // attribute), else on the whole GPU. Watches open at the time receive it;
-// as NVML's do, they ignore [realize.ApplicationXids]. The hardware keeps
+// as NVML's do, they ignore the Xids their [realize.HealthChecks] do not
+// count ([realize.ApplicationXids] by default). The hardware keeps
 // working: instances can still be created and destroyed, as on a real GPU
 // until the driver gives up on it. An unknown GPU or MIG device is
 // ErrNotFound.
@@ -112,14 +113,14 @@ func (h *healthHub) publish(ev driverEvent) {
 	}
 }
 
-// WatchHealth opens a health watch over the node's GPUs; see
-// [realize.HealthWatcher]. Events injected before the call are not seen.
-// The watch starts no goroutine. A done ctx is refused.
-func (n *Node) WatchHealth(ctx context.Context) (realize.HealthWatch, error) {
+// WatchHealth opens a health watch over the node's GPUs that counts what
+// checks count; see [realize.HealthWatcher]. Events injected before the
+// call are not seen. The watch starts no goroutine. A done ctx is refused.
+func (n *Node) WatchHealth(ctx context.Context, checks realize.HealthChecks) (realize.HealthWatch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, hwErr("WatchHealth", -1, nil, err)
 	}
-	w := &healthWatch{hub: &n.health, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	w := &healthWatch{hub: &n.health, checks: checks, wake: make(chan struct{}, 1), closed: make(chan struct{})}
 	n.health.mu.Lock()
 	n.health.watches = append(n.health.watches, w)
 	n.health.mu.Unlock()
@@ -130,6 +131,7 @@ func (n *Node) WatchHealth(ctx context.Context) (realize.HealthWatch, error) {
 // the hub's lock) and the health it has reported so far.
 type healthWatch struct {
 	hub       *healthHub
+	checks    realize.HealthChecks
 	queue     []driverEvent
 	wake      chan struct{} // signalled when queue grows
 	closed    chan struct{}
@@ -145,7 +147,7 @@ func (w *healthWatch) Next(ctx context.Context) (realize.HealthEvent, error) {
 	defer w.mu.Unlock()
 	for {
 		for ev, ok := w.pop(); ok; ev, ok = w.pop() {
-			if e, ok := transition(ev); ok && w.state.Apply(e) {
+			if e, ok := transition(ev, w.checks); ok && (w.state.Apply(e) || e.Cause == realize.CauseRecovered) {
 				return e, nil
 			}
 		}
@@ -177,15 +179,15 @@ func (w *healthWatch) pop() (driverEvent, bool) {
 }
 
 // transition is the health event a raw driver event asks for, if any:
-// application Xids ask for none.
-func transition(ev driverEvent) (realize.HealthEvent, bool) {
+// Xids the checks do not count ask for none.
+func transition(ev driverEvent, checks realize.HealthChecks) (realize.HealthEvent, bool) {
 	e := realize.HealthEvent{GPU: ev.gpu, GI: ev.gi, CI: ev.ci}
 	switch {
 	case ev.recover:
 		e.Healthy, e.Cause = true, realize.CauseRecovered
 	case ev.ecc:
 		e.Cause = realize.CauseDoubleBitECC
-	case realize.IsApplicationXid(ev.xid):
+	case !checks.CountsXid(ev.xid):
 		return e, false
 	default:
 		e.Cause, e.Xid = realize.CauseXid, ev.xid

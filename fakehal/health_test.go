@@ -44,7 +44,7 @@ func TestHealthXidOnGPUAndMIGDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	mig := inst.ComputeInstances[0]
-	w, err := n.WatchHealth(context.Background())
+	w, err := n.WatchHealth(context.Background(), realize.HealthChecks{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +105,10 @@ func TestHealthWatchesAreIndependent(t *testing.T) {
 	if err := n.InjectXid(0, "", 79); err != nil { // before any watch: unseen
 		t.Fatal(err)
 	}
-	a, _ := n.WatchHealth(context.Background())
+	a, _ := n.WatchHealth(context.Background(), realize.HealthChecks{})
 	defer a.Close()
 	noEvent(t, a)
-	b, _ := n.WatchHealth(context.Background())
+	b, _ := n.WatchHealth(context.Background(), realize.HealthChecks{})
 	defer b.Close()
 	if err := n.InjectXid(0, "", 79); err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestHealthWatchesAreIndependent(t *testing.T) {
 func TestHealthCloseUnblocksNext(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	n := fakehal.MustNew(fakehal.Options{})
-	w, _ := n.WatchHealth(context.Background())
+	w, _ := n.WatchHealth(context.Background(), realize.HealthChecks{})
 	done := make(chan error)
 	go func() {
 		_, err := w.Next(context.Background())
@@ -151,7 +151,7 @@ func TestHealthDoneContextRefused(t *testing.T) {
 	n := fakehal.MustNew(fakehal.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := n.WatchHealth(ctx); !errors.Is(err, context.Canceled) {
+	if _, err := n.WatchHealth(ctx, realize.HealthChecks{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("WatchHealth(done ctx) = %v, want context.Canceled", err)
 	}
 }
@@ -159,7 +159,7 @@ func TestHealthDoneContextRefused(t *testing.T) {
 func ExampleNode_InjectXid() {
 	ctx := context.Background()
 	n := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
-	w, _ := n.WatchHealth(ctx)
+	w, _ := n.WatchHealth(ctx, realize.HealthChecks{})
 	defer w.Close()
 
 	_ = n.InjectXid(0, "", 31) // GPU memory page fault: the application's fault, ignored

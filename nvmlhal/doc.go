@@ -114,9 +114,9 @@
 // supports, as NVIDIA's device plugin does (k8s-device-plugin,
 // internal/rm/health.go). Xids that an application causes
 // ([realize.ApplicationXids]: 13, 31, 43, 45, 68, 109, the device plugin's
-// list, meanings in https://docs.nvidia.com/deploy/xid-errors/) and
-// [HealthOptions.IgnoreXids] are ignored, corrected single-bit ECC errors
-// too. An event NVML attributes to a MIG device (GPU and compute instance
+// list, meanings in https://docs.nvidia.com/deploy/xid-errors/) are
+// ignored, and so are Xids [HealthOptions.Checks] disable (unless they
+// enable them), corrected single-bit ECC errors too. An event NVML attributes to a MIG device (GPU and compute instance
 // IDs other than 0xFFFFFFFF) marks that device only; anything else marks
 // the whole GPU. A recovery-action event whose action is NONE (the driver
 // says the GPU needs nothing more) makes the GPU and its MIG devices

@@ -28,17 +28,20 @@ const DefaultHealthPoll = time.Second
 // ignores [realize.ApplicationXids] only and polls every
 // [DefaultHealthPoll].
 type HealthOptions struct {
-	// IgnoreXids are Xids ignored in addition to realize.ApplicationXids,
-	// as NVIDIA's device plugin takes DP_DISABLE_HEALTHCHECKS.
-	IgnoreXids []uint64
+	// Checks say which Xids count, as NVIDIA's device plugin reads
+	// DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS
+	// ([realize.ParseHealthChecks]). A watch is opened even when they are
+	// [realize.HealthChecks.Off]: not opening one is the caller's choice.
+	Checks realize.HealthChecks
 	// Poll bounds each NVML wait; zero means DefaultHealthPoll. Next and
 	// Close react to ctx and Close within about one Poll.
 	Poll time.Duration
 }
 
-// WatchHealth is [Backend.WatchHealthWith] with zero [HealthOptions].
-func (b *Backend) WatchHealth(ctx context.Context) (realize.HealthWatch, error) {
-	return b.WatchHealthWith(ctx, HealthOptions{})
+// WatchHealth is [Backend.WatchHealthWith] with these checks and the
+// default poll.
+func (b *Backend) WatchHealth(ctx context.Context, checks realize.HealthChecks) (realize.HealthWatch, error) {
+	return b.WatchHealthWith(ctx, HealthOptions{Checks: checks})
 }
 
 // WatchHealthWith creates an NVML event set and registers every GPU for the
@@ -46,7 +49,9 @@ func (b *Backend) WatchHealth(ctx context.Context) (realize.HealthWatch, error) 
 // as NVIDIA's device plugin does. A GPU whose supported events cannot be
 // read or registered is reported unhealthy ([realize.CauseRegistration])
 // by the watch's first Next calls, since its failures would go unseen; a
-// GPU that supports none of them is logged and stays healthy. Failing to
+// GPU that supports none of them, or whose registration NVML answers
+// ERROR_NOT_SUPPORTED (an old or virtualised GPU), is logged and stays
+// healthy. Failing to
 // create the event set or to count the GPUs is an error and nothing is
 // left allocated.
 //
@@ -71,7 +76,7 @@ func (b *Backend) WatchHealthWith(ctx context.Context, opts HealthOptions) (*Hea
 		return nil, hwError("EventSetCreate", -1, nil, ret)
 	}
 	w := &HealthWatch{b: b, set: set, gpus: make(map[string]int, n), poll: opts.Poll,
-		ignore: slices.Concat(realize.ApplicationXids, opts.IgnoreXids), closed: make(chan struct{})}
+		checks: opts.Checks, closed: make(chan struct{})}
 	if w.poll <= 0 {
 		w.poll = DefaultHealthPoll
 	}
@@ -105,7 +110,14 @@ func (w *HealthWatch) register(gpu int) {
 		w.b.log.Warn("GPU supports no health events; its failures will not be seen", "gpu", gpu)
 		return
 	}
-	if ret := dev.RegisterEvents(mask, w.set); ret != nvml.SUCCESS {
+	switch ret := dev.RegisterEvents(mask, w.set); ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED:
+		// An old or virtualised GPU cannot report events: that says nothing
+		// about its health, and taking it out of service for it would do so
+		// again after every restart (NVIDIA's device plugin and HAMi agree).
+		w.b.log.Warn("GPU cannot register health events; it stays healthy and its failures will not be seen", "gpu", gpu, "nvml", returnName(ret))
+	default:
 		w.registrationFailed(gpu, "RegisterEvents", ret)
 	}
 }
@@ -126,7 +138,7 @@ type HealthWatch struct {
 	b      *Backend
 	set    nvml.EventSet
 	gpus   map[string]int // GPU UUID -> NVML index, for attributing events
-	ignore []uint64
+	checks realize.HealthChecks
 	poll   time.Duration
 
 	mu       sync.Mutex // held by Next and by Close's Free
@@ -169,12 +181,13 @@ func (w *HealthWatch) Next(ctx context.Context) (realize.HealthEvent, error) {
 	}
 }
 
-// popTransition returns the first pending event that changes the health.
+// popTransition returns the first pending event that changes the health,
+// or is a recovery ([realize.HealthWatch]).
 func (w *HealthWatch) popTransition() (realize.HealthEvent, bool) {
 	for len(w.pending) > 0 {
 		e := w.pending[0]
 		w.pending = w.pending[1:]
-		if w.state.Apply(e) {
+		if w.state.Apply(e) || e.Cause == realize.CauseRecovered {
 			return e, true
 		}
 	}
@@ -256,8 +269,8 @@ func (w *HealthWatch) translate(data []nvml.EventData) []realize.HealthEvent {
 		}
 		switch d.EventType {
 		case nvml.EventTypeXidCriticalError:
-			if slices.Contains(w.ignore, d.EventData) {
-				w.b.log.Info("ignoring application Xid", "gpu", gpu, "xid", d.EventData)
+			if !w.checks.CountsXid(d.EventData) {
+				w.b.log.Info("ignoring Xid (an application's, or disabled)", "gpu", gpu, "xid", d.EventData)
 				continue
 			}
 			e.Cause, e.Xid = realize.CauseXid, d.EventData

@@ -68,7 +68,7 @@ func TestHealthEventsOnStrictMock(t *testing.T) {
 	b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
 	inst := mustCreate(t, b, 2, p1g, at(0, 1))
 	ci := inst.ComputeInstances[0]
-	w := openWatch(t, b, srv, nvmlhal.HealthOptions{IgnoreXids: []uint64{63}})
+	w := openWatch(t, b, srv, nvmlhal.HealthOptions{Checks: realize.HealthChecks{Disable: []uint64{63}}})
 
 	steps := []struct {
 		name   string
@@ -193,7 +193,7 @@ func TestHealthCloseAndContext(t *testing.T) {
 func TestHealthWatchNeedsInit(t *testing.T) {
 	srv := nvmlmock.New(nvmlmock.DGXA100, nvmlmock.Options{})
 	b := nvmlhal.New(nvmlhal.Options{NVML: srv})
-	_, err := b.WatchHealth(context.Background())
+	_, err := b.WatchHealth(context.Background(), realize.HealthChecks{})
 	if !errors.Is(err, nvml.ERROR_UNINITIALIZED) {
 		t.Errorf("WatchHealth before Init = %v, want ERROR_UNINITIALIZED", err)
 	}
@@ -230,8 +230,75 @@ func ExampleBackend_WatchHealth() {
 // instead of calling into a library that is not loaded.
 func TestHealthWatchOwnedLibraryNeedsInit(t *testing.T) {
 	b := nvmlhal.New(nvmlhal.Options{})
-	_, err := b.WatchHealth(context.Background())
+	_, err := b.WatchHealth(context.Background(), realize.HealthChecks{})
 	if !errors.Is(err, nvml.ERROR_UNINITIALIZED) {
 		t.Fatalf("WatchHealth on an owned, uninitialised library = %v, want ERROR_UNINITIALIZED", err)
+	}
+}
+
+// RegisterEvents outcomes: NOT_SUPPORTED (an old or virtualised GPU)
+// leaves the GPU healthy, as NVIDIA's device plugin and HAMi do; any other
+// failure reports it unhealthy, since its failures would go unseen.
+func TestHealthRegisterEventsOutcomes(t *testing.T) {
+	tests := []struct {
+		name string
+		ret  nvml.Return // GPU 0's RegisterEvents; SUCCESS: no failure injected
+		want *realize.HealthEvent
+	}{
+		{name: "registered", ret: nvml.SUCCESS},
+		{name: "not supported stays healthy", ret: nvml.ERROR_NOT_SUPPORTED},
+		{name: "unknown error is unhealthy", ret: nvml.ERROR_UNKNOWN, want: ptr(wholeGPU(0, false, realize.CauseRegistration, 0))},
+		{name: "gpu lost is unhealthy", ret: nvml.ERROR_GPU_IS_LOST, want: ptr(wholeGPU(0, false, realize.CauseRegistration, 0))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
+			if tt.ret != nvml.SUCCESS {
+				srv.FailNext(nvmlmock.OpRegisterEvents, tt.ret)
+			}
+			w := openWatch(t, b, srv, nvmlhal.HealthOptions{})
+			if tt.want != nil {
+				if got := next(t, w); got != *tt.want {
+					t.Fatalf("got %v, want %v", got, *tt.want)
+				}
+			} else {
+				quiet(t, w)
+			}
+			// The other GPUs are watched either way.
+			if err := srv.InjectXid(1, 79); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := next(t, w), wholeGPU(1, false, realize.CauseXid, 79); got != want {
+				t.Errorf("got %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// HealthOptions.Checks carry DP_DISABLE_HEALTHCHECKS and
+// DP_ENABLE_HEALTHCHECKS: an enabled application Xid counts, a disabled
+// critical one does not, and ECC errors count whatever the Xid lists say.
+func TestHealthChecksOnStrictMock(t *testing.T) {
+	checks, err := realize.ParseHealthChecks("all", "43")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, srv := newBackend(t, nvmlmock.DGXA100, nvmlmock.Options{})
+	w := openWatch(t, b, srv, nvmlhal.HealthOptions{Checks: checks})
+	if err := srv.InjectXid(0, 79); err != nil {
+		t.Fatal(err)
+	}
+	quiet(t, w)
+	if err := srv.InjectXid(0, 43); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next(t, w), wholeGPU(0, false, realize.CauseXid, 43); got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if err := srv.InjectEvent(1, nvml.EventTypeDoubleBitEccError, 0, realize.NoInstance, realize.NoInstance); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next(t, w), wholeGPU(1, false, realize.CauseDoubleBitECC, 0); got != want {
+		t.Errorf("got %v, want %v", got, want)
 	}
 }

@@ -53,6 +53,19 @@
 // occupies the half-open interval [Start, Start+Size): [0,4) and [4,8) do
 // not overlap.
 //
+// # Health
+//
+// A backend that can see GPU failures implements [HealthWatcher]: its
+// [HealthWatch] reports transitions ([HealthEvent]) of whole GPUs and of
+// single MIG devices, counting the events [HealthChecks] count (NVIDIA's
+// DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS, read by
+// [ParseHealthChecks]). [HealthState] is what a sequence of events leaves:
+// it keeps each device's first cause, and keeps a GPU whose health cannot
+// be watched ([CauseUnmonitored]) apart from failed and healthy ones.
+// [HealthMonitor] keeps a watch open for a component: it reports the GPUs
+// unmonitored while none can be opened and retries with backoff. Health
+// never destroys an instance: it only decides where new ones may go.
+//
 // # Safety rules
 //
 // The rules below are stated for pods; they hold for every holder. A

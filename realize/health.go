@@ -12,12 +12,13 @@ import (
 // [MIGModeSetter] is: a device plugin checks for it with a type assertion
 // and, without it, publishes every GPU healthy.
 type HealthWatcher interface {
-	// WatchHealth starts watching every GPU of the node. Events that
-	// happen before the call are not reported; every GPU and MIG device
-	// starts healthy in the watch's view unless its first events say
-	// otherwise (a GPU whose events cannot be registered is reported
-	// unhealthy by the first Next calls). The caller must Close the watch.
-	WatchHealth(ctx context.Context) (HealthWatch, error)
+	// WatchHealth starts watching every GPU of the node, counting the
+	// events checks says count. Events that happen before the call are
+	// not reported; every GPU and MIG device starts healthy in the
+	// watch's view unless its first events say otherwise (a GPU whose
+	// events cannot be registered is reported unhealthy by the first Next
+	// calls). The caller must Close the watch.
+	WatchHealth(ctx context.Context, checks HealthChecks) (HealthWatch, error)
 }
 
 // HealthWatch is one open health watch. It starts no goroutine: Next does
@@ -28,7 +29,10 @@ type HealthWatcher interface {
 type HealthWatch interface {
 	// Next blocks until the health of a GPU or MIG device changes and
 	// returns that transition. It reports transitions only: a second
-	// critical error on a GPU already unhealthy is not an event. It
+	// critical error on a GPU already unhealthy is not an event. The
+	// exception is a recovery ([CauseRecovered]), reported even for a GPU
+	// the watch saw healthy: the caller may hold a failure from before
+	// the watch (restored across a restart) that only it clears. It
 	// returns ctx.Err() when ctx is done and ErrWatchClosed after Close;
 	// a failure of the backend's wait is a [*HardwareError] after which
 	// the watch reports every GPU unhealthy, since nothing more can be
@@ -72,9 +76,34 @@ const (
 	// recovery action NONE, or fakehal's Recover). Recovery makes the GPU
 	// and every MIG device on it healthy.
 	CauseRecovered
+	// CauseUnmonitored: no health watch could be opened (the backend's
+	// event set could not be created), so nothing is known about the GPU.
+	// It is a state of its own, not a failure: [HealthState] reports the
+	// GPU unusable while it lasts, and only a [CauseMonitored] event ends
+	// it. [HealthMonitor] reports it and retries the watch.
+	CauseUnmonitored
+	// CauseMonitored: a watch opened again over a GPU that was
+	// unmonitored (the event is healthy). It ends the unmonitored state
+	// only: a failure recorded before stays.
+	CauseMonitored
+	// CauseCleared: an operator cleared the GPU's recorded failure (the
+	// event is healthy). Like a recovery it makes the GPU and every MIG
+	// device on it healthy.
+	CauseCleared
 )
 
-var causeNames = [...]string{"unknown", "xid", "double-bit-ecc", "unavailable", "registration", "watch-failed", "recovered"}
+var causeNames = [...]string{"unknown", "xid", "double-bit-ecc", "unavailable", "registration", "watch-failed", "recovered",
+	"unmonitored", "monitored", "cleared"}
+
+// ParseHealthCause returns the cause whose [HealthCause.String] is s.
+func ParseHealthCause(s string) (HealthCause, bool) {
+	for i, name := range causeNames {
+		if name == s {
+			return HealthCause(i), true
+		}
+	}
+	return 0, false
+}
 
 // String returns a short lower-case name, such as "xid".
 func (c HealthCause) String() string {
@@ -120,14 +149,15 @@ func (e HealthEvent) String() string {
 }
 
 // ApplicationXids are the Xid errors that a faulty application causes and
-// that leave the GPU usable; a [HealthWatcher] ignores them. The list is
+// that leave the GPU usable; a [HealthWatcher] ignores them unless its
+// [HealthChecks] enable them. The list is
 // the one NVIDIA's Kubernetes device plugin ignores (k8s-device-plugin,
 // internal/rm/health.go: 13 graphics engine exception, 31 GPU memory page
 // fault, 43 GPU stopped processing, 45 preemptive cleanup after previous
 // errors, 68 video processor exception, 109 context switch timeout), whose
 // meanings are in NVIDIA's Xid catalogue
-// (https://docs.nvidia.com/deploy/xid-errors/). Do not modify it; pass a
-// longer list to a backend's options instead.
+// (https://docs.nvidia.com/deploy/xid-errors/). Do not modify it; set
+// [HealthChecks] instead.
 var ApplicationXids = []uint64{13, 31, 43, 45, 68, 109}
 
 // IsApplicationXid reports whether xid is in [ApplicationXids].
@@ -146,8 +176,9 @@ func IsApplicationXid(xid uint64) bool {
 // refuse new instances on an unhealthy GPU. The zero value is ready to use
 // (everything healthy). A HealthState is not safe for concurrent use.
 type HealthState struct {
-	gpus map[int]HealthEvent    // unhealthy GPUs, by index
-	migs map[migKey]HealthEvent // unhealthy MIG devices
+	gpus  map[int]HealthEvent    // unhealthy GPUs, by index
+	migs  map[migKey]HealthEvent // unhealthy MIG devices
+	unmon map[int]HealthEvent    // unmonitored GPUs ([CauseUnmonitored])
 }
 
 type migKey struct {
@@ -158,15 +189,32 @@ type migKey struct {
 // Apply records e and reports whether it changed anything. A healthy
 // whole-GPU event (recovery) also makes every MIG device on the GPU
 // healthy.
+//
+// The first cause is kept: an unhealthy event about a GPU or MIG device
+// that is already unhealthy changes nothing, so [HealthState.Why] keeps
+// naming the event that took it out of service (the Xid 79 that lost the
+// GPU, not the Xid 48 that followed).
+//
+// The unmonitored state ([CauseUnmonitored]) is kept apart from failures:
+// it is set by an unhealthy CauseUnmonitored event and cleared only by a
+// healthy [CauseMonitored] one, which touches nothing else; a recovery
+// does not end it. A MIG-device event with either cause is treated as
+// one about its whole GPU.
 func (s *HealthState) Apply(e HealthEvent) bool {
+	if e.Cause == CauseUnmonitored || e.Cause == CauseMonitored {
+		return s.applyMonitoring(e)
+	}
 	if e.WholeGPU() {
 		_, was := s.gpus[e.GPU]
 		if !e.Healthy {
+			if was {
+				return false
+			}
 			if s.gpus == nil {
 				s.gpus = make(map[int]HealthEvent)
 			}
 			s.gpus[e.GPU] = e
-			return !was
+			return true
 		}
 		changed := was
 		delete(s.gpus, e.GPU)
@@ -184,18 +232,47 @@ func (s *HealthState) Apply(e HealthEvent) bool {
 		delete(s.migs, k)
 		return was
 	}
+	if was {
+		return false
+	}
 	if s.migs == nil {
 		s.migs = make(map[migKey]HealthEvent)
 	}
 	s.migs[k] = e
-	return !was
+	return true
 }
 
-// GPUHealthy reports whether the GPU as a whole is healthy. An unhealthy
-// MIG device does not make its GPU unhealthy.
+func (s *HealthState) applyMonitoring(e HealthEvent) bool {
+	_, was := s.unmon[e.GPU]
+	if e.Healthy {
+		delete(s.unmon, e.GPU)
+		return was
+	}
+	if was {
+		return false
+	}
+	if s.unmon == nil {
+		s.unmon = make(map[int]HealthEvent)
+	}
+	e.GI, e.CI = NoInstance, NoInstance
+	s.unmon[e.GPU] = e
+	return true
+}
+
+// GPUHealthy reports whether the GPU as a whole is healthy: neither failed
+// nor unmonitored. An unhealthy MIG device does not make its GPU
+// unhealthy.
 func (s *HealthState) GPUHealthy(gpu int) bool {
 	_, bad := s.gpus[gpu]
-	return !bad
+	_, unmon := s.unmon[gpu]
+	return !bad && !unmon
+}
+
+// Unmonitored reports whether the GPU is in the unmonitored state
+// ([CauseUnmonitored]).
+func (s *HealthState) Unmonitored(gpu int) bool {
+	_, unmon := s.unmon[gpu]
+	return unmon
 }
 
 // MIGHealthy reports whether the MIG device gi/ci of the GPU is healthy:
@@ -208,10 +285,13 @@ func (s *HealthState) MIGHealthy(gpu int, gi, ci uint32) bool {
 	return !bad
 }
 
-// Why returns the event that made the GPU unhealthy, and false when it is
-// healthy.
+// Why returns the event that made the GPU unhealthy (its first failure,
+// else the event that made it unmonitored), and false when it is healthy.
 func (s *HealthState) Why(gpu int) (HealthEvent, bool) {
-	e, ok := s.gpus[gpu]
+	if e, ok := s.gpus[gpu]; ok {
+		return e, true
+	}
+	e, ok := s.unmon[gpu]
 	return e, ok
 }
 

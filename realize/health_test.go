@@ -132,3 +132,49 @@ func TestHealthStateForget(t *testing.T) {
 		t.Errorf("UnhealthyMIGDevices(1) = %d, want 1", got)
 	}
 }
+
+// Why names the event that took a GPU (or MIG device) out of service, not
+// a later one on the already unhealthy device; a recovery clears it and the
+// next failure is the new cause.
+func TestHealthStateKeepsFirstCause(t *testing.T) {
+	xid := func(gpu int, gi, ci uint32, x uint64) realize.HealthEvent {
+		return realize.HealthEvent{GPU: gpu, GI: gi, CI: ci, Cause: realize.CauseXid, Xid: x}
+	}
+	const all = realize.NoInstance
+	tests := []struct {
+		name    string
+		events  []realize.HealthEvent
+		wantWhy *realize.HealthEvent // GPU 0's cause; nil: healthy
+		wantMIG []realize.HealthEvent
+	}{
+		{name: "xid 48 after xid 79", events: []realize.HealthEvent{xid(0, all, all, 79), xid(0, all, all, 48)},
+			wantWhy: ptr(xid(0, all, all, 79))},
+		{name: "ecc after xid", events: []realize.HealthEvent{xid(0, all, all, 79),
+			{GPU: 0, GI: all, CI: all, Cause: realize.CauseDoubleBitECC}}, wantWhy: ptr(xid(0, all, all, 79))},
+		{name: "recovery then new cause", events: []realize.HealthEvent{xid(0, all, all, 79),
+			{GPU: 0, GI: all, CI: all, Healthy: true, Cause: realize.CauseRecovered}, xid(0, all, all, 48)},
+			wantWhy: ptr(xid(0, all, all, 48))},
+		{name: "mig device keeps its first xid", events: []realize.HealthEvent{xid(0, 1, 0, 94), xid(0, 1, 0, 95)},
+			wantMIG: []realize.HealthEvent{xid(0, 1, 0, 94)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s realize.HealthState
+			for _, e := range tt.events {
+				s.Apply(e)
+			}
+			why, bad := s.Why(0)
+			switch {
+			case tt.wantWhy == nil && bad:
+				t.Errorf("Why(0) = %v, want healthy", why)
+			case tt.wantWhy != nil && (!bad || why != *tt.wantWhy):
+				t.Errorf("Why(0) = %v, %v; want %v", why, bad, *tt.wantWhy)
+			}
+			if got := s.UnhealthyMIG(0); len(got) != len(tt.wantMIG) || (len(got) > 0 && got[0] != tt.wantMIG[0]) {
+				t.Errorf("UnhealthyMIG(0) = %v, want %v", got, tt.wantMIG)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

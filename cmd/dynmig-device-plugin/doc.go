@@ -20,7 +20,10 @@
 // Flags: -node (default $NODE_NAME), -backend (fake or, with cgo, nvml),
 // -fake-gpus, -socket-dir, -resource, -scheduler-names, -pod-resources-socket,
 // -allow-mig-manager, -metrics-addr (serves the per-GPU health gauge
-// dynmig_gpu_healthy at /metrics) and -kubeconfig; -help lists them.
+// dynmig_gpu_healthy at /metrics), -disable-healthchecks and
+// -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and
+// $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
+// them) and -kubeconfig; -help lists them.
 // -kubeconfig names a kubeconfig file (its current context) for running
 // out of a cluster; empty means $KUBECONFIG, and with that empty too, the
 // pod's service account ([kube.RESTConfig], which loads it with client-go's

@@ -37,8 +37,14 @@ func main() {
 	schedulers := flag.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := flag.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
 	allowMM := flag.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
+	healthChecks := backend.HealthCheckFlags(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	checks, err := healthChecks()
+	if err != nil {
+		log.Error("device plugin failed", "err", err)
+		os.Exit(2)
+	}
 
 	open := func(ctx context.Context) (realize.Realizer, func(), error) {
 		return backend.Open(ctx, *backendName, *fakeGPUs, log)
@@ -47,7 +53,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, open, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir,
-		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, Logger: log,
+		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
 		os.Exit(1)

@@ -50,17 +50,23 @@ func main() {
 	registrarDir := flag.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
 	deviceConfig := flag.String("device-config", "", "scheduler device config file whose nvidia.migProfileAllowlist is the profile policy (\"\" means the built-in default); SIGHUP reads it again")
 	interval := flag.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
+	healthChecks := backend.HealthCheckFlags(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	checks, err := healthChecks()
+	if err != nil {
+		log.Error("DRA driver failed", "err", err)
+		os.Exit(2)
+	}
 
 	open := func(ctx context.Context) (realize.Realizer, func(), error) {
 		return backend.Open(ctx, *backendName, *fakeGPUs, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, log, open, *kubeconfig, *deviceConfig, dradriver.Config{
+	err = run(ctx, log, open, *kubeconfig, *deviceConfig, dradriver.Config{
 		Node: *node, CDIDir: *cdiDir, DataDir: *dataDir, RegistrarDir: *registrarDir,
-		MaintainInterval: *interval, Logger: log,
+		MaintainInterval: *interval, HealthChecks: checks, Logger: log,
 	})
 	if err != nil {
 		log.Error("DRA driver failed", "err", err)

@@ -258,6 +258,49 @@ func TestDRA(t *testing.T) {
 	e.unprepare(b)
 	e.deletePod(b)
 	t.Logf("restart checked at %v", time.Since(start).Round(time.Millisecond))
+
+	// 7. The GPU falls off the bus: the prepared devices (claims c and d)
+	// are tainted NoExecute on the ResourceSlice, and the recovery event
+	// removes the taints.
+	if err := hw.InjectXid(0, "", 79); err != nil {
+		t.Fatal(err)
+	}
+	tainted := func(ctx context.Context) (map[string]bool, error) {
+		l, err := admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]bool{}
+		for _, s := range l.Items {
+			if s.Spec.Driver != dradriver.DriverName {
+				continue
+			}
+			for _, dev := range s.Spec.Devices {
+				for _, tt := range dev.Taints {
+					if tt.Key == dradriver.TaintKey && tt.Value == "xid-79" && tt.Effect == resourceapi.DeviceTaintEffectNoExecute {
+						out[dev.Name] = true
+					}
+				}
+			}
+		}
+		return out, nil
+	}
+	if err := cluster.WaitFor(ctx, 50*time.Millisecond, "NoExecute taints on the prepared devices", func(ctx context.Context) (bool, error) {
+		got, err := tainted(ctx)
+		return err == nil && len(got) == 2 && got[cc.devices[0]] && got[d.devices[0]], nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hw.Recover(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 50*time.Millisecond, "the taints gone after recovery", func(ctx context.Context) (bool, error) {
+		got, err := tainted(ctx)
+		return err == nil && len(got) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("device taints checked at %v", time.Since(start).Round(time.Millisecond))
 }
 
 // env is the test's view of the node: hardware, the kubelet's DRA

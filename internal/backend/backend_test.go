@@ -3,11 +3,14 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"reflect"
 	"slices"
 	"testing"
 
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/realize"
 )
 
 func TestParseFakeGPUs(t *testing.T) {
@@ -59,5 +62,45 @@ func TestOpen(t *testing.T) {
 	}
 	if !slices.Contains(backend.Names(), "fake") {
 		t.Errorf("Names() = %v, want fake among them", backend.Names())
+	}
+}
+
+func TestHealthCheckFlags(t *testing.T) {
+	tests := []struct {
+		name       string
+		env        [2]string // DP_DISABLE_HEALTHCHECKS, DP_ENABLE_HEALTHCHECKS
+		args       []string
+		want       realize.HealthChecks
+		wantErrAt  int // entry index of a *realize.HealthChecksError; -1: none
+		wantSetter string
+	}{
+		{name: "defaults", wantErrAt: -1},
+		{name: "from the environment", env: [2]string{"48, 63", "13"}, wantErrAt: -1,
+			want: realize.HealthChecks{Disable: []uint64{48, 63}, Enable: []uint64{13}}},
+		{name: "flags win over the environment", env: [2]string{"all", ""}, args: []string{"-disable-healthchecks=79"}, wantErrAt: -1,
+			want: realize.HealthChecks{Disable: []uint64{79}}},
+		{name: "malformed entry", args: []string{"-enable-healthchecks=79,x79"}, wantErrAt: 1, wantSetter: realize.EnvEnableHealthChecks},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(realize.EnvDisableHealthChecks, tt.env[0])
+			t.Setenv(realize.EnvEnableHealthChecks, tt.env[1])
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			checks := backend.HealthCheckFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			got, err := checks()
+			var he *realize.HealthChecksError
+			if tt.wantErrAt >= 0 {
+				if !errors.As(err, &he) || !errors.Is(err, realize.ErrHealthChecks) || he.Index != tt.wantErrAt || he.Setting != tt.wantSetter {
+					t.Fatalf("err = %v, want a HealthChecksError for %s entry %d", err, tt.wantSetter, tt.wantErrAt)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("checks = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
 	}
 }
