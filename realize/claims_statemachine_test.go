@@ -236,15 +236,14 @@ func (s *claimMachine) end(t *rapid.T) {
 
 func (s *claimMachine) unprepare(t *rapid.T) {
 	c := s.pick(t, "ended claim", func(c *smClaim) bool { return c.released })
+	// Unprepare depends only on the claim's own records and the
+	// hardware: the listing's completeness and the other claims' state
+	// do not matter.
 	complete := rapid.IntRange(0, 3).Draw(t, "complete") > 0
 	armed := s.armed()
-	before := len(s.node.Snapshot())
 	rep, err := s.m.Unprepare(context.Background(), s.demand(complete), c.uid)
-	if !complete && len(s.node.Snapshot()) != before {
-		t.Fatalf("Unprepare on an incomplete listing destroyed instances: %+v", rep)
-	}
 	if err != nil {
-		if !armed && complete && !errors.Is(err, realize.ErrInUse) && !errors.Is(err, reservation.ErrNotAuthorized) {
+		if !armed && !errors.Is(err, realize.ErrInUse) {
 			t.Fatalf("Unprepare(%s) without faults: %v", c.uid, err)
 		}
 		return

@@ -65,8 +65,8 @@
 //     complete, and every active holder's record decodes, validates and
 //     conflicts with no other holder's (reservation.Desired for pods; the
 //     same rules, through reservation.Validate and reservation.Conflicts,
-//     for a Demand). Otherwise reconcile, idle-GPU cleanup, leak
-//     collection and Unprepare do nothing and say why
+//     for a Demand). Otherwise reconcile, idle-GPU cleanup and leak
+//     collection do nothing and say why
 //     ([ReconcileReport.Reasons], Stats.SkippedReconciles). Two holders
 //     whose devices overlap on one GPU, or name one MIG device or GPU
 //     instance, are both withheld: neither is realized nor adopted, and
@@ -133,11 +133,15 @@
 //     before anything is created, rollback of only what the call created,
 //     idempotent repetition.
 //   - Unprepare destroys exactly the holder's instances (CI, then GI),
-//     only when the listing with the holder released is authorised, never
-//     one that runs processes ([ErrInUse]) or whose MIG UUID another
-//     holder's runtime identity names ([ErrConflict]); those stay managed
-//     and a retry or a later reconcile releases them. An instance already
-//     gone is forgotten, so a repeated Unprepare does nothing.
+//     never one that runs processes ([ErrInUse]) or whose MIG UUID another
+//     listed holder's runtime identity names ([ErrConflict]); those stay
+//     managed and a retry or a later reconcile releases them. It depends
+//     only on the holder's own devices and records and the hardware: an
+//     incomplete listing or a conflict between other holders does not hold
+//     it up (kubelet would keep unrelated pods Terminating), and cannot
+//     widen it, since it touches nothing but the holder's instances. An
+//     instance already gone is forgotten, so a repeated Unprepare does
+//     nothing.
 //   - Adopt cleans a GPU only when it is idle (no active or withheld
 //     reservation on it or naming one of its MIG devices, no process,
 //     nothing managed) and the snapshot is authorised. It adopts an

@@ -104,7 +104,7 @@ func DRADriver(ctx context.Context, hw realize.Realizer, logger *slog.Logger, cl
 
 	// NodeUnprepareResources of the claim: never destroys an instance in use
 	if _, err := mgr.Unprepare(ctx, demand(), claimUID); err != nil {
-		return err // in use, or the listing does not authorise destruction: the kubelet retries
+		return err // in use: the kubelet retries
 	}
 	// readme:end
 	return nil
