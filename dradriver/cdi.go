@@ -16,10 +16,13 @@ const (
 	CDIKind   = CDIVendor + "/" + CDIClass
 )
 
-// CDIDevice is one MIG device to describe in a claim's CDI spec.
+// CDIDevice is one device to describe in a claim's CDI spec.
 type CDIDevice struct {
 	Device  string // DRA device name
-	MIGUUID string // the realized MIG device, "MIG-..."
+	GPUUUID string // the parent GPU, "GPU-..."
+	// MIGUUID is the realized MIG device, "MIG-..."; "" for a device
+	// with admin access, which exposes its parent GPU instead.
+	MIGUUID string
 }
 
 // cdiWriter writes one transient CDI spec file per prepared claim into a
@@ -62,10 +65,14 @@ func ClaimSpec(claimUID string, devs []CDIDevice) (*cdispec.Spec, []string, erro
 		if err := parser.ValidateDeviceName(name); err != nil {
 			return nil, nil, fmt.Errorf("driver: CDI device for claim %s device %s: %w", claimUID, d.Device, err)
 		}
+		visible := d.MIGUUID
+		if visible == "" {
+			visible = d.GPUUUID
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name: name,
 			ContainerEdits: cdispec.ContainerEdits{
-				Env: []string{"NVIDIA_VISIBLE_DEVICES=" + d.MIGUUID},
+				Env: []string{"NVIDIA_VISIBLE_DEVICES=" + visible},
 			},
 		})
 		ids = append(ids, parser.QualifiedName(CDIVendor, CDIClass, name))

@@ -40,31 +40,62 @@
 // [DriverName] in this node's pool count. A device name that does not
 // decode names no hardware and fails the claim; one that decodes to a
 // partition the node does not publish (another allowlist, another GPU) is
-// withheld: respected, never realized. Each claim is one
+// withheld: respected, never realized. A result with adminAccess is never
+// an exclusive holder: it is exposed (its parent GPU) without creating,
+// holding or destroying anything, and conflicts with no claim.
+//
+// # Lifecycle: release only by the kubelet
+//
+// The checkpoint in the plugin data directory is the driver's own record
+// of what it handed out, written atomically, with the node's boot ID. A
+// claim is checkpointed PrepareStarted, with its allocated devices, before
+// any instance is created for it, and PrepareCompleted, with the runtime
+// identities, once its instances exist and its CDI spec is written, before
+// the kubelet is answered. Each checkpointed claim is one
 // [realize.Holder] (its UID owns the devices; request and device
-// positions are the owner's indexes) in a [realize.Demand] built from the
-// claim listing ([ClaimSource], by default an informer on every
-// ResourceClaim) plus the checkpointed claims no longer allocated here,
-// listed as released. realize decides the rest: two claims with
-// overlapping placements are both withheld and nothing is destroyed while
-// they are listed; an incomplete listing never authorises destruction; an
-// instance in use is never destroyed.
+// positions are the owner's indexes) of its checkpointed devices, in a
+// [realize.Demand] that adds the listed claims allocated to this node
+// ([ClaimSource], by default an informer on every ResourceClaim) that are
+// not checkpointed. No holder is ever released: a checkpointed claim's
+// instances are destroyed only by its UnprepareResourceClaims, never
+// because the API server no longer shows the claim allocated here (a
+// force-deleted pod's container may still hold the device; a new instance
+// at the same placement would get the same IDs). The one exception is a
+// PrepareStarted claim, never handed to a container, that the API server
+// confirms deleted: maintenance unprepares it, since the kubelet may never
+// do so.
+//
+// The control plane can hand a device to a new claim before the node has
+// released it. A device that overlaps a device another checkpointed claim
+// holds is therefore refused ([ErrDeviceHeld]) and, while listed, withheld
+// (never realized nor adopted); the kubelet retries until the holder is
+// unprepared. A claim re-allocated under the same UID while its earlier
+// preparation is PrepareCompleted is refused ([ErrReallocated]) until that
+// preparation is unprepared: its checkpointed instance stays its own,
+// across restarts, and is never adopted for another claim.
 //
 // PrepareResourceClaims realizes a claim's devices through
 // [realize.Manager.Prepare] (exact placements only, rollback on failure,
 // idempotent), writes one CDI spec file per claim into the CDI directory
-// (one CDI device per MIG device, "k8s.mig.dynmig.io/mig=<claim
-// UID>-<device>", whose container edits set NVIDIA_VISIBLE_DEVICES to
-// the MIG device's UUID), and records the runtime identities in the
-// checkpoint file of the plugin data directory, written atomically.
-// UnprepareResourceClaims releases the claim's instances through
-// [realize.Manager.Unprepare], then removes its CDI spec and checkpoint
-// entry; it works for a claim already deleted from the API, and a claim
-// with nothing left succeeds. After a restart, [Driver.Setup] reads the
-// checkpoint and adopts the prepared claims' instances (by their
-// recorded identities, or at their allocated placements when the
-// checkpoint was lost); a checkpoint that cannot be read stops the driver
-// rather than forget what it prepared.
+// (one CDI device per device, "k8s.mig.dynmig.io/mig=<claim
+// UID>-<device>", whose container edits set NVIDIA_VISIBLE_DEVICES to the
+// MIG device's UUID), and checkpoints it. UnprepareResourceClaims releases
+// the claim's checkpointed instances through [realize.Manager.Unprepare],
+// then removes its CDI spec and checkpoint entry; it depends only on the
+// claim's own checkpoint entry and the hardware (conflicts between other
+// claims and an incomplete listing do not hold it up), works for a claim
+// already deleted from the API, and succeeds for a claim with nothing
+// left. After a restart, [Driver.Setup] reads the checkpoint and adopts
+// the checkpointed claims' instances (by their recorded identities, or at
+// their checkpointed placements while PrepareStarted); a checkpoint that
+// cannot be read stops the driver rather than forget what it prepared. A
+// checkpoint written under another boot ID describes instances and
+// containers that did not survive the reboot: its claims are dropped.
+//
+// Two claims whose overlapping devices are both listed and neither
+// checkpointed (a scheduler bug) withhold maintenance's authorisation, as
+// realize's rules say; an incomplete listing never authorises destruction;
+// an instance in use is never destroyed.
 //
 // A container given several MIG devices by CDI sees the last one's
 // NVIDIA_VISIBLE_DEVICES: the variable holds one value. One device per

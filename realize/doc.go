@@ -161,7 +161,7 @@
 //     claimed, so never collected) until idle, and one a released holder
 //     may have left is replaced by Prepare. The claim source therefore
 //     records each identity before it answers NodePrepareResources and
-//     keeps a released claim listed, with its identities, until Unprepare
+//     keeps a prepared claim listed, with its identities, until Unprepare
 //     succeeds. Residual risk: if the source loses the record of an ended
 //     claim whose idle instance is still live, that instance may pass to a
 //     new claim allocated exactly the same placement.
@@ -215,8 +215,10 @@
 // A DRA kubelet plugin lists the claims allocated to its node as a
 // [Demand] (Complete only once its informer is synced; AdoptAtPlacement
 // set, since only the scheduler writes a claim's allocation; claims it
-// prepared that are no longer allocated listed as released, with their
-// recorded identities, until Unprepare succeeds), calls
+// prepared listed with their recorded identities until Unprepare succeeds,
+// whatever the API says of them, since a force-deleted pod's container
+// may still hold the device: dradriver never lists a claim as released,
+// so only Unprepare destroys a prepared claim's instance), calls
 // [Manager.MaintainDemand] at startup and periodically, [Manager.Prepare]
 // in NodePrepareResources (recording each Device.Runtime before it
 // answers, and reporting it in later demands), and [Manager.Unprepare] in

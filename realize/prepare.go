@@ -212,7 +212,7 @@ func (m *Manager) takeHolder(ctx context.Context, gone *desiredSet, h *Holder, r
 	for _, dev := range devs {
 		var mine []reservation.Entry
 		for j, w := range h.Devices {
-			if w.GPUUUID == dev.UUID {
+			if w.GPUUUID == dev.UUID && w.Untrusted == nil { // an untrusted device names nothing of the holder's
 				mine = append(mine, reservation.Entry{PodUID: h.UID, Namespace: h.Namespace, Name: h.Name, Index: j, Allocation: w.Allocation})
 			}
 		}
