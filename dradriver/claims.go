@@ -179,6 +179,30 @@ func (c *Catalog) Used(claims []*resourceapi.ResourceClaim, ck Checkpoint) map[s
 	return used
 }
 
+// Retained returns the partitions the listing's allocations (admin
+// access aside) and the checkpoint's devices name, whether published or
+// not: what must stay counted until released ([CatalogOptions.Retain]).
+func (c *Catalog) Retained(claims []*resourceapi.ResourceClaim, ck Checkpoint) []Partition {
+	var out []Partition
+	for _, claim := range claims {
+		devs, _ := c.ClaimDevices(claim)
+		for _, d := range devs {
+			var dne *DeviceNameError
+			if !d.AdminAccess && !errors.As(d.Err, &dne) {
+				out = append(out, d.Partition)
+			}
+		}
+	}
+	for _, pc := range ck.Claims {
+		for _, d := range pc.Devices {
+			if !d.AdminAccess {
+				out = append(out, d.Partition)
+			}
+		}
+	}
+	return out
+}
+
 // informerSource is a [ClaimSource] over a ResourceClaim informer of the
 // whole cluster: a claim's allocation names the node only in its results'
 // pools, which no field selector reaches.

@@ -11,11 +11,14 @@
 // [realize.Realizer] under the allowlist, become one resource pool of
 // driver [DriverName] named after the node ([Catalog]):
 //
-//   - one counter set per GPU, "gpu-<index>": a counter per memory slot
-//     ("memory-slice-<slot>", value 1), "multiprocessors" (the largest
-//     profile's SMs), and the media-engine counters of [placement.Engines]
-//     where the GPU's profiles need them ("ofa" for the one optical-flow
-//     set of "+me" profiles, "decoders" on GPUs with "+me.all" profiles);
+//   - one counter set per GPU, "gpu-<index>", sized from the GPU's full
+//     profile table as NVML reports it, whatever the allowlist publishes
+//     (capacity comes from the hardware, not from policy): a counter per
+//     memory slot ("memory-slice-<slot>", value 1), "multiprocessors" (the
+//     largest profile's SMs), and the media-engine counters of
+//     [placement.Engines] where the GPU's profiles need them ("ofa" for
+//     the one optical-flow set of "+me" profiles, "decoders" on GPUs with
+//     "+me.all" profiles);
 //   - one device per (GPU, profile, published placement), named by
 //     [Partition.DeviceName] ("mig-<GPU UUID>-<profile>-<start>-<size>"),
 //     consuming its slots [start, start+size) (half-open), its profile's
@@ -23,6 +26,12 @@
 //     "gpuUUID", "gpuIndex", "model", "placementStart", "placementSize",
 //     "computeSlices", and the capacities "memory" (bytes) and
 //     "multiprocessors".
+//
+// A device whose profile the allowlist no longer publishes but that a
+// claim is allocated, or a checkpointed claim holds, stays published
+// ([PublishedDevice.Retained]) with a NoSchedule taint
+// ([RetainedTaintKey]): the allocator keeps counting its slots until it is
+// released, and gives it to no new claim.
 //
 // The allocator takes, for each request, the first device in slice order
 // whose counters are free. Devices are therefore published in

@@ -162,7 +162,8 @@ type Driver struct {
 	source    ClaimSource // cfg.Claims, or Run's informer
 	setUp     bool
 	allowlist capability.Allowlist
-	gpus      []capability.GPU
+	gpus      []capability.GPU // allowlisted tables
+	full      []capability.GPU // full tables
 	health    realize.HealthState
 	ck        Checkpoint
 	cat       *Catalog
@@ -308,16 +309,45 @@ func (d *Driver) Rediscover(ctx context.Context) error {
 	for _, f := range report.Findings {
 		d.log.Info("discovery finding", "finding", f.String())
 	}
+	full, err := fullTables(ctx, d.cfg.Hardware)
+	if err != nil {
+		return fmt.Errorf("driver: discovery: %w", err)
+	}
 	d.mu.Lock()
-	d.gpus = gpus
+	d.gpus, d.full = gpus, full
 	d.mu.Unlock()
 	d.rebuild()
 	return nil
 }
 
+// fullTables reads the full profile table of every GPU in MIG mode, as
+// NVML reports it, without the allowlist: the counters are sized from it
+// (capacity comes from the hardware, not from policy).
+func fullTables(ctx context.Context, hw realize.Realizer) ([]capability.GPU, error) {
+	devs, err := hw.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []capability.GPU
+	for _, dev := range devs {
+		if dev.MIGMode != capability.MIGEnabled {
+			continue
+		}
+		infos, err := hw.GIProfiles(ctx, dev.Index)
+		if err != nil {
+			return nil, &capability.HardwareError{Op: "GIProfiles", GPU: dev.Index, Err: err}
+		}
+		g, _ := capability.GPUFromDevice(dev, infos) // unusable profiles are Discover's findings
+		out = append(out, g)
+	}
+	return out, nil
+}
+
 // SetAllowlist changes the profile policy, discovers again and
 // republishes. Claims already allocated to profiles the new policy does
-// not allow are withheld (respected, never realized) from then on.
+// not allow are withheld (respected, never realized) from then on, unless
+// already prepared; their devices stay published, retained, until
+// released (see the package documentation).
 func (d *Driver) SetAllowlist(ctx context.Context, a capability.Allowlist) error {
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -352,17 +382,17 @@ func (d *Driver) build() {
 			gpus[i].Unhealthy = true
 		}
 	}
-	ck := d.ck
+	ck, full := d.ck, d.full
 	d.mu.Unlock()
-	// Used decodes the allocations against the same GPUs and policy;
-	// decoding does not depend on the order, so an unordered catalog
-	// serves.
-	dec, err := NewCatalog(d.cfg.Node, gpus, nil)
+	// Used and Retained decode the allocations against the same GPUs and
+	// policy; decoding does not depend on the order, so an unordered
+	// catalog serves.
+	dec, err := NewCatalogWith(d.cfg.Node, gpus, CatalogOptions{Full: full})
 	if err != nil {
 		d.log.Error("catalog", "err", err)
 		return
 	}
-	cat, err := NewCatalog(d.cfg.Node, gpus, dec.Used(claims, ck))
+	cat, err := NewCatalogWith(d.cfg.Node, gpus, CatalogOptions{Used: dec.Used(claims, ck), Full: full, Retain: dec.Retained(claims, ck)})
 	if err != nil {
 		d.log.Error("catalog", "err", err)
 		return
@@ -548,7 +578,8 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	want := make([]PreparedDevice, 0, len(devs))
 	realized := 0
 	for _, cd := range devs {
-		if cd.Err != nil {
+		var dne *DeviceNameError
+		if errors.As(cd.Err, &dne) {
 			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
 		}
 		want = append(want, PreparedDevice{Request: cd.Request, Device: cd.Device, ContainerIndex: cd.ContainerIndex,
@@ -558,6 +589,15 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 	}
 	completed := had && prev.State == PrepareCompleted
+	if !completed || !sameDevices(prev, want) {
+		// A prepared claim is handed its devices again even when the
+		// allowlist no longer publishes them; nothing new is.
+		for _, cd := range devs {
+			if cd.Err != nil {
+				return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
+			}
+		}
+	}
 	switch {
 	case completed && !sameDevices(prev, want):
 		return nil, &ClaimError{Claim: ref, Err: ErrReallocated}

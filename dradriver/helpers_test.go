@@ -160,7 +160,7 @@ func allocate(t *testing.T, cat *dradriver.Catalog, claim *resourceapi.ResourceC
 func allocateWith(t *testing.T, cat *dradriver.Catalog, class *resourceapi.DeviceClass, claim *resourceapi.ResourceClaim, allocated ...*resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	t.Helper()
 	ctx := context.Background()
-	features := structured.Features{PartitionableDevices: true, PrioritizedList: true}
+	features := structured.Features{PartitionableDevices: true, PrioritizedList: true, DeviceTaints: true}
 	taken := sets.New[structured.DeviceID]()
 	for _, c := range allocated {
 		for _, r := range c.Status.Allocation.Devices.Results {
