@@ -87,8 +87,7 @@
 // [realize.Manager.Prepare] (exact placements only, rollback on failure,
 // idempotent), writes one CDI spec file per claim into the CDI directory
 // (one CDI device per device, "k8s.mig.dynmig.io/mig=<claim
-// UID>-<device>", whose container edits set NVIDIA_VISIBLE_DEVICES to the
-// MIG device's UUID), and checkpoints it. UnprepareResourceClaims releases
+// UID>-<device>"; see CDI below), and checkpoints it. UnprepareResourceClaims releases
 // the claim's checkpointed instances through [realize.Manager.Unprepare],
 // then removes its CDI spec and checkpoint entry; it depends only on the
 // claim's own checkpoint entry and the hardware (conflicts between other
@@ -106,9 +105,24 @@
 // realize's rules say; an incomplete listing never authorises destruction;
 // an instance in use is never destroyed.
 //
-// A container given several MIG devices by CDI sees the last one's
-// NVIDIA_VISIBLE_DEVICES: the variable holds one value. One device per
-// container, or per request that a container uses, avoids that.
+// # CDI
+//
+// Each claim's CDI spec ([ClaimSpecWith]) gives one CDI device per
+// device. With Config.DeviceNodes (real GPUs: [ProcNodes]), a MIG
+// device's edits inject its GPU instance's and compute instance's
+// capability nodes (/dev/nvidia-caps/nvidia-cap<minor>) and its parent
+// GPU's /dev/nvidia<minor>, and the spec injects /dev/nvidiactl and
+// /dev/nvidia-uvm(-tools), all with their numbers, so a runtime that only
+// applies CDI edits (the NVIDIA container toolkit in CDI mode, where an
+// unprivileged pod's NVIDIA_VISIBLE_DEVICES is not honoured) grants
+// exactly the claim's MIG devices. Every device's edits also set
+// NVIDIA_VISIBLE_DEVICES to the MIG UUIDs of all devices of its request,
+// for runtimes that act on it (the toolkit's legacy mode, which also
+// mounts the driver's libraries); a container given several MIG devices
+// of one request sees them all. A container using two requests of one
+// claim sees the variable of the request applied last: its device nodes
+// are still all there. Under a CDI-only runtime the image must carry the
+// driver's user-space libraries (or another CDI spec must mount them).
 //
 // # Concurrency
 //

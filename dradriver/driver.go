@@ -124,6 +124,11 @@ type Config struct {
 	// Manager configures the realize.Manager; its Logger defaults to
 	// Logger.
 	Manager realize.Options
+	// DeviceNodes finds the device nodes of MIG devices for the CDI specs
+	// (see [NodeSource]); nil injects none, leaving access to a runtime
+	// that acts on NVIDIA_VISIBLE_DEVICES. With real GPUs use
+	// [ProcNodes].
+	DeviceNodes NodeSource
 	// BootID returns the node's boot ID; nil reads
 	// /proc/sys/kernel/random/boot_id. The checkpoint records it, so a
 	// reboot (which no MIG instance or container survives) is told apart
@@ -643,7 +648,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	cdiDevs := make([]CDIDevice, 0, len(devs))
 	for i := range pc.Devices {
 		pd := &pc.Devices[i]
-		cdev := CDIDevice{Device: pd.Device, GPUUUID: pd.Partition.GPUUUID}
+		cdev := CDIDevice{Device: pd.Device, Request: pd.Request, GPUUUID: pd.Partition.GPUUUID}
 		if !pd.AdminAccess {
 			rt, ok := byOwner[[2]int{pd.ContainerIndex, pd.DeviceIndex}]
 			if !ok {
@@ -652,9 +657,28 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			pd.Runtime = rt
 			cdev.MIGUUID = rt.MIGUUID
 		}
+		if src := d.cfg.DeviceNodes; src != nil {
+			var err error
+			if pd.AdminAccess {
+				cdev.Nodes, err = src.GPUNodes(pd.Partition.GPUUUID)
+			} else {
+				cdev.Nodes, err = src.MIGNodes(pd.Partition.GPUUUID, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID)
+			}
+			if err != nil {
+				// The instances stay: the kubelet retries.
+				return nil, &ClaimError{Claim: ref, Device: pd.Device, Err: err}
+			}
+		}
 		cdiDevs = append(cdiDevs, cdev)
 	}
-	ids, err := d.cdi.write(pc.UID, cdiDevs)
+	var common []DeviceNode
+	if src := d.cfg.DeviceNodes; src != nil {
+		var err error
+		if common, err = src.ControlNodes(); err != nil {
+			return nil, &ClaimError{Claim: ref, Err: err}
+		}
+	}
+	ids, err := d.cdi.write(pc.UID, cdiDevs, common)
 	if err != nil {
 		return nil, &ClaimError{Claim: ref, Err: err}
 	}

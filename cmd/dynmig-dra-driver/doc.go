@@ -21,8 +21,11 @@
 // checkpoint of prepared claims), -registrar-dir (default
 // /var/lib/kubelet/plugins_registry), -device-config (a scheduler device
 // config whose nvidia.migProfileAllowlist is the profile policy; SIGHUP
-// reads it again and republishes) and -maintain-interval; -help lists
-// them. -kubeconfig names a kubeconfig file for running out of a cluster;
+// reads it again and republishes), -maintain-interval and -device-nodes
+// ("auto": with -backend=nvml, the CDI specs inject each MIG device's
+// /dev/nvidia-caps nodes, its parent GPU's /dev/nvidia<minor>, nvidiactl
+// and nvidia-uvm, read from the NVIDIA driver's /proc files; "on"; "off");
+// -help lists them. -kubeconfig names a kubeconfig file for running out of a cluster;
 // empty means $KUBECONFIG, and with that empty too, the pod's service
 // account ([kube.RESTConfig]).
 //
