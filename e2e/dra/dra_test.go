@@ -26,6 +26,7 @@ import (
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
 	"github.com/dynmig/dynmig/fakehal"
@@ -98,7 +99,9 @@ kind: KubeSchedulerConfiguration
 // unprepares through the kubelet afterwards; and that a force-deleted
 // pod's device, whose container still runs, stays its instance through
 // maintenance and a driver restart while the claim the control plane
-// handed it to is refused, until the kubelet unprepares the old claim.
+// handed it to is refused, until the kubelet unprepares the old claim;
+// and that when the allowlist narrows, a prepared device of a dropped
+// profile stays published, so its slots are not handed out again.
 func TestDRA(t *testing.T) {
 	ctx := cluster.TestContext(t, 5*time.Minute)
 	start := time.Now()
@@ -302,6 +305,27 @@ func TestDRA(t *testing.T) {
 		t.Errorf("claim g got %+v, want a new instance (c's was %s)", gInst, cMIG)
 	}
 	t.Logf("force-deleted pod checked at %v", time.Since(start).Round(time.Millisecond))
+
+	// 8. The allowlist narrows to 1g.6gb while f holds a 2g.12gb device
+	// and the GPU is full: f's device stays published (retained), so the
+	// scheduler hands its slots to no one, until f is unprepared and gone.
+	if err := drv.d.SetAllowlist(ctx, capability.Allowlist{{Models: []string{"A30"}, Profiles: []string{"1g.6gb"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ctx, admin, drv.d)
+	if !slices.ContainsFunc(drv.d.Catalog().Devices(), func(d dradriver.PublishedDevice) bool { return d.Retained && d.Name == f.devices[0] }) {
+		t.Errorf("f's device %s is not published as retained after the allowlist narrowed", f.devices[0])
+	}
+	e.createPod("h", "mig-1g-6gb")
+	e.waitUnschedulable("h")
+	e.unprepare(f)
+	e.deletePod(f)
+	h := e.waitScheduled("h")
+	if p := e.partition(h.devices[0]); p.Placement.Start < 2 {
+		t.Errorf("claim h allocated %s, want one of f's freed slots", h.devices[0])
+	}
+	e.prepare(h)
+	t.Logf("narrowed allowlist checked at %v", time.Since(start).Round(time.Millisecond))
 }
 
 // refusedPrepare checks that the kubelet's prepare of the pod's claim
