@@ -485,7 +485,13 @@ func (d *Driver) unprepareDemand(uid string) realize.Demand {
 // is unprepared by the driver itself.
 func (d *Driver) Maintain(ctx context.Context) (realize.MaintainReport, error) {
 	d.cleanStale(ctx)
-	rep, err := d.mgr.MaintainDemand(ctx, d.Demand())
+	// The demand is read between claim operations, so that it holds every
+	// claim whose preparation began; one that begins later creates
+	// instances that realize's AbsentPodGrace protects from this pass.
+	d.opMu.Lock()
+	dem := d.Demand()
+	d.opMu.Unlock()
+	rep, err := d.mgr.MaintainDemand(ctx, dem)
 	if rep.Adopt != nil {
 		d.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
 			"pending", len(rep.Adopt.Pending), "rejected", len(rep.Adopt.Rejected), "leaks", len(rep.Adopt.Leaks), "err", err)
