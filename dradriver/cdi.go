@@ -2,6 +2,8 @@ package dradriver
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -16,10 +18,17 @@ const (
 	CDIKind   = CDIVendor + "/" + CDIClass
 )
 
-// CDIDevice is one MIG device to describe in a claim's CDI spec.
+// CDIDevice is one device to describe in a claim's CDI spec.
 type CDIDevice struct {
 	Device  string // DRA device name
-	MIGUUID string // the realized MIG device, "MIG-..."
+	Request string // the allocation result's request, "<request>[/<subrequest>]"
+	GPUUUID string // the parent GPU, "GPU-..."
+	// MIGUUID is the realized MIG device, "MIG-..."; "" for a device
+	// with admin access, which exposes its parent GPU instead.
+	MIGUUID string
+	// Nodes are the device nodes the container needs for it (see
+	// [NodeSource]); none when the driver has no NodeSource.
+	Nodes []DeviceNode
 }
 
 // cdiWriter writes one transient CDI spec file per prepared claim into a
@@ -50,26 +59,54 @@ func specName(claimUID string) string {
 	return cdi.GenerateTransientSpecName(CDIVendor, CDIClass, claimUID)
 }
 
-// ClaimSpec returns the CDI spec of a claim's devices: one CDI device per
-// MIG device whose container edits set NVIDIA_VISIBLE_DEVICES to its MIG
-// UUID (the NVIDIA container runtime hook then exposes exactly that MIG
-// device), with its qualified CDI names in the same order.
+// ClaimSpec is [ClaimSpecWith] without common nodes.
 func ClaimSpec(claimUID string, devs []CDIDevice) (*cdispec.Spec, []string, error) {
+	return ClaimSpecWith(claimUID, devs, nil)
+}
+
+// ClaimSpecWith returns the CDI spec of a claim's devices, with their
+// qualified CDI names in the same order: one CDI device per device, whose
+// container edits inject its device nodes (a MIG device's capability
+// nodes and its parent GPU's node) and set NVIDIA_VISIBLE_DEVICES to the
+// MIG UUIDs (or, for admin access, GPU UUIDs) of every device of the same
+// request, comma-separated, so that a container given several devices of
+// one request sees them all whichever device's edits come last. common
+// (nvidiactl, nvidia-uvm) is injected once for the spec's devices.
+//
+// The nodes grant access where the runtime does not act on
+// NVIDIA_VISIBLE_DEVICES (the NVIDIA container toolkit in CDI mode,
+// unprivileged pods); the variable serves runtimes that do (the toolkit's
+// legacy mode), which then also mount the driver's libraries.
+func ClaimSpecWith(claimUID string, devs []CDIDevice, common []DeviceNode) (*cdispec.Spec, []string, error) {
 	spec := &cdispec.Spec{Kind: CDIKind}
+	visible := map[string][]string{}
+	for _, d := range devs {
+		id := d.MIGUUID
+		if id == "" {
+			id = d.GPUUUID
+		}
+		req, _, _ := strings.Cut(d.Request, "/")
+		if !slices.Contains(visible[req], id) {
+			visible[req] = append(visible[req], id)
+		}
+	}
 	ids := make([]string, 0, len(devs))
 	for _, d := range devs {
 		name := cdiName(claimUID, d.Device)
 		if err := parser.ValidateDeviceName(name); err != nil {
 			return nil, nil, fmt.Errorf("driver: CDI device for claim %s device %s: %w", claimUID, d.Device, err)
 		}
+		req, _, _ := strings.Cut(d.Request, "/")
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name: name,
 			ContainerEdits: cdispec.ContainerEdits{
-				Env: []string{"NVIDIA_VISIBLE_DEVICES=" + d.MIGUUID},
+				Env:         []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(visible[req], ",")},
+				DeviceNodes: cdiNodes(d.Nodes),
 			},
 		})
 		ids = append(ids, parser.QualifiedName(CDIVendor, CDIClass, name))
 	}
+	spec.ContainerEdits.DeviceNodes = cdiNodes(common)
 	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, nil, err
@@ -78,13 +115,26 @@ func ClaimSpec(claimUID string, devs []CDIDevice) (*cdispec.Spec, []string, erro
 	return spec, ids, nil
 }
 
+func cdiNodes(nodes []DeviceNode) []*cdispec.DeviceNode {
+	var out []*cdispec.DeviceNode
+	for _, n := range nodes {
+		cn := &cdispec.DeviceNode{Path: n.Path, Type: "c", Major: n.Major, Minor: n.Minor}
+		if n.FileMode != 0 {
+			mode := n.FileMode
+			cn.FileMode = &mode
+		}
+		out = append(out, cn)
+	}
+	return out
+}
+
 // write writes the claim's spec file atomically and returns the qualified
 // CDI device names, in the order of devs.
-func (w *cdiWriter) write(claimUID string, devs []CDIDevice) ([]string, error) {
+func (w *cdiWriter) write(claimUID string, devs []CDIDevice, common []DeviceNode) ([]string, error) {
 	if len(devs) == 0 {
 		return nil, w.remove(claimUID)
 	}
-	spec, ids, err := ClaimSpec(claimUID, devs)
+	spec, ids, err := ClaimSpecWith(claimUID, devs, common)
 	if err != nil {
 		return nil, err
 	}

@@ -18,39 +18,68 @@ import (
 // directory.
 const CheckpointFile = "checkpoint.json"
 
-// checkpointVersion is the only version ReadCheckpoint accepts.
-const checkpointVersion = 1
+// checkpointVersion is the version WriteCheckpoint writes. ReadCheckpoint
+// also reads version 1 (no boot ID, no states: every claim completed).
+const checkpointVersion = 2
 
-// Checkpoint lists the claims the driver prepared and has not yet
-// unprepared, with the runtime identities of their MIG devices. It is what
-// lets a restarted driver adopt its instances instead of destroying them,
-// and unprepare a claim that is gone from the API. The zero value is an
-// empty checkpoint.
+// Checkpoint lists the claims the driver began or finished preparing and
+// has not yet unprepared, with the runtime identities of their MIG
+// devices, and the boot ID of the node when it was written. It is the
+// driver's own durable record of what it handed out: a restarted driver
+// adopts these instances instead of destroying them, keeps them until the
+// kubelet unprepares their claims, refuses to prepare their devices for
+// another claim, and unprepares a claim that is gone from the API. The zero
+// value is an empty checkpoint.
 type Checkpoint struct {
+	// BootID is the node's boot ID (the kernel's random boot_id) when the
+	// checkpoint was written; "" for a version 1 file. A different boot
+	// ID means the node rebooted since: no MIG instance and no container
+	// of a checkpointed claim survived.
+	BootID string
 	Claims []PreparedClaim
 }
 
-// PreparedClaim is one prepared ResourceClaim.
+// ClaimState is how far the driver got in preparing a claim.
+type ClaimState string
+
+// The claim states. A claim is checkpointed as PrepareStarted, with its
+// allocated devices, before any of its MIG instances is created, and as
+// PrepareCompleted, with their runtime identities, once they all exist
+// and its CDI spec is written, before the kubelet is answered. A
+// PrepareStarted claim was therefore never handed to a container.
+const (
+	PrepareStarted   ClaimState = "PrepareStarted"
+	PrepareCompleted ClaimState = "PrepareCompleted"
+)
+
+// PreparedClaim is one checkpointed ResourceClaim.
 type PreparedClaim struct {
 	UID       string
 	Namespace string
 	Name      string
+	State     ClaimState
 	Devices   []PreparedDevice
 }
 
-// PreparedDevice is one prepared device of a claim: the allocation result
-// it came from, the partition it names and the realized instance.
+// PreparedDevice is one checkpointed device of a claim: the allocation
+// result it came from, the partition it names and, once prepared, the
+// realized instance.
 type PreparedDevice struct {
 	Request        string // allocation result's request (may be "<request>/<subrequest>")
 	Device         string // DRA device name in the node's pool
 	ContainerIndex int    // the request's position among the claim's requests for this driver
 	DeviceIndex    int    // the device's position within that request
 	Partition      Partition
-	Runtime        reservation.RuntimeIdentity
-	CDIDevice      string // qualified CDI device name handed to the kubelet
+	// AdminAccess is the allocation result's adminAccess: such a device
+	// is never realized or held, only exposed (see [Catalog.ClaimDevices]).
+	AdminAccess bool
+	// Runtime is the realized instance; zero while PrepareStarted and for
+	// admin access.
+	Runtime   reservation.RuntimeIdentity
+	CDIDevice string // qualified CDI device name handed to the kubelet
 }
 
-// Claim returns the prepared claim with the given UID.
+// Claim returns the checkpointed claim with the given UID.
 func (c Checkpoint) Claim(uid string) (*PreparedClaim, bool) {
 	for i := range c.Claims {
 		if c.Claims[i].UID == uid {
@@ -58,6 +87,25 @@ func (c Checkpoint) Claim(uid string) (*PreparedClaim, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Holds returns the checkpointed claim, other than except, one of whose
+// devices without admin access overlaps p (same GPU, overlapping
+// placement), and that device.
+func (c Checkpoint) Holds(p Partition, except string) (*PreparedClaim, *PreparedDevice, bool) {
+	for i := range c.Claims {
+		pc := &c.Claims[i]
+		if pc.UID == except {
+			continue
+		}
+		for j := range pc.Devices {
+			d := &pc.Devices[j]
+			if !d.AdminAccess && d.Partition.GPUUUID == p.GPUUUID && d.Partition.Placement.Overlaps(p.Placement) {
+				return pc, d, true
+			}
+		}
+	}
+	return nil, nil, false
 }
 
 // ErrCheckpoint is wrapped by every [*CheckpointError].
@@ -92,6 +140,7 @@ func (e *CheckpointError) Unwrap() []error { return []error{ErrCheckpoint, e.Err
 // field renames.
 type checkpointJSON struct {
 	Version int         `json:"version"`
+	BootID  string      `json:"bootID,omitempty"`
 	Claims  []claimJSON `json:"claims"`
 }
 
@@ -99,6 +148,7 @@ type claimJSON struct {
 	UID       string       `json:"uid"`
 	Namespace string       `json:"namespace"`
 	Name      string       `json:"name"`
+	State     ClaimState   `json:"state,omitempty"`
 	Devices   []deviceJSON `json:"devices"`
 }
 
@@ -107,22 +157,24 @@ type deviceJSON struct {
 	Device         string `json:"device"`
 	ContainerIndex int    `json:"containerIndex"`
 	DeviceIndex    int    `json:"deviceIndex"`
+	AdminAccess    bool   `json:"adminAccess,omitempty"`
 	MIGUUID        string `json:"migUUID"`
 	GIID           uint32 `json:"gpuInstanceID"`
 	CIID           uint32 `json:"computeInstanceID"`
 	CDIDevice      string `json:"cdiDevice"`
 }
 
-// EncodeCheckpoint returns the checkpoint's file content. The partition
-// of each device is its device name, so it is not stored twice.
+// EncodeCheckpoint returns the checkpoint's file content (version 2). The
+// partition of each device is its device name, so it is not stored twice.
 func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
-	out := checkpointJSON{Version: checkpointVersion, Claims: make([]claimJSON, 0, len(c.Claims))}
+	out := checkpointJSON{Version: checkpointVersion, BootID: c.BootID, Claims: make([]claimJSON, 0, len(c.Claims))}
 	for _, cl := range c.Claims {
-		cj := claimJSON{UID: cl.UID, Namespace: cl.Namespace, Name: cl.Name, Devices: make([]deviceJSON, 0, len(cl.Devices))}
+		cj := claimJSON{UID: cl.UID, Namespace: cl.Namespace, Name: cl.Name, State: cl.State, Devices: make([]deviceJSON, 0, len(cl.Devices))}
 		for _, d := range cl.Devices {
 			cj.Devices = append(cj.Devices, deviceJSON{
 				Request: d.Request, Device: d.Device, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex,
-				MIGUUID: d.Runtime.MIGUUID, GIID: d.Runtime.GPUInstanceID, CIID: d.Runtime.ComputeInstanceID,
+				AdminAccess: d.AdminAccess,
+				MIGUUID:     d.Runtime.MIGUUID, GIID: d.Runtime.GPUInstanceID, CIID: d.Runtime.ComputeInstanceID,
 				CDIDevice: d.CDIDevice,
 			})
 		}
@@ -131,12 +183,21 @@ func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 	return json.MarshalIndent(out, "", "  ")
 }
 
-// DecodeCheckpoint parses a checkpoint file's content. Unknown fields, a
-// version other than 1, an empty or repeated claim UID, a device name that
-// does not decode (or disagrees with nothing else: the partition is the
-// name), a negative index, a repeated (ContainerIndex, DeviceIndex) within
-// a claim, or a runtime identity reservation would not accept are each a
-// [*CheckpointError] naming the claim and device; path only labels them.
+// ErrCheckpointState: a checkpointed claim's state is unknown, or its
+// devices do not fit it (a completed claim's device without admin access
+// and without a runtime identity, a started claim's or an admin-access
+// device with one).
+var ErrCheckpointState = errors.New("driver: checkpointed claim state does not fit its devices")
+
+// DecodeCheckpoint parses a checkpoint file's content, version 2 or 1 (a
+// version 1 claim is PrepareCompleted). Unknown fields, another version,
+// an empty or repeated claim UID, an unknown state or devices that do not
+// fit it ([ErrCheckpointState]), a device name that does not decode (the
+// partition is the name), a negative index, a repeated (ContainerIndex,
+// DeviceIndex) within a claim, a runtime identity reservation would not
+// accept, or two claims whose devices without admin access overlap are
+// each a [*CheckpointError] naming the claim and device; path only labels
+// them.
 func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 	bad := func(claim, dev int, err error) (Checkpoint, error) {
 		return Checkpoint{}, &CheckpointError{Path: path, Claim: claim, Device: dev, Err: err}
@@ -150,17 +211,32 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return bad(-1, -1, errors.New("trailing data after the checkpoint object"))
 	}
-	if in.Version != checkpointVersion {
-		return bad(-1, -1, fmt.Errorf("version %d, want %d", in.Version, checkpointVersion))
+	switch in.Version {
+	case 1:
+		if in.BootID != "" {
+			return bad(-1, -1, errors.New("version 1 has no boot ID"))
+		}
+	case checkpointVersion:
+	default:
+		return bad(-1, -1, fmt.Errorf("version %d, want 1 or %d", in.Version, checkpointVersion))
 	}
-	var out Checkpoint
+	out := Checkpoint{BootID: in.BootID}
 	seen := map[string]bool{}
 	for i, cj := range in.Claims {
 		if cj.UID == "" || seen[cj.UID] {
 			return bad(i, -1, errors.New("empty or repeated claim UID"))
 		}
 		seen[cj.UID] = true
-		cl := PreparedClaim{UID: cj.UID, Namespace: cj.Namespace, Name: cj.Name}
+		state := cj.State
+		switch {
+		case in.Version == 1 && state == "":
+			state = PrepareCompleted
+		case in.Version == 1:
+			return bad(i, -1, fmt.Errorf("%w: version 1 has no states", ErrCheckpointState))
+		case state != PrepareStarted && state != PrepareCompleted:
+			return bad(i, -1, fmt.Errorf("%w: state %q", ErrCheckpointState, state))
+		}
+		cl := PreparedClaim{UID: cj.UID, Namespace: cj.Namespace, Name: cj.Name, State: state}
 		idx := map[[2]int]bool{}
 		for j, dj := range cj.Devices {
 			p, err := ParseDeviceName(dj.Device)
@@ -170,17 +246,33 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 			if dj.ContainerIndex < 0 || dj.DeviceIndex < 0 || idx[[2]int{dj.ContainerIndex, dj.DeviceIndex}] {
 				return bad(i, j, errors.New("negative or repeated (containerIndex, deviceIndex)"))
 			}
+			if in.Version == 1 && dj.AdminAccess {
+				return bad(i, j, errors.New("version 1 has no admin access"))
+			}
 			idx[[2]int{dj.ContainerIndex, dj.DeviceIndex}] = true
 			rt := reservation.RuntimeIdentity{MIGUUID: dj.MIGUUID, GPUInstanceID: dj.GIID, ComputeInstanceID: dj.CIID}
+			recorded := rt != reservation.RuntimeIdentity{}
+			if want := state == PrepareCompleted && !dj.AdminAccess; recorded != want {
+				return bad(i, j, fmt.Errorf("%w: %s device (admin access %t) with runtime identity %t", ErrCheckpointState, state, dj.AdminAccess, recorded))
+			}
 			a := reservation.Allocation{ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
-				GPUUUID: p.GPUUUID, Profile: p.Profile, Placement: p.Placement}.WithRuntime(rt)
+				GPUUUID: p.GPUUUID, Profile: p.Profile, Placement: p.Placement}
+			if recorded {
+				a = a.WithRuntime(rt)
+			}
 			if err := reservation.Validate([]reservation.Allocation{a}); err != nil {
 				return bad(i, j, err)
 			}
-			cl.Devices = append(cl.Devices, PreparedDevice{
+			d := PreparedDevice{
 				Request: dj.Request, Device: dj.Device, ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
-				Partition: p, Runtime: rt, CDIDevice: dj.CDIDevice,
-			})
+				Partition: p, AdminAccess: dj.AdminAccess, Runtime: rt, CDIDevice: dj.CDIDevice,
+			}
+			if !d.AdminAccess {
+				if other, _, held := out.Holds(p, ""); held {
+					return bad(i, j, fmt.Errorf("device overlaps a device of claim %s", other.UID))
+				}
+			}
+			cl.Devices = append(cl.Devices, d)
 		}
 		out.Claims = append(out.Claims, cl)
 	}

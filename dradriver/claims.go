@@ -42,6 +42,10 @@ type ClaimDevice struct {
 	ContainerIndex int
 	DeviceIndex    int
 	Partition      Partition
+	// AdminAccess is the result's adminAccess: the device is exposed to
+	// the claim's containers for monitoring, never realized, held or
+	// destroyed for it, and it conflicts with no other claim.
+	AdminAccess bool
 	// Err is the [*DeviceNameError] of a name that does not decode, or
 	// the [*NotPublishedError] of a partition the node does not publish.
 	// Such a device is never realized.
@@ -68,7 +72,8 @@ func (c *Catalog) ClaimDevices(claim *resourceapi.ResourceClaim) ([]ClaimDevice,
 			ci = len(requests)
 			requests[parent] = ci
 		}
-		cd := ClaimDevice{Request: r.Request, Device: r.Device, ContainerIndex: ci, DeviceIndex: perRequest[parent]}
+		cd := ClaimDevice{Request: r.Request, Device: r.Device, ContainerIndex: ci, DeviceIndex: perRequest[parent],
+			AdminAccess: r.AdminAccess != nil && *r.AdminAccess}
 		perRequest[parent]++
 		cd.Partition, _, cd.Err = c.Lookup(r.Device)
 		out = append(out, cd)
@@ -76,38 +81,45 @@ func (c *Catalog) ClaimDevices(claim *resourceapi.ResourceClaim) ([]ClaimDevice,
 	return out, len(out) > 0
 }
 
-// holderOf is the realize holder of a listed claim allocated to this
-// node. Devices whose names do not decode name no hardware and are left
-// out; devices the node does not publish are withheld (Untrusted:
-// respected, never realized). A device whose checkpointed partition
-// equals its allocation carries the checkpointed runtime identity.
-func holderOf(claim *resourceapi.ResourceClaim, devs []ClaimDevice, prepared *PreparedClaim) realize.Holder {
+// listedHolder is the realize holder of a listed claim allocated to this
+// node that the driver has not checkpointed. Devices with admin access
+// are no one's, and devices whose names do not decode name no hardware:
+// both are left out. Devices the node does not publish, and devices that
+// overlap a device a checkpointed claim holds, are withheld (Untrusted:
+// respected, never realized, in no conflict).
+func listedHolder(claim *resourceapi.ResourceClaim, devs []ClaimDevice, ck Checkpoint) realize.Holder {
 	h := realize.Holder{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
 	for _, d := range devs {
 		var dne *DeviceNameError
-		if errors.As(d.Err, &dne) {
+		if d.AdminAccess || errors.As(d.Err, &dne) {
 			continue
 		}
-		a := allocationOf(d.ContainerIndex, d.DeviceIndex, d.Partition)
-		if prepared != nil {
-			for _, pd := range prepared.Devices {
-				if pd.ContainerIndex == d.ContainerIndex && pd.DeviceIndex == d.DeviceIndex && pd.Partition == d.Partition {
-					a = a.WithRuntime(pd.Runtime)
-				}
+		untrusted := d.Err
+		if untrusted == nil {
+			if pc, pd, held := ck.Holds(d.Partition, h.UID); held {
+				untrusted = &DeviceHeldError{Device: d.Device, Claim: pc.UID, Held: pd.Device}
 			}
 		}
-		h.Devices = append(h.Devices, realize.Want{Allocation: a, Untrusted: d.Err})
+		h.Devices = append(h.Devices, realize.Want{Allocation: allocationOf(d.ContainerIndex, d.DeviceIndex, d.Partition), Untrusted: untrusted})
 	}
 	return h
 }
 
-// releasedHolder is the holder of a checkpointed claim that is no longer
-// allocated to this node: released, with its recorded identities, so that
-// its instances are reclaimed and never handed to another claim.
-func releasedHolder(pc *PreparedClaim) realize.Holder {
-	h := realize.Holder{UID: pc.UID, Namespace: pc.Namespace, Name: pc.Name, Released: true}
+// checkpointedHolder is the realize holder of a checkpointed claim: its
+// checkpointed devices without admin access, with their recorded runtime
+// identities (none while PrepareStarted). It is never released: only the
+// claim's unprepare destroys its instances.
+func checkpointedHolder(pc *PreparedClaim) realize.Holder {
+	h := realize.Holder{UID: pc.UID, Namespace: pc.Namespace, Name: pc.Name}
 	for _, d := range pc.Devices {
-		h.Devices = append(h.Devices, realize.Want{Allocation: allocationOf(d.ContainerIndex, d.DeviceIndex, d.Partition).WithRuntime(d.Runtime)})
+		if d.AdminAccess {
+			continue
+		}
+		a := allocationOf(d.ContainerIndex, d.DeviceIndex, d.Partition)
+		if d.Runtime != (reservation.RuntimeIdentity{}) {
+			a = a.WithRuntime(d.Runtime)
+		}
+		h.Devices = append(h.Devices, realize.Want{Allocation: a})
 	}
 	return h
 }
@@ -116,85 +128,79 @@ func allocationOf(ci, di int, p Partition) reservation.Allocation {
 	return reservation.Allocation{ContainerIndex: ci, DeviceIndex: di, GPUUUID: p.GPUUUID, Profile: p.Profile, Placement: p.Placement}
 }
 
-// Demand builds the realize demand of a claim listing: one holder per
-// claim allocated to this node's pool (override, when not nil, replaces
-// the listed claim with its UID or is added), plus one holder per
-// checkpointed claim the listing lacks. Such a claim is released only when
-// gone, if not nil, confirms it (the API server no longer has it allocated
-// here); otherwise it keeps its devices, since a lagging listing may not
-// show a claim the kubelet has just had prepared. A nil gone releases
-// every checkpointed claim the listing lacks. Placements come only from
-// claim status (the allocator), so AdoptAtPlacement is set.
-func (c *Catalog) Demand(claims []*resourceapi.ResourceClaim, complete bool, ck Checkpoint, override *resourceapi.ResourceClaim, gone func(uid string) bool) realize.Demand {
+// Demand builds the realize demand of a claim listing and the checkpoint:
+// one holder per checkpointed claim, from the checkpoint (what was
+// prepared, whatever the listing now says of the claim), and one per
+// listed claim allocated to this node's pool that is not checkpointed,
+// from its allocation (see listedHolder). No holder is ever released: a
+// checkpointed claim's instances are destroyed only by its unprepare,
+// never because the API no longer shows it allocated here (its
+// force-deleted pod's container may still hold the device). Placements
+// come only from claim status (the allocator) and the checkpoint, so
+// AdoptAtPlacement is set.
+func (c *Catalog) Demand(claims []*resourceapi.ResourceClaim, complete bool, ck Checkpoint) realize.Demand {
 	d := realize.Demand{Complete: complete, AdoptAtPlacement: true}
-	listed := map[string]bool{}
-	add := func(claim *resourceapi.ResourceClaim) {
-		devs, ok := c.ClaimDevices(claim)
-		if !ok {
-			return
-		}
-		prepared, _ := ck.Claim(string(claim.UID))
-		d.Holders = append(d.Holders, holderOf(claim, devs, prepared))
-		listed[string(claim.UID)] = true
+	for i := range ck.Claims {
+		d.Holders = append(d.Holders, checkpointedHolder(&ck.Claims[i]))
 	}
 	for _, claim := range claims {
-		if override != nil && claim.UID == override.UID {
+		if _, checkpointed := ck.Claim(string(claim.UID)); checkpointed {
 			continue
 		}
-		add(claim)
-	}
-	if override != nil {
-		add(override)
-	}
-	for i := range ck.Claims {
-		if listed[ck.Claims[i].UID] {
+		devs, ok := c.ClaimDevices(claim)
+		if !ok {
 			continue
 		}
-		h := releasedHolder(&ck.Claims[i])
-		if gone != nil && !gone(h.UID) {
-			h.Released = false
-		}
-		d.Holders = append(d.Holders, h)
+		d.Holders = append(d.Holders, listedHolder(claim, devs, ck))
 	}
 	return d
 }
 
-// Unlisted returns the checkpointed claims that claims lacks.
-func (c *Catalog) Unlisted(claims []*resourceapi.ResourceClaim, ck Checkpoint) []PreparedClaim {
-	listed := map[string]bool{}
-	for _, claim := range claims {
-		if _, ok := c.ClaimDevices(claim); ok {
-			listed[string(claim.UID)] = true
-		}
-	}
-	var out []PreparedClaim
-	for _, pc := range ck.Claims {
-		if !listed[pc.UID] {
-			out = append(out, pc)
-		}
-	}
-	return out
-}
-
 // Used returns, per GPU UUID, the slots that the listing's allocations
-// and the checkpoint's prepared devices take: what the allocator already
-// counts as consumed, for [NewCatalog]'s order.
+// and the checkpoint's prepared devices take (admin access takes none):
+// what the allocator already counts as consumed, for [NewCatalog]'s order.
 func (c *Catalog) Used(claims []*resourceapi.ResourceClaim, ck Checkpoint) map[string]placement.Occupancy {
 	used := map[string]placement.Occupancy{}
 	for _, claim := range claims {
 		devs, _ := c.ClaimDevices(claim)
 		for _, d := range devs {
-			if d.Err == nil {
+			if d.Err == nil && !d.AdminAccess {
 				used[d.Partition.GPUUUID] = used[d.Partition.GPUUUID].Take(d.Partition.Placement)
 			}
 		}
 	}
 	for _, pc := range ck.Claims {
 		for _, d := range pc.Devices {
-			used[d.Partition.GPUUUID] = used[d.Partition.GPUUUID].Take(d.Partition.Placement)
+			if !d.AdminAccess {
+				used[d.Partition.GPUUUID] = used[d.Partition.GPUUUID].Take(d.Partition.Placement)
+			}
 		}
 	}
 	return used
+}
+
+// Retained returns the partitions the listing's allocations (admin
+// access aside) and the checkpoint's devices name, whether published or
+// not: what must stay counted until released ([CatalogOptions.Retain]).
+func (c *Catalog) Retained(claims []*resourceapi.ResourceClaim, ck Checkpoint) []Partition {
+	var out []Partition
+	for _, claim := range claims {
+		devs, _ := c.ClaimDevices(claim)
+		for _, d := range devs {
+			var dne *DeviceNameError
+			if !d.AdminAccess && !errors.As(d.Err, &dne) {
+				out = append(out, d.Partition)
+			}
+		}
+	}
+	for _, pc := range ck.Claims {
+		for _, d := range pc.Devices {
+			if !d.AdminAccess {
+				out = append(out, d.Partition)
+			}
+		}
+	}
+	return out
 }
 
 // informerSource is a [ClaimSource] over a ResourceClaim informer of the

@@ -11,11 +11,14 @@
 // [realize.Realizer] under the allowlist, become one resource pool of
 // driver [DriverName] named after the node ([Catalog]):
 //
-//   - one counter set per GPU, "gpu-<index>": a counter per memory slot
-//     ("memory-slice-<slot>", value 1), "multiprocessors" (the largest
-//     profile's SMs), and the media-engine counters of [placement.Engines]
-//     where the GPU's profiles need them ("ofa" for the one optical-flow
-//     set of "+me" profiles, "decoders" on GPUs with "+me.all" profiles);
+//   - one counter set per GPU, "gpu-<index>", sized from the GPU's full
+//     profile table as NVML reports it, whatever the allowlist publishes
+//     (capacity comes from the hardware, not from policy): a counter per
+//     memory slot ("memory-slice-<slot>", value 1), "multiprocessors" (the
+//     largest profile's SMs), and the media-engine counters of
+//     [placement.Engines] where the GPU's profiles need them ("ofa" for
+//     the one optical-flow set of "+me" profiles, "decoders" on GPUs with
+//     "+me.all" profiles);
 //   - one device per (GPU, profile, published placement), named by
 //     [Partition.DeviceName] ("mig-<GPU UUID>-<profile>-<start>-<size>"),
 //     consuming its slots [start, start+size) (half-open), its profile's
@@ -23,6 +26,12 @@
 //     "gpuUUID", "gpuIndex", "model", "placementStart", "placementSize",
 //     "computeSlices", and the capacities "memory" (bytes) and
 //     "multiprocessors".
+//
+// A device whose profile the allowlist no longer publishes but that a
+// claim is allocated, or a checkpointed claim holds, stays published
+// ([PublishedDevice.Retained]) with a NoSchedule taint
+// ([RetainedTaintKey]): the allocator keeps counting its slots until it is
+// released, and gives it to no new claim.
 //
 // The allocator takes, for each request, the first device in slice order
 // whose counters are free. Devices are therefore published in
@@ -56,35 +65,80 @@
 // [DriverName] in this node's pool count. A device name that does not
 // decode names no hardware and fails the claim; one that decodes to a
 // partition the node does not publish (another allowlist, another GPU) is
-// withheld: respected, never realized. Each claim is one
+// withheld: respected, never realized. A result with adminAccess is never
+// an exclusive holder: it is exposed (its parent GPU) without creating,
+// holding or destroying anything, and conflicts with no claim.
+//
+// # Lifecycle: release only by the kubelet
+//
+// The checkpoint in the plugin data directory is the driver's own record
+// of what it handed out, written atomically, with the node's boot ID. A
+// claim is checkpointed PrepareStarted, with its allocated devices, before
+// any instance is created for it, and PrepareCompleted, with the runtime
+// identities, once its instances exist and its CDI spec is written, before
+// the kubelet is answered. Each checkpointed claim is one
 // [realize.Holder] (its UID owns the devices; request and device
-// positions are the owner's indexes) in a [realize.Demand] built from the
-// claim listing ([ClaimSource], by default an informer on every
-// ResourceClaim) plus the checkpointed claims no longer allocated here,
-// listed as released. realize decides the rest: two claims with
-// overlapping placements are both withheld and nothing is destroyed while
-// they are listed; an incomplete listing never authorises destruction; an
-// instance in use is never destroyed.
+// positions are the owner's indexes) of its checkpointed devices, in a
+// [realize.Demand] that adds the listed claims allocated to this node
+// ([ClaimSource], by default an informer on every ResourceClaim) that are
+// not checkpointed. No holder is ever released: a checkpointed claim's
+// instances are destroyed only by its UnprepareResourceClaims, never
+// because the API server no longer shows the claim allocated here (a
+// force-deleted pod's container may still hold the device; a new instance
+// at the same placement would get the same IDs). The one exception is a
+// PrepareStarted claim, never handed to a container, that the API server
+// confirms deleted: maintenance unprepares it, since the kubelet may never
+// do so.
+//
+// The control plane can hand a device to a new claim before the node has
+// released it. A device that overlaps a device another checkpointed claim
+// holds is therefore refused ([ErrDeviceHeld]) and, while listed, withheld
+// (never realized nor adopted); the kubelet retries until the holder is
+// unprepared. A claim re-allocated under the same UID while its earlier
+// preparation is PrepareCompleted is refused ([ErrReallocated]) until that
+// preparation is unprepared: its checkpointed instance stays its own,
+// across restarts, and is never adopted for another claim.
 //
 // PrepareResourceClaims realizes a claim's devices through
 // [realize.Manager.Prepare] (exact placements only, rollback on failure,
 // idempotent), writes one CDI spec file per claim into the CDI directory
-// (one CDI device per MIG device, "k8s.mig.dynmig.io/mig=<claim
-// UID>-<device>", whose container edits set NVIDIA_VISIBLE_DEVICES to
-// the MIG device's UUID), and records the runtime identities in the
-// checkpoint file of the plugin data directory, written atomically.
-// UnprepareResourceClaims releases the claim's instances through
-// [realize.Manager.Unprepare], then removes its CDI spec and checkpoint
-// entry; it works for a claim already deleted from the API, and a claim
-// with nothing left succeeds. After a restart, [Driver.Setup] reads the
-// checkpoint and adopts the prepared claims' instances (by their
-// recorded identities, or at their allocated placements when the
-// checkpoint was lost); a checkpoint that cannot be read stops the driver
-// rather than forget what it prepared.
+// (one CDI device per device, "k8s.mig.dynmig.io/mig=<claim
+// UID>-<device>"; see CDI below), and checkpoints it. UnprepareResourceClaims releases
+// the claim's checkpointed instances through [realize.Manager.Unprepare],
+// then removes its CDI spec and checkpoint entry; it depends only on the
+// claim's own checkpoint entry and the hardware (conflicts between other
+// claims and an incomplete listing do not hold it up), works for a claim
+// already deleted from the API, and succeeds for a claim with nothing
+// left. After a restart, [Driver.Setup] reads the checkpoint and adopts
+// the checkpointed claims' instances (by their recorded identities, or at
+// their checkpointed placements while PrepareStarted); a checkpoint that
+// cannot be read stops the driver rather than forget what it prepared. A
+// checkpoint written under another boot ID describes instances and
+// containers that did not survive the reboot: its claims are dropped.
 //
-// A container given several MIG devices by CDI sees the last one's
-// NVIDIA_VISIBLE_DEVICES: the variable holds one value. One device per
-// container, or per request that a container uses, avoids that.
+// Two claims whose overlapping devices are both listed and neither
+// checkpointed (a scheduler bug) withhold maintenance's authorisation, as
+// realize's rules say; an incomplete listing never authorises destruction;
+// an instance in use is never destroyed.
+//
+// # CDI
+//
+// Each claim's CDI spec ([ClaimSpecWith]) gives one CDI device per
+// device. With Config.DeviceNodes (real GPUs: [ProcNodes]), a MIG
+// device's edits inject its GPU instance's and compute instance's
+// capability nodes (/dev/nvidia-caps/nvidia-cap<minor>) and its parent
+// GPU's /dev/nvidia<minor>, and the spec injects /dev/nvidiactl and
+// /dev/nvidia-uvm(-tools), all with their numbers, so a runtime that only
+// applies CDI edits (the NVIDIA container toolkit in CDI mode, where an
+// unprivileged pod's NVIDIA_VISIBLE_DEVICES is not honoured) grants
+// exactly the claim's MIG devices. Every device's edits also set
+// NVIDIA_VISIBLE_DEVICES to the MIG UUIDs of all devices of its request,
+// for runtimes that act on it (the toolkit's legacy mode, which also
+// mounts the driver's libraries); a container given several MIG devices
+// of one request sees them all. A container using two requests of one
+// claim sees the variable of the request applied last: its device nodes
+// are still all there. Under a CDI-only runtime the image must carry the
+// driver's user-space libraries (or another CDI spec must mount them).
 //
 // # Concurrency
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,6 +40,37 @@ var ErrNotAllocated = errors.New("driver: claim has no device allocated in this 
 // kubelet retries. The GPU publishes no devices while it is unhealthy, so
 // the scheduler places nothing new there.
 var ErrUnhealthyGPU = errors.New("driver: GPU is unhealthy")
+
+// ErrDeviceHeld: a claim's device overlaps a device that another
+// checkpointed claim still holds (it was not unprepared yet). Nothing is
+// created; the kubelet retries, and the claim is prepared once the kubelet
+// has unprepared the other. The control plane can hand a device to a new
+// claim before the node has released it (a force-deleted pod whose
+// container still runs, kubernetes/kubernetes#141471): the driver is the
+// last line of defence against two workloads on one device.
+var ErrDeviceHeld = errors.New("driver: device is still held by another claim")
+
+// DeviceHeldError names the device [ErrDeviceHeld] is about.
+type DeviceHeldError struct {
+	Device string // the refused claim's device
+	Claim  string // UID of the checkpointed claim that holds it
+	Held   string // that claim's overlapping device
+}
+
+func (e *DeviceHeldError) Error() string {
+	return fmt.Sprintf("%v: %s overlaps %s of claim %s", ErrDeviceHeld, e.Device, e.Held, e.Claim)
+}
+
+// Unwrap returns [ErrDeviceHeld].
+func (e *DeviceHeldError) Unwrap() error { return ErrDeviceHeld }
+
+// ErrReallocated: the claim is checkpointed as prepared with other devices
+// than its allocation now names. It was deallocated and allocated again
+// under the same UID before the kubelet unprepared its earlier
+// preparation, whose container may still run. Nothing is created or
+// destroyed; the kubelet retries, and the claim is prepared afresh once
+// the earlier preparation is unprepared.
+var ErrReallocated = errors.New("driver: claim re-allocated before its earlier preparation was unprepared")
 
 // ClaimError names the claim and device a preparation failed on.
 type ClaimError struct {
@@ -97,8 +129,32 @@ type Config struct {
 	// Manager configures the realize.Manager; its Logger defaults to
 	// Logger.
 	Manager realize.Options
+	// DeviceNodes finds the device nodes of MIG devices for the CDI specs
+	// (see [NodeSource]); nil injects none, leaving access to a runtime
+	// that acts on NVIDIA_VISIBLE_DEVICES. With real GPUs use
+	// [ProcNodes].
+	DeviceNodes NodeSource
+	// BootID returns the node's boot ID; nil reads
+	// /proc/sys/kernel/random/boot_id. The checkpoint records it, so a
+	// reboot (which no MIG instance or container survives) is told apart
+	// from a restart of the driver.
+	BootID func() (string, error)
 	// Logger receives the driver's logs; nil discards them.
 	Logger *slog.Logger
+}
+
+// bootIDFile is where Linux exposes the boot ID, a random UUID per boot.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// ErrBootID: the node's boot ID could not be read or is empty.
+var ErrBootID = errors.New("driver: cannot read the node's boot ID")
+
+func readBootID() (string, error) {
+	data, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return "", err
+	}
+	return string(data), nil
 }
 
 // Driver is a DRA kubelet plugin for dynamic MIG: it publishes the node's
@@ -116,7 +172,8 @@ type Driver struct {
 	source    ClaimSource // cfg.Claims, or Run's informer
 	setUp     bool
 	allowlist capability.Allowlist
-	gpus      []capability.GPU
+	gpus      []capability.GPU // allowlisted tables
+	full      []capability.GPU // full tables
 	health    realize.HealthState
 	healthed  chan struct{} // closed and replaced when health changes (WatchHealthStatus)
 	ck        Checkpoint
@@ -125,6 +182,10 @@ type Driver struct {
 	// ckMu serialises checkpoint updates (read-modify-write of ck and
 	// the file).
 	ckMu sync.Mutex
+	// opMu serialises the claim operations (prepare, unprepare, the
+	// cleanup of stale PrepareStarted claims), each a sequence of
+	// checkpoint and hardware steps.
+	opMu sync.Mutex
 
 	// changed is signalled when the publication may have changed.
 	changed chan struct{}
@@ -192,16 +253,47 @@ func (d *Driver) Manager() *realize.Manager { return d.mgr }
 
 // Setup prepares the driver for DRA calls: it reads the checkpoint
 // (refusing to go on with a [*CheckpointError]: forgetting prepared
-// claims could destroy their instances), discovers the GPUs, builds the
-// catalog, and runs one maintenance pass, which adopts the instances of
-// prepared claims after a restart. It returns the pass's error, if any,
-// after setting up: adoption is retried by later passes.
+// claims could destroy their instances) and the node's boot ID, discovers
+// the GPUs, builds the catalog, and runs one maintenance pass, which
+// adopts the instances of prepared claims after a restart. A checkpoint
+// written under another boot ID describes a previous boot, which no MIG
+// instance and no container survived: its claims are dropped (with their
+// CDI specs) and the checkpoint starts afresh under the current boot ID;
+// one without a boot ID (version 1) takes the current one. Setup returns
+// the pass's error, if any, after setting up: adoption is retried by later
+// passes.
 func (d *Driver) Setup(ctx context.Context) error {
 	ck, err := ReadCheckpoint(d.CheckpointPath())
 	if err != nil {
 		return err
 	}
+	readBoot := d.cfg.BootID
+	if readBoot == nil {
+		readBoot = readBootID
+	}
+	boot, err := readBoot()
+	boot = strings.TrimSpace(boot)
+	if err == nil && boot == "" {
+		err = errors.New("empty boot ID")
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBootID, err)
+	}
+	if ck.BootID != "" && ck.BootID != boot {
+		d.log.Info("node rebooted since the checkpoint was written: dropping its claims", "checkpoint_boot_id", ck.BootID,
+			"boot_id", boot, "claims", len(ck.Claims))
+		for _, pc := range ck.Claims {
+			if err := d.cdi.remove(pc.UID); err != nil {
+				d.log.Warn("remove CDI spec of a claim from a previous boot", "claim", pc.UID, "err", err)
+			}
+		}
+		ck = Checkpoint{}
+	}
+	ck.BootID = boot
 	sortClaims(ck.Claims)
+	if err := WriteCheckpoint(d.CheckpointPath(), ck); err != nil {
+		return fmt.Errorf("driver: write checkpoint: %w", err)
+	}
 	d.mu.Lock()
 	d.ck = ck
 	d.mu.Unlock()
@@ -228,16 +320,45 @@ func (d *Driver) Rediscover(ctx context.Context) error {
 	for _, f := range report.Findings {
 		d.log.Info("discovery finding", "finding", f.String())
 	}
+	full, err := fullTables(ctx, d.cfg.Hardware)
+	if err != nil {
+		return fmt.Errorf("driver: discovery: %w", err)
+	}
 	d.mu.Lock()
-	d.gpus = gpus
+	d.gpus, d.full = gpus, full
 	d.mu.Unlock()
 	d.rebuild()
 	return nil
 }
 
+// fullTables reads the full profile table of every GPU in MIG mode, as
+// NVML reports it, without the allowlist: the counters are sized from it
+// (capacity comes from the hardware, not from policy).
+func fullTables(ctx context.Context, hw realize.Realizer) ([]capability.GPU, error) {
+	devs, err := hw.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []capability.GPU
+	for _, dev := range devs {
+		if dev.MIGMode != capability.MIGEnabled {
+			continue
+		}
+		infos, err := hw.GIProfiles(ctx, dev.Index)
+		if err != nil {
+			return nil, &capability.HardwareError{Op: "GIProfiles", GPU: dev.Index, Err: err}
+		}
+		g, _ := capability.GPUFromDevice(dev, infos) // unusable profiles are Discover's findings
+		out = append(out, g)
+	}
+	return out, nil
+}
+
 // SetAllowlist changes the profile policy, discovers again and
 // republishes. Claims already allocated to profiles the new policy does
-// not allow are withheld (respected, never realized) from then on.
+// not allow are withheld (respected, never realized) from then on, unless
+// already prepared; their devices stay published, retained, until
+// released (see the package documentation).
 func (d *Driver) SetAllowlist(ctx context.Context, a capability.Allowlist) error {
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -272,17 +393,17 @@ func (d *Driver) build() {
 			gpus[i].Unhealthy = true
 		}
 	}
-	ck := d.ck
+	ck, full := d.ck, d.full
 	d.mu.Unlock()
-	// Used decodes the allocations against the same GPUs and policy;
-	// decoding does not depend on the order, so an unordered catalog
-	// serves.
-	dec, err := NewCatalog(d.cfg.Node, gpus, nil)
+	// Used and Retained decode the allocations against the same GPUs and
+	// policy; decoding does not depend on the order, so an unordered
+	// catalog serves.
+	dec, err := NewCatalogWith(d.cfg.Node, gpus, CatalogOptions{Full: full})
 	if err != nil {
 		d.log.Error("catalog", "err", err)
 		return
 	}
-	cat, err := NewCatalog(d.cfg.Node, gpus, dec.Used(claims, ck))
+	cat, err := NewCatalogWith(d.cfg.Node, gpus, CatalogOptions{Used: dec.Used(claims, ck), Full: full, Retain: dec.Retained(claims, ck)})
 	if err != nil {
 		d.log.Error("catalog", "err", err)
 		return
@@ -310,7 +431,7 @@ func (d *Driver) Checkpoint() Checkpoint {
 }
 
 func cloneCheckpoint(ck Checkpoint) Checkpoint {
-	out := Checkpoint{Claims: slices.Clone(ck.Claims)}
+	out := Checkpoint{BootID: ck.BootID, Claims: slices.Clone(ck.Claims)}
 	for i := range out.Claims {
 		out.Claims[i].Devices = slices.Clone(out.Claims[i].Devices)
 	}
@@ -328,14 +449,10 @@ func (d *Driver) claims() ([]*resourceapi.ResourceClaim, bool) {
 }
 
 // Demand returns the realize demand of the current claim listing and
-// checkpoint, with override (when not nil) in place of the listed claim
-// with its UID. A checkpointed claim the listing lacks is released only
-// when a read from the API server (a quorum read) confirms it is gone or
-// no longer allocated to this node: the informer may lag behind a claim
-// the kubelet has just had prepared, whose idle instance would otherwise
-// be reclaimed under it. Without Config.Client (a custom Claims source)
-// the listing is taken as fresh.
-func (d *Driver) Demand(ctx context.Context, override *resourceapi.ResourceClaim) realize.Demand {
+// checkpoint ([Catalog.Demand]): every checkpointed claim holds its
+// checkpointed devices until its unprepare, whatever the listing or the
+// API server says of it.
+func (d *Driver) Demand() realize.Demand {
 	claims, complete := d.claims()
 	d.mu.Lock()
 	cat, ck := d.cat, d.ck
@@ -343,43 +460,44 @@ func (d *Driver) Demand(ctx context.Context, override *resourceapi.ResourceClaim
 	if cat == nil {
 		return realize.Demand{}
 	}
-	var gone func(string) bool
-	if d.cfg.Client != nil {
-		confirmed := map[string]bool{}
-		for _, pc := range cat.Unlisted(claims, ck) {
-			if override != nil && string(override.UID) == pc.UID {
-				continue
-			}
-			confirmed[pc.UID] = d.claimGone(ctx, cat, pc)
-		}
-		gone = func(uid string) bool { return confirmed[uid] }
-	}
-	return cat.Demand(claims, complete, ck, override, gone)
+	return cat.Demand(claims, complete, ck)
 }
 
-// claimGone reports whether the API server confirms that pc's claim no
-// longer exists, or is no longer allocated to this node's pool; an error
-// confirms nothing.
-func (d *Driver) claimGone(ctx context.Context, cat *Catalog, pc PreparedClaim) bool {
-	claim, err := d.cfg.Client.ResourceV1().ResourceClaims(pc.Namespace).Get(ctx, pc.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return true
-	case err != nil:
-		return false
-	case string(claim.UID) != pc.UID:
-		return true
+// unprepareDemand is the demand for unpreparing the claim uid: uid's
+// holder is its checkpointed one alone (an unprepare depends only on the
+// claim's own checkpoint and the hardware), or none when uid is not
+// checkpointed, so that nothing is taken over for it by placement.
+func (d *Driver) unprepareDemand(uid string) realize.Demand {
+	dem := d.Demand()
+	d.mu.Lock()
+	_, checkpointed := d.ck.Claim(uid)
+	d.mu.Unlock()
+	if !checkpointed {
+		dem.Holders = slices.DeleteFunc(dem.Holders, func(h realize.Holder) bool { return h.UID == uid })
 	}
-	_, allocated := cat.ClaimDevices(claim)
-	return !allocated
+	return dem
 }
 
-// Maintain runs one maintenance pass against the current listing: adopt
-// until settled, reconcile (destroying only what an authorised listing
-// says is released), collect leaks when due. Run calls it every
-// MaintainInterval.
+// Maintain runs one maintenance pass: it unprepares the stale
+// PrepareStarted claims (below), then adopts until settled, reconciles
+// and collects leaks when due against the current listing and checkpoint.
+// No checkpointed claim's instance is destroyed by it: only the claim's
+// unprepare does that. Run calls it every MaintainInterval.
+//
+// A PrepareStarted claim was never handed to a container, so the kubelet
+// may never unprepare it (its pod was deleted while the preparation kept
+// failing). With Config.Client, such a claim that a read from the API
+// server confirms gone (not found, or its name now belongs to another UID)
+// is unprepared by the driver itself.
 func (d *Driver) Maintain(ctx context.Context) (realize.MaintainReport, error) {
-	rep, err := d.mgr.MaintainDemand(ctx, d.Demand(ctx, nil))
+	d.cleanStale(ctx)
+	// The demand is read between claim operations, so that it holds every
+	// claim whose preparation began; one that begins later creates
+	// instances that realize's AbsentPodGrace protects from this pass.
+	d.opMu.Lock()
+	dem := d.Demand()
+	d.opMu.Unlock()
+	rep, err := d.mgr.MaintainDemand(ctx, dem)
 	if rep.Adopt != nil {
 		d.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
 			"pending", len(rep.Adopt.Pending), "rejected", len(rep.Adopt.Rejected), "leaks", len(rep.Adopt.Leaks), "err", err)
@@ -390,13 +508,47 @@ func (d *Driver) Maintain(ctx context.Context) (realize.MaintainReport, error) {
 	return rep, err
 }
 
+// cleanStale unprepares the PrepareStarted claims the API server confirms
+// gone; see [Driver.Maintain].
+func (d *Driver) cleanStale(ctx context.Context) {
+	if d.cfg.Client == nil || !d.isSetUp() {
+		return
+	}
+	for _, pc := range d.Checkpoint().Claims {
+		if pc.State != PrepareStarted || pc.Name == "" {
+			continue
+		}
+		claim, err := d.cfg.Client.ResourceV1().ResourceClaims(pc.Namespace).Get(ctx, pc.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			d.log.Warn("stale claim check", "claim", pc.UID, "err", err)
+			continue
+		case string(claim.UID) == pc.UID:
+			continue
+		}
+		if err := d.unprepareIf(ctx, pc.UID, PrepareStarted); err != nil {
+			d.log.Warn("unprepare stale claim", "claim", pc.UID, "err", err)
+		} else {
+			d.log.Info("unprepared stale claim the kubelet never received", "claim", pc.Namespace+"/"+pc.Name, "uid", pc.UID)
+		}
+	}
+}
+
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin: for each claim
 // it realizes exactly the allocated devices of this node's pool through
-// the realize.Manager (idempotent: a prepared claim gets the same MIG
-// devices again), writes the claim's CDI spec, checkpoints the runtime
-// identities and returns one CDI device per MIG device. A claim that
-// fails gets its error in its result (wrapped in a [*ClaimError]); the
-// kubelet retries it.
+// the realize.Manager, in two checkpointed phases: the claim is recorded
+// as PrepareStarted, with its devices, before anything is created, and as
+// PrepareCompleted, with the runtime identities, once its instances exist
+// and its CDI spec is written. It returns one CDI device per device. A
+// claim already PrepareCompleted with the same devices gets the same MIG
+// devices again (idempotent); one PrepareCompleted with other devices
+// fails with [ErrReallocated]; one left PrepareStarted with other devices
+// is first rolled back (it was never handed to a container). A device
+// that overlaps a device another checkpointed claim holds fails the claim
+// with a [*DeviceHeldError] before anything is written or created. A
+// claim that fails gets its error in its result (wrapped in a
+// [*ClaimError]); the kubelet retries it.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
@@ -416,8 +568,18 @@ func claimRef(c *resourceapi.ResourceClaim) string {
 	return c.Namespace + "/" + c.Name + " (" + string(c.UID) + ")"
 }
 
+// sameDevices reports whether the checkpointed claim pc has exactly the
+// devices want (indexes, names, admin access), runtime identities aside.
+func sameDevices(pc *PreparedClaim, want []PreparedDevice) bool {
+	return slices.EqualFunc(pc.Devices, want, func(a, b PreparedDevice) bool {
+		return a.Request == b.Request && a.Device == b.Device && a.ContainerIndex == b.ContainerIndex &&
+			a.DeviceIndex == b.DeviceIndex && a.AdminAccess == b.AdminAccess
+	})
+}
+
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	ref := claimRef(claim)
+	uid := string(claim.UID)
 	cat := d.Catalog()
 	if cat == nil {
 		return nil, &ClaimError{Claim: ref, Err: ErrNotSetUp}
@@ -426,47 +588,116 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if !ok {
 		return nil, &ClaimError{Claim: ref, Err: ErrNotAllocated}
 	}
-	prepared, _ := d.Checkpoint().Claim(string(claim.UID))
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	ck := d.Checkpoint()
+	prev, had := ck.Claim(uid)
+	want := make([]PreparedDevice, 0, len(devs))
+	realized := 0
 	for _, cd := range devs {
-		if cd.Err != nil {
+		var dne *DeviceNameError
+		if errors.As(cd.Err, &dne) {
 			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
 		}
-		if err := d.checkHealth(cd, prepared); err != nil {
-			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: err}
+		want = append(want, PreparedDevice{Request: cd.Request, Device: cd.Device, ContainerIndex: cd.ContainerIndex,
+			DeviceIndex: cd.DeviceIndex, Partition: cd.Partition, AdminAccess: cd.AdminAccess})
+		if !cd.AdminAccess {
+			realized++
 		}
 	}
-	got, err := d.mgr.Prepare(ctx, d.Demand(ctx, claim), string(claim.UID))
-	if err != nil {
-		return nil, &ClaimError{Claim: ref, Err: err}
+	completed := had && prev.State == PrepareCompleted
+	if !completed || !sameDevices(prev, want) {
+		// A prepared claim is handed its devices again even when the
+		// allowlist no longer publishes them; nothing new is.
+		for _, cd := range devs {
+			if cd.Err != nil {
+				return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
+			}
+		}
+	}
+	switch {
+	case completed && !sameDevices(prev, want):
+		return nil, &ClaimError{Claim: ref, Err: ErrReallocated}
+	case had && !completed && !sameDevices(prev, want):
+		// Never handed to a container: roll the earlier attempt back.
+		if _, err := d.mgr.Unprepare(ctx, d.unprepareDemand(uid), uid); err != nil {
+			return nil, &ClaimError{Claim: ref, Err: err}
+		}
+	}
+	for _, cd := range devs {
+		if cd.AdminAccess {
+			continue
+		}
+		if pc, pd, held := ck.Holds(cd.Partition, uid); held {
+			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: &DeviceHeldError{Device: cd.Device, Claim: pc.UID, Held: pd.Device}}
+		}
+		if !completed {
+			if err := d.checkHealth(cd); err != nil {
+				return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: err}
+			}
+		}
+	}
+	if !completed {
+		started := PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: PrepareStarted, Devices: want}
+		if err := d.putClaim(started); err != nil {
+			return nil, &ClaimError{Claim: ref, Err: err}
+		}
 	}
 	byOwner := map[[2]int]reservation.RuntimeIdentity{}
-	for _, g := range got {
-		byOwner[[2]int{g.Entry.ContainerIndex, g.Entry.DeviceIndex}] = g.Runtime
-	}
-	pc := PreparedClaim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
-	cdiDevs := make([]CDIDevice, 0, len(devs))
-	for _, cd := range devs {
-		rt, ok := byOwner[[2]int{cd.ContainerIndex, cd.DeviceIndex}]
-		if !ok {
-			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: fmt.Errorf("driver: the manager returned no instance for it")}
+	if realized > 0 {
+		got, err := d.mgr.Prepare(ctx, d.Demand(), uid)
+		if err != nil {
+			// The claim stays PrepareStarted: what this call created is
+			// rolled back, and a retry, the kubelet's unprepare or the
+			// stale-claim cleanup finishes it.
+			return nil, &ClaimError{Claim: ref, Err: err}
 		}
-		pc.Devices = append(pc.Devices, PreparedDevice{
-			Request: cd.Request, Device: cd.Device, ContainerIndex: cd.ContainerIndex, DeviceIndex: cd.DeviceIndex,
-			Partition: cd.Partition, Runtime: rt,
-		})
-		cdiDevs = append(cdiDevs, CDIDevice{Device: cd.Device, MIGUUID: rt.MIGUUID})
+		for _, g := range got {
+			byOwner[[2]int{g.Entry.ContainerIndex, g.Entry.DeviceIndex}] = g.Runtime
+		}
 	}
-	ids, err := d.cdi.write(pc.UID, cdiDevs)
+	pc := PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: PrepareCompleted, Devices: want}
+	cdiDevs := make([]CDIDevice, 0, len(devs))
+	for i := range pc.Devices {
+		pd := &pc.Devices[i]
+		cdev := CDIDevice{Device: pd.Device, Request: pd.Request, GPUUUID: pd.Partition.GPUUUID}
+		if !pd.AdminAccess {
+			rt, ok := byOwner[[2]int{pd.ContainerIndex, pd.DeviceIndex}]
+			if !ok {
+				return nil, &ClaimError{Claim: ref, Device: pd.Device, Err: fmt.Errorf("driver: the manager returned no instance for it")}
+			}
+			pd.Runtime = rt
+			cdev.MIGUUID = rt.MIGUUID
+		}
+		if src := d.cfg.DeviceNodes; src != nil {
+			var err error
+			if pd.AdminAccess {
+				cdev.Nodes, err = src.GPUNodes(pd.Partition.GPUUUID)
+			} else {
+				cdev.Nodes, err = src.MIGNodes(pd.Partition.GPUUUID, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID)
+			}
+			if err != nil {
+				// The instances stay: the kubelet retries.
+				return nil, &ClaimError{Claim: ref, Device: pd.Device, Err: err}
+			}
+		}
+		cdiDevs = append(cdiDevs, cdev)
+	}
+	var common []DeviceNode
+	if src := d.cfg.DeviceNodes; src != nil {
+		var err error
+		if common, err = src.ControlNodes(); err != nil {
+			return nil, &ClaimError{Claim: ref, Err: err}
+		}
+	}
+	ids, err := d.cdi.write(pc.UID, cdiDevs, common)
 	if err != nil {
 		return nil, &ClaimError{Claim: ref, Err: err}
 	}
 	for i := range pc.Devices {
 		pc.Devices[i].CDIDevice = ids[i]
 	}
-	if err := d.updateCheckpoint(func(ck *Checkpoint) {
-		ck.Claims = slices.DeleteFunc(ck.Claims, func(c PreparedClaim) bool { return c.UID == pc.UID })
-		ck.Claims = append(ck.Claims, pc)
-	}); err != nil {
+	if err := d.putClaim(pc); err != nil {
 		// The instances stay: a retry is idempotent, and after a crash
 		// adoption at the allocated placement finds them again.
 		return nil, &ClaimError{Claim: ref, Err: err}
@@ -483,16 +714,17 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	return out, nil
 }
 
+// putClaim replaces (or adds) the checkpointed claim with pc's UID.
+func (d *Driver) putClaim(pc PreparedClaim) error {
+	return d.updateCheckpoint(func(ck *Checkpoint) {
+		ck.Claims = slices.DeleteFunc(ck.Claims, func(c PreparedClaim) bool { return c.UID == pc.UID })
+		ck.Claims = append(ck.Claims, pc)
+	})
+}
+
 // checkHealth refuses a device that would need a new instance on an
-// unhealthy GPU; one already prepared is handed out again.
-func (d *Driver) checkHealth(cd ClaimDevice, prepared *PreparedClaim) error {
-	if prepared != nil {
-		for _, pd := range prepared.Devices {
-			if pd.ContainerIndex == cd.ContainerIndex && pd.DeviceIndex == cd.DeviceIndex && pd.Partition == cd.Partition {
-				return nil
-			}
-		}
-	}
+// unhealthy GPU.
+func (d *Driver) checkHealth(cd ClaimDevice) error {
 	cat := d.Catalog()
 	g, ok := cat.GPU(cd.Partition.GPUUUID)
 	if ok && g.Unhealthy {
@@ -519,17 +751,18 @@ func (d *Driver) updateCheckpoint(f func(*Checkpoint)) error {
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin: for each
-// claim it destroys exactly the claim's instances (never one with
-// processes, never one another claim names), then removes its CDI spec
-// and its checkpoint entry. It works from the checkpoint when the claim
-// is gone from the API, and is idempotent: a claim with nothing left
-// succeeds. A claim whose instances could not all be released (in use,
-// or the listing does not authorise destruction) gets an error and keeps
-// its checkpoint entry; the kubelet retries.
+// claim it destroys exactly the claim's checkpointed instances (never one
+// with processes, never one another claim names), then removes its CDI
+// spec and its checkpoint entry. It depends only on the claim's own
+// checkpoint entry and the hardware: neither the claim listing nor other
+// claims hold it up. It works when the claim is gone from the API, and is
+// idempotent: a claim with nothing left succeeds. A claim whose instances
+// could not all be released (in use) gets an error and keeps its
+// checkpoint entry; the kubelet retries.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		err := d.unprepare(ctx, string(c.UID))
+		err := d.unprepareIf(ctx, string(c.UID), "")
 		if err != nil {
 			d.log.Warn("unprepare failed", "claim", c.String(), "err", err)
 			err = &ClaimError{Claim: c.String(), Err: err}
@@ -540,14 +773,20 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return out, nil
 }
 
-func (d *Driver) unprepare(ctx context.Context, uid string) error {
-	d.mu.Lock()
-	ready := d.setUp
-	d.mu.Unlock()
-	if !ready {
+// unprepareIf unprepares the claim uid; with a non-empty state, only
+// while it is checkpointed in that state.
+func (d *Driver) unprepareIf(ctx context.Context, uid string, state ClaimState) error {
+	if !d.isSetUp() {
 		return ErrNotSetUp
 	}
-	rep, err := d.mgr.Unprepare(ctx, d.Demand(ctx, nil), uid)
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	if state != "" {
+		if pc, ok := d.Checkpoint().Claim(uid); !ok || pc.State != state {
+			return nil
+		}
+	}
+	rep, err := d.mgr.Unprepare(ctx, d.unprepareDemand(uid), uid)
 	if err != nil {
 		return err
 	}

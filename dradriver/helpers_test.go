@@ -50,6 +50,7 @@ type env struct {
 	dataDir string
 	allow   capability.Allowlist
 	client  kubernetes.Interface // nil: the driver has no API client
+	boot    string               // the node's boot ID
 }
 
 func newEnv(t *testing.T, models ...string) *env {
@@ -58,7 +59,7 @@ func newEnv(t *testing.T, models ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{hw: hw, claims: &claimList{complete: true}, cdiDir: t.TempDir(), dataDir: t.TempDir()}
+	return &env{hw: hw, claims: &claimList{complete: true}, cdiDir: t.TempDir(), dataDir: t.TempDir(), boot: "boot-1"}
 }
 
 // driver returns a set-up driver over the env; a second call is a restart.
@@ -66,7 +67,7 @@ func (e *env) driver(t *testing.T) *dradriver.Driver {
 	t.Helper()
 	d, err := dradriver.New(dradriver.Config{
 		Node: testNode, Hardware: e.hw, Claims: e.claims, Client: e.client, Allowlist: e.allow,
-		CDIDir: e.cdiDir, DataDir: e.dataDir,
+		CDIDir: e.cdiDir, DataDir: e.dataDir, BootID: func() (string, error) { return e.boot + "\n", nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func allocate(t *testing.T, cat *dradriver.Catalog, claim *resourceapi.ResourceC
 func allocateWith(t *testing.T, cat *dradriver.Catalog, class *resourceapi.DeviceClass, claim *resourceapi.ResourceClaim, allocated ...*resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	t.Helper()
 	ctx := context.Background()
-	features := structured.Features{PartitionableDevices: true, PrioritizedList: true}
+	features := structured.Features{PartitionableDevices: true, PrioritizedList: true, DeviceTaints: true}
 	taken := sets.New[structured.DeviceID]()
 	for _, c := range allocated {
 		for _, r := range c.Status.Allocation.Devices.Results {

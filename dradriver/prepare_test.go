@@ -10,9 +10,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -20,7 +18,6 @@ import (
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/realize"
-	"github.com/dynmig/dynmig/reservation"
 )
 
 // prepareOne prepares one claim and returns its result.
@@ -307,7 +304,11 @@ func TestUnprepareInUseKeepsInstance(t *testing.T) {
 }
 
 // TestWithheldListings: conflicting claims and incomplete listings never
-// lead to destruction, and a conflicting claim is not prepared.
+// lead to destruction by maintenance, and a claim's unprepare depends only
+// on its own checkpoint and hardware state, never on conflicts elsewhere
+// on the node or on the listing's completeness. Of two claims allocated
+// overlapping devices, the first prepared holds them and the other is
+// refused until it is unprepared.
 func TestWithheldListings(t *testing.T) {
 	e := newEnv(t, "NVIDIA A30")
 	d := e.driver(t)
@@ -318,43 +319,58 @@ func TestWithheldListings(t *testing.T) {
 	}
 	keptLive := liveInstances(e.hw)
 
-	// Two claims overlap on slots [2,4): both are withheld.
+	// Two claims overlap on slots [2,4), and kept's claim is gone from
+	// the API: the conflict withholds maintenance's authorisation.
 	x := claimFor("uid-x", deviceName(t, e.hw, 0, "2g.12gb", 2, 2))
 	y := claimFor("uid-y", deviceName(t, e.hw, 0, "1g.6gb", 3, 1))
-	// kept's claim is gone from the API: released, but the conflict
-	// withholds authorisation, so nothing is destroyed.
 	e.claims.set(true, x, y)
-	for _, c := range []*resourceapi.ResourceClaim{x, y} {
-		if r := prepareOne(t, d, c); !errors.Is(r.Err, realize.ErrConflict) {
-			t.Errorf("prepare %s: %v, want ErrConflict", c.UID, r.Err)
-		}
-	}
-	if _, err := d.Maintain(context.Background()); err != nil {
-		t.Logf("maintain: %v", err)
+	rep, err := d.Maintain(context.Background())
+	if err != nil || rep.Reconcile.Authorized {
+		t.Errorf("maintain beside conflicting claims: authorised %t, %v; want not authorised", rep.Reconcile.Authorized, err)
 	}
 	if got := liveInstances(e.hw); !slices.Equal(got, keptLive) {
 		t.Errorf("conflicting listing: live %v, want %v untouched", got, keptLive)
 	}
-	if err := unprepareOne(t, d, kept); !errors.Is(err, reservation.ErrNotAuthorized) {
-		t.Errorf("unprepare under a conflicting listing: %v, want ErrNotAuthorized", err)
+	// The conflict between x and y does not hold up kept's unprepare.
+	if err := unprepareOne(t, d, kept); err != nil {
+		t.Errorf("unprepare beside a conflicting listing: %v", err)
+	}
+	if got := liveInstances(e.hw); len(got) != 0 {
+		t.Errorf("live %v after unprepare, want none", got)
+	}
+	// x is prepared first and holds [2,4); y is refused while it does.
+	if r := prepareOne(t, d, x); r.Err != nil {
+		t.Errorf("prepare x: %v", r.Err)
+	}
+	r := prepareOne(t, d, y)
+	var held *dradriver.DeviceHeldError
+	if !errors.As(r.Err, &held) || !errors.Is(r.Err, dradriver.ErrDeviceHeld) || held.Claim != "uid-x" {
+		t.Errorf("prepare y: %v, want a *DeviceHeldError naming uid-x", r.Err)
+	}
+	if got := len(liveInstances(e.hw)); got != 1 {
+		t.Errorf("live instances = %d, want x's", got)
+	}
+	if err := unprepareOne(t, d, x); err != nil {
+		t.Fatal(err)
 	}
 
-	// An incomplete listing without kept's claim destroys nothing either.
+	// An incomplete listing destroys nothing by maintenance, and does not
+	// hold up an unprepare either.
+	other := allocate(t, d.Catalog(), profileClaim("uid-other", "2g.12gb", 1))
+	e.claims.set(true, other)
+	if r := prepareOne(t, d, other); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	otherLive := liveInstances(e.hw)
 	e.claims.set(false)
 	if _, err := d.Maintain(context.Background()); err != nil {
 		t.Logf("maintain: %v", err)
 	}
-	if err := unprepareOne(t, d, kept); !errors.Is(err, reservation.ErrNotAuthorized) {
-		t.Errorf("unprepare under an incomplete listing: %v, want ErrNotAuthorized", err)
+	if got := liveInstances(e.hw); !slices.Equal(got, otherLive) {
+		t.Errorf("incomplete listing: live %v, want %v untouched", got, otherLive)
 	}
-	if got := liveInstances(e.hw); !slices.Equal(got, keptLive) {
-		t.Errorf("incomplete listing: live %v, want %v untouched", got, keptLive)
-	}
-
-	// A complete, consistent listing without it releases it.
-	e.claims.set(true)
-	if err := unprepareOne(t, d, kept); err != nil {
-		t.Errorf("unprepare under a complete listing: %v", err)
+	if err := unprepareOne(t, d, other); err != nil {
+		t.Errorf("unprepare under an incomplete listing: %v", err)
 	}
 	if got := liveInstances(e.hw); len(got) != 0 {
 		t.Errorf("live %v, want none", got)
@@ -441,82 +457,5 @@ func TestCorruptCheckpointRefusesSetup(t *testing.T) {
 	var ce *dradriver.CheckpointError
 	if !errors.Is(err, dradriver.ErrCheckpoint) || !errors.As(err, &ce) || ce.Claim != 0 {
 		t.Errorf("Setup = %v, want a *CheckpointError for claims[0]", err)
-	}
-}
-
-// TestMaintainReleasesDeletedClaim: a prepared claim that is gone from a
-// complete listing is released by the next maintenance pass (its
-// consumers cannot run any more); the kubelet's later unprepare finds
-// nothing left and succeeds.
-func TestMaintainReleasesDeletedClaim(t *testing.T) {
-	e := newEnv(t, "NVIDIA A30")
-	d := e.driver(t)
-	a := allocate(t, d.Catalog(), profileClaim("uid-a", "2g.12gb", 1))
-	b := allocate(t, d.Catalog(), profileClaim("uid-b", "2g.12gb", 1), a)
-	e.claims.set(true, a, b)
-	for _, c := range []*resourceapi.ResourceClaim{a, b} {
-		if r := prepareOne(t, d, c); r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
-	e.claims.set(true, b)
-	if _, err := d.Maintain(context.Background()); err != nil {
-		t.Fatalf("maintain: %v", err)
-	}
-	pb, err := dradriver.ParseDeviceName(b.Status.Allocation.Devices.Results[0].Device)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := liveInstances(e.hw); len(got) != 1 || got[0].Placement != pb.Placement {
-		t.Errorf("live %v, want only b's at %v", got, pb.Placement)
-	}
-	if err := unprepareOne(t, d, a); err != nil {
-		t.Errorf("unprepare after release: %v", err)
-	}
-	if _, ok := d.Checkpoint().Claim("uid-a"); ok {
-		t.Error("released claim still checkpointed after unprepare")
-	}
-}
-
-// The claim listing can lag behind a claim the kubelet has just had
-// prepared (it reads the claim from the API server itself). A checkpointed
-// claim the listing lacks keeps its instance until the API server confirms
-// it is gone; then maintenance reclaims it.
-func TestMaintainKeepsPreparedClaimTheListingLacks(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t, "NVIDIA A30")
-	client := fake.NewClientset()
-	e.client = client
-	d := e.driver(t)
-	a := allocate(t, d.Catalog(), profileClaim("uid-a", "2g.12gb", 1))
-	b := allocate(t, d.Catalog(), profileClaim("uid-b", "2g.12gb", 1), a)
-	for _, c := range []*resourceapi.ResourceClaim{a, b} {
-		if _, err := client.ResourceV1().ResourceClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.claims.set(true, a, b)
-	for _, c := range []*resourceapi.ResourceClaim{a, b} {
-		if r := prepareOne(t, d, c); r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
-
-	e.claims.set(true, b) // the listing lags: a is allocated, but not yet listed
-	if _, err := d.Maintain(ctx); err != nil {
-		t.Fatalf("maintain: %v", err)
-	}
-	if got := liveInstances(e.hw); len(got) != 2 {
-		t.Fatalf("live %v after maintenance on a lagging listing, want a's and b's", got)
-	}
-
-	if err := client.ResourceV1().ResourceClaims(a.Namespace).Delete(ctx, a.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Maintain(ctx); err != nil {
-		t.Fatalf("maintain: %v", err)
-	}
-	if got := liveInstances(e.hw); len(got) != 1 {
-		t.Errorf("live %v after a's deletion, want only b's", got)
 	}
 }

@@ -31,17 +31,18 @@ const (
 
 // Counter names in each GPU's counter set.
 const (
-	// MultiprocessorsCounter holds the largest profile's SM count; a
-	// device consumes its profile's SMs.
+	// MultiprocessorsCounter holds the SM count of the largest profile
+	// of the GPU's full table (what NVML reports, whatever the allowlist
+	// publishes); a device consumes its profile's SMs.
 	MultiprocessorsCounter = "multiprocessors"
 	// OFACounter is the GPU's one optical-flow/JPEG set, which only
 	// "+me", "+me.all" and whole-GPU instances take
 	// ([placement.Engines]). It is published only on GPUs with such
 	// profiles.
 	OFACounter = "ofa"
-	// DecodersCounter is the decoder budget of GPUs whose table has
-	// "+me.all" profiles ([placement.Grid.EngineBudget]); elsewhere
-	// decoders never run out before slots and are not published.
+	// DecodersCounter is the decoder budget of GPUs whose full table has
+	// "+me.all" profiles ([placement.Grid.EngineBudget] of that table);
+	// elsewhere decoders never run out before slots and are not published.
 	DecodersCounter = "decoders"
 )
 
@@ -84,17 +85,49 @@ func (e *NotPublishedError) Error() string {
 // Unwrap returns [ErrNotPublished].
 func (e *NotPublishedError) Unwrap() error { return ErrNotPublished }
 
+// RetainedTaintKey is the key of the NoSchedule device taint on a
+// retained device ([PublishedDevice.Retained]): the allocator gives it to
+// no new claim (where DRA device taints are enabled) while it still counts
+// the slots it takes.
+const RetainedTaintKey = DriverName + "/not-allowlisted"
+
 // PublishedDevice is one device of a [Catalog].
 type PublishedDevice struct {
 	Name      string
 	Partition Partition
 	GPU       int // NVML index of the GPU
+	// Retained is true for a device whose profile the allowlist does not
+	// publish but that a claim is allocated or a checkpointed claim
+	// holds: it stays published, tainted [RetainedTaintKey], so that the
+	// allocator keeps counting its slots until it is released.
+	Retained bool
 }
 
 // catalogGPU is one publishable GPU.
 type catalogGPU struct {
 	gpu  capability.GPU
-	grid *placement.Grid
+	grid *placement.Grid // the published (allowlisted) table
+	full *placement.Grid // the GPU's full table: counters, retained devices
+}
+
+// CatalogOptions are [NewCatalogWith]'s inputs besides the GPUs. The zero
+// value publishes nothing taken and sizes counters from the published
+// tables.
+type CatalogOptions struct {
+	// Used are the slots taken, keyed by GPU UUID (see [NewCatalog]).
+	Used map[string]placement.Occupancy
+	// Full are the GPUs' full profile tables, as NVML reports them
+	// without allowlist filtering ([capability.GPUFromDevice]), matched
+	// by UUID. The counter sets are sized from them (the slots, the SMs
+	// and the media engines of the whole GPU), so that narrowing the
+	// allowlist never shrinks what fits. A GPU without one, or whose
+	// full table lacks a published profile, is sized from its published
+	// table, with a finding.
+	Full []capability.GPU
+	// Retain are allocated or checkpointed partitions. One whose profile
+	// the published table lacks but the full table has is published as
+	// retained ([PublishedDevice.Retained]).
+	Retain []Partition
 }
 
 // Catalog is a node's publication: which partitions the driver publishes
@@ -128,8 +161,17 @@ type Catalog struct {
 //
 // A GPU without profiles (MIG off, not allowlisted) is left out; so is one
 // whose UUID or profile table cannot be published, with a finding
-// ([Catalog.Findings]). NewCatalog fails only for an empty node name.
+// ([Catalog.Findings]). NewCatalog fails only for an empty node name. It
+// is [NewCatalogWith] with only Used set: counters are sized from the
+// published tables.
 func NewCatalog(node string, gpus []capability.GPU, used map[string]placement.Occupancy) (*Catalog, error) {
+	return NewCatalogWith(node, gpus, CatalogOptions{Used: used})
+}
+
+// NewCatalogWith is [NewCatalog] with counters sized from the GPUs' full
+// tables and retained devices published ([CatalogOptions]). Retained
+// devices follow the others, each profile in its own slices.
+func NewCatalogWith(node string, gpus []capability.GPU, opts CatalogOptions) (*Catalog, error) {
 	if node == "" {
 		return nil, fmt.Errorf("%w: empty node name", ErrConfig)
 	}
@@ -139,16 +181,23 @@ func NewCatalog(node string, gpus []capability.GPU, used map[string]placement.Oc
 		if len(g.Profiles) == 0 {
 			continue
 		}
-		if err := c.addGPU(g); err != nil {
+		var full *capability.GPU
+		for j := range opts.Full {
+			if opts.Full[j].UUID == g.UUID {
+				full = &opts.Full[j]
+			}
+		}
+		if err := c.addGPU(g, full); err != nil {
 			c.findings = append(c.findings, err)
 		}
 	}
-	c.order(used)
+	c.order(opts.Used)
+	c.retain(opts.Retain)
 	c.pool = c.buildPool()
 	return c, nil
 }
 
-func (c *Catalog) addGPU(g capability.GPU) error {
+func (c *Catalog) addGPU(g capability.GPU, full *capability.GPU) error {
 	if !isUUIDName(g.UUID) {
 		return fmt.Errorf("driver: GPU %d: UUID %q is not \"GPU-\" and a lower-case UUID, so it cannot name devices", g.Index, g.UUID)
 	}
@@ -159,12 +208,74 @@ func (c *Catalog) addGPU(g capability.GPU) error {
 	if err != nil {
 		return fmt.Errorf("driver: GPU %d (%s): %w", g.Index, g.UUID, err)
 	}
-	if grid.Width()+3 > resourceapi.ResourceSliceMaxCountersPerCounterSet {
-		return fmt.Errorf("driver: GPU %d (%s): %d slots need more counters than a counter set holds", g.Index, g.UUID, grid.Width())
+	fullGrid := grid
+	if full != nil {
+		fg, err := fullGridOf(g, full, grid)
+		if err != nil {
+			c.findings = append(c.findings, fmt.Errorf("driver: GPU %d (%s): counters sized from the published table: %w", g.Index, g.UUID, err))
+		} else {
+			fullGrid = fg
+		}
+	}
+	if fullGrid.Width()+3 > resourceapi.ResourceSliceMaxCountersPerCounterSet {
+		return fmt.Errorf("driver: GPU %d (%s): %d slots need more counters than a counter set holds", g.Index, g.UUID, fullGrid.Width())
 	}
 	c.byUUID[g.UUID] = len(c.gpus)
-	c.gpus = append(c.gpus, catalogGPU{gpu: g, grid: grid})
+	c.gpus = append(c.gpus, catalogGPU{gpu: g, grid: grid, full: fullGrid})
 	return nil
+}
+
+// fullGridOf compiles the full table of g, which must hold each of g's
+// published profiles, identically.
+func fullGridOf(g capability.GPU, full *capability.GPU, grid *placement.Grid) (*placement.Grid, error) {
+	f := *full
+	f.UUID, f.Index, f.Name = g.UUID, g.Index, g.Name
+	var profiles []capability.Profile
+	for _, p := range f.Profiles {
+		if len(p.Placements) > 0 && !slices.ContainsFunc(profiles, func(q capability.Profile) bool { return q.Name == p.Name }) {
+			profiles = append(profiles, p)
+		}
+	}
+	f.Profiles = profiles
+	fg, err := placement.NewGrid(&f)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range grid.Profiles() {
+		q := fg.Profile(p.Name)
+		if q == nil || q.Multiprocessors != p.Multiprocessors || q.MemoryMB != p.MemoryMB || !slices.Equal(q.Placements, p.Placements) {
+			return nil, fmt.Errorf("the full table does not hold the published profile %s", p.Name)
+		}
+	}
+	if fg.Width() < grid.Width() {
+		return nil, fmt.Errorf("the full table has %d slots, fewer than the published %d", fg.Width(), grid.Width())
+	}
+	return fg, nil
+}
+
+// retain appends the retained devices of parts to c.devices.
+func (c *Catalog) retain(parts []Partition) {
+	var list []PublishedDevice
+	for _, p := range parts {
+		i, ok := c.byUUID[p.GPUUUID]
+		if !ok {
+			continue
+		}
+		g := c.gpus[i]
+		if g.grid.Legal(p.Profile, p.Placement) || !g.full.Legal(p.Profile, p.Placement) {
+			continue
+		}
+		name, err := p.DeviceName()
+		if err != nil || slices.ContainsFunc(list, func(d PublishedDevice) bool { return d.Name == name }) {
+			continue
+		}
+		list = append(list, PublishedDevice{Name: name, Partition: p, GPU: g.gpu.Index, Retained: true})
+	}
+	slices.SortFunc(list, func(a, b PublishedDevice) int {
+		return cmp.Or(cmp.Compare(a.Partition.Profile, b.Partition.Profile), cmp.Compare(a.GPU, b.GPU),
+			cmp.Compare(a.Partition.Placement.Start, b.Partition.Placement.Start))
+	})
+	c.devices = append(c.devices, list...)
 }
 
 func isUUIDName(s string) bool {
@@ -287,9 +398,17 @@ func (c *Catalog) Lookup(name string) (Partition, capability.GPU, error) {
 	}
 	g := c.gpus[i]
 	if !g.grid.Legal(p.Profile, p.Placement) {
-		return p, g.gpu, &NotPublishedError{Device: name, Reason: "profile or placement not in the GPU's published table"}
+		reason := "profile or placement not in the GPU's published table"
+		if c.isRetained(name) {
+			reason = "profile no longer allowlisted: published, retained, only while allocated or prepared"
+		}
+		return p, g.gpu, &NotPublishedError{Device: name, Reason: reason}
 	}
 	return p, g.gpu, nil
+}
+
+func (c *Catalog) isRetained(name string) bool {
+	return slices.ContainsFunc(c.devices, func(d PublishedDevice) bool { return d.Retained && d.Name == name })
 }
 
 // Resources returns the publication for the kubelet plugin's
@@ -338,8 +457,12 @@ func (c *Catalog) buildPool() resourceslice.Pool {
 	var cur *resourceslice.Slice
 	profile := ""
 	for _, d := range c.devices {
-		if cur == nil || len(cur.Devices) == resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures || d.Partition.Profile != profile {
-			profile = d.Partition.Profile
+		key := d.Partition.Profile
+		if d.Retained {
+			key = "retained " + key
+		}
+		if cur == nil || len(cur.Devices) == resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures || key != profile {
+			profile = key
 			pool.Slices = append(pool.Slices, resourceslice.Slice{})
 			cur = &pool.Slices[len(pool.Slices)-1]
 		}
@@ -355,11 +478,12 @@ func count(n int64) resourceapi.Counter {
 	return resourceapi.Counter{Value: *resource.NewQuantity(n, resource.DecimalSI)}
 }
 
-// engineCounters reports which engine counters the GPU's set needs.
+// engineCounters reports which engine counters the GPU's set needs: those
+// its full table's profiles take.
 func engineCounters(g catalogGPU) (ofa, decoders bool) {
-	decoders = g.grid.EngineBudget().Decoders > 0
-	for _, p := range g.grid.Profiles() {
-		if g.grid.EnginesOf(p.Name).OFA > 0 && p.Placements != nil && !isWhole(g.grid, p) {
+	decoders = g.full.EngineBudget().Decoders > 0
+	for _, p := range g.full.Profiles() {
+		if g.full.EnginesOf(p.Name).OFA > 0 && p.Placements != nil && !isWhole(g.full, p) {
 			ofa = true
 		}
 	}
@@ -377,20 +501,23 @@ func isWhole(grid *placement.Grid, p capability.Profile) bool {
 	return true
 }
 
+// counterSet is the GPU's counter set, sized from its full table: one
+// counter per slot, the largest profile's SMs (the whole GPU's), and the
+// whole GPU's media engines where profiles need them.
 func counterSet(g catalogGPU) resourceapi.CounterSet {
 	cs := resourceapi.CounterSet{Name: counterSetName(g.gpu.Index), Counters: map[string]resourceapi.Counter{}}
-	for s := range g.grid.Width() {
+	for s := range g.full.Width() {
 		cs.Counters[slotCounter(s)] = one()
 	}
 	var sms uint32
-	for _, p := range g.grid.Profiles() {
+	for _, p := range g.full.Profiles() {
 		sms = max(sms, p.Multiprocessors)
 	}
 	if sms > 0 {
 		cs.Counters[MultiprocessorsCounter] = count(int64(sms))
 	}
 	ofa, dec := engineCounters(g)
-	budget := g.grid.EngineBudget()
+	budget := g.full.EngineBudget()
 	if ofa {
 		cs.Counters[OFACounter] = count(int64(budget.OFA))
 	}
@@ -407,7 +534,7 @@ func attrString(s string) resourceapi.DeviceAttribute {
 func attrInt(v int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &v} }
 
 func device(g catalogGPU, d PublishedDevice) resourceapi.Device {
-	p := g.grid.Profile(d.Partition.Profile)
+	p := g.full.Profile(d.Partition.Profile)
 	pl := d.Partition.Placement
 	counters := map[string]resourceapi.Counter{}
 	for s := pl.Start; s < pl.End(); s++ {
@@ -417,7 +544,7 @@ func device(g catalogGPU, d PublishedDevice) resourceapi.Device {
 		counters[MultiprocessorsCounter] = count(int64(p.Multiprocessors))
 	}
 	ofa, dec := engineCounters(g)
-	eng := g.grid.EnginesOf(p.Name)
+	eng := g.full.EnginesOf(p.Name)
 	if ofa && eng.OFA > 0 {
 		counters[OFACounter] = count(int64(eng.OFA))
 	}
@@ -428,7 +555,7 @@ func device(g catalogGPU, d PublishedDevice) resourceapi.Device {
 	if pn, err := capability.ParseProfileName(p.Name); err == nil {
 		compute = int64(pn.Compute)
 	}
-	return resourceapi.Device{
+	out := resourceapi.Device{
 		Name: d.Name,
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			AttrType:           attrString(DeviceType),
@@ -446,4 +573,8 @@ func device(g catalogGPU, d PublishedDevice) resourceapi.Device {
 		},
 		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(g.gpu.Index), Counters: counters}},
 	}
+	if d.Retained {
+		out.Taints = []resourceapi.DeviceTaint{{Key: RetainedTaintKey, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+	return out
 }

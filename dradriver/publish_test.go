@@ -2,7 +2,9 @@ package dradriver_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -101,8 +103,9 @@ func TestEngineCounters(t *testing.T) {
 }
 
 // TestSetAllowlist: narrowing the allowlist republishes without the
-// dropped profile, and a claim already allocated to it is withheld, not
-// realized.
+// dropped profile, except the device a claim is allocated, which stays
+// published, retained and tainted, so that its slots stay counted; the
+// claim, not prepared before, is withheld, not realized.
 func TestSetAllowlist(t *testing.T) {
 	e := newEnv(t, "NVIDIA A30")
 	d := e.driver(t)
@@ -112,15 +115,118 @@ func TestSetAllowlist(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dev := range d.Catalog().Devices() {
-		if dev.Partition.Profile == "2g.12gb" {
+		if dev.Partition.Profile == "2g.12gb" && (!dev.Retained || dev.Name != c.Status.Allocation.Devices.Results[0].Device) {
 			t.Fatalf("dropped profile still published: %s", dev.Name)
 		}
 	}
-	if r := prepareOne(t, d, c); r.Err == nil {
-		t.Error("claim on a dropped profile was prepared")
+	if r := prepareOne(t, d, c); !errors.Is(r.Err, dradriver.ErrNotPublished) {
+		t.Errorf("claim on a dropped profile: %v, want ErrNotPublished", r.Err)
 	}
 	if got := liveInstances(e.hw); len(got) != 0 {
 		t.Errorf("live %v, want none", got)
+	}
+}
+
+// TestNarrowedAllowlistKeepsCounting: a prepared device whose profile
+// leaves the allowlist stays published (retained, tainted NoSchedule)
+// until it is unprepared and deallocated, so the allocator never hands
+// out its slots again; the prepared claim is handed its device again.
+func TestNarrowedAllowlistKeepsCounting(t *testing.T) {
+	e := newEnv(t, "NVIDIA A30")
+	d := e.driver(t)
+	c := allocate(t, d.Catalog(), profileClaim("uid-a", "2g.12gb", 1))
+	e.claims.set(true, c)
+	if r := prepareOne(t, d, c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := d.SetAllowlist(context.Background(), capability.Allowlist{{Models: []string{"A30"}, Profiles: []string{"1g.6gb"}}}); err != nil {
+		t.Fatal(err)
+	}
+	name := c.Status.Allocation.Devices.Results[0].Device
+	var retained []string
+	for _, dev := range d.Catalog().Devices() {
+		if dev.Retained {
+			retained = append(retained, dev.Name)
+		}
+	}
+	if len(retained) != 1 || retained[0] != name {
+		t.Fatalf("retained devices %v, want the prepared %s", retained, name)
+	}
+	tainted := false
+	for _, s := range d.Catalog().ResourceSlices() {
+		for _, dev := range s.Spec.Devices {
+			if dev.Name == name {
+				tainted = len(dev.Taints) == 1 && dev.Taints[0].Key == dradriver.RetainedTaintKey && dev.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
+			}
+		}
+	}
+	if !tainted {
+		t.Errorf("retained device %s is not tainted NoSchedule", name)
+	}
+	// Two 1g.6gb fit beside the 2g.12gb, never a third.
+	allocated := []*resourceapi.ResourceClaim{c}
+	for i := range 3 {
+		n := allocate(t, d.Catalog(), profileClaim("uid-n"+strconv.Itoa(i), "1g.6gb", 1), allocated...)
+		if (n != nil) != (i < 2) {
+			t.Fatalf("1g.6gb #%d beside the retained 2g.12gb: allocated %t", i+1, n != nil)
+		}
+		if n != nil {
+			allocated = append(allocated, n)
+		}
+	}
+	if r := prepareOne(t, d, c); r.Err != nil {
+		t.Errorf("prepare again after narrowing: %v", r.Err)
+	}
+	if err := unprepareOne(t, d, c); err != nil {
+		t.Fatal(err)
+	}
+	e.claims.set(true)
+	if err := d.Rediscover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range d.Catalog().Devices() {
+		if dev.Partition.Profile != "1g.6gb" {
+			t.Errorf("%s still published after its claim was released", dev.Name)
+		}
+	}
+}
+
+// TestCountersFromTheGPU: the counter sets are sized from the GPU's full
+// profile table, whatever the allowlist publishes: a narrowed allowlist
+// fits as many devices as the hardware does.
+func TestCountersFromTheGPU(t *testing.T) {
+	for _, tc := range []struct {
+		model    string
+		profiles []string
+		want     int
+	}{
+		{"NVIDIA A30", []string{"1g.6gb"}, 4},
+		{"NVIDIA A100-SXM4-40GB", []string{"1g.5gb"}, 7},
+		{"NVIDIA H100 80GB HBM3", []string{"1g.10gb", "2g.20gb"}, 7},
+		{"NVIDIA RTX PRO 6000 Blackwell Server Edition", []string{"1g.24gb"}, 4},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			e := newEnv(t, tc.model)
+			e.allow = capability.Allowlist{{Models: []string{tc.model}, Profiles: tc.profiles}}
+			d := e.driver(t)
+			var allocated []*resourceapi.ResourceClaim
+			for i := range tc.want + 1 {
+				c := allocate(t, d.Catalog(), profileClaim("uid-"+strconv.Itoa(i), tc.profiles[0], 1), allocated...)
+				if c == nil {
+					break
+				}
+				allocated = append(allocated, c)
+			}
+			if len(allocated) != tc.want {
+				t.Errorf("%s fit %d times, want %d", tc.profiles[0], len(allocated), tc.want)
+			}
+			e.claims.set(true, allocated...)
+			for _, c := range allocated {
+				if r := prepareOne(t, d, c); r.Err != nil {
+					t.Fatalf("prepare %s: %v", c.UID, r.Err)
+				}
+			}
+		})
 	}
 }
 

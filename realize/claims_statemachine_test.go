@@ -17,23 +17,33 @@ import (
 	"github.com/dynmig/dynmig/reservation"
 )
 
-// TestClaimStateMachine drives a manager the way a DRA kubelet plugin
-// does, through random sequences of claim allocation (the scheduler reuses
-// a slot as soon as a claim is deallocated, before kubelet unprepares it),
-// Prepare, repeated Prepare, claims ending, Unprepare, processes,
-// maintenance on complete and incomplete listings, restarts with and
-// without the plugin's checkpoint, forged claims (overlapping another, or
-// naming another's MIG device) and injected faults, and checks after every
-// step that
+// TestClaimStateMachine drives a manager the way the DRA kubelet plugin
+// (package dradriver) does, through random sequences of claim allocation,
+// Prepare (checkpointed PrepareStarted before, PrepareCompleted after),
+// repeated Prepare, force deletion (the claim is deallocated while its
+// container may still run, and the scheduler reuses its slots at once:
+// release before unprepare), re-allocation of a deallocated claim under the
+// same UID, Unprepare, admin-access claims, processes, maintenance on
+// complete and incomplete listings, restarts with and without the plugin's
+// checkpoint, overlapping allocations (a claim allocated a device another
+// still holds, and unrelated conflicting claims), forged identities and
+// injected faults. The plugin lists every checkpointed claim with its
+// checkpointed devices, never as released, and every other allocated
+// claim with its allocation, a device overlapping a checkpointed claim's
+// being untrusted; admin-access claims hold nothing and are not listed.
+// After every step it checks that
 //
 //   - the hardware never holds overlapping instances (fakehal's Check),
-//   - realizetest.Safety's invariants hold for claims: no device of an
-//     unreleased claim, and no instance running processes, is ever
-//     destroyed; no claim is ever handed another claim's MIG device; no
-//     forged claim obtains anything,
+//   - realizetest.Safety's invariants hold for claims, a claim being
+//     released only when the kubelet unprepares it: no device of a claim
+//     not yet unprepared (force-deleted or not), and no instance running
+//     processes, is ever destroyed; no claim is ever handed another
+//     claim's MIG device; no forged claim obtains anything,
 //   - a repeated Prepare returns the devices the first one returned,
 //   - an incomplete listing destroys nothing,
-//   - a successful Unprepare leaves none of the claim's devices live,
+//   - a successful Unprepare leaves none of the claim's devices live, and
+//     neither conflicts between other claims nor the listing's
+//     completeness fail it,
 //   - adoption after a restart on an authorised listing recovers every
 //     prepared claim's devices, with or without the checkpoint,
 //
@@ -44,15 +54,17 @@ func TestClaimStateMachine(t *testing.T) {
 		sm := newClaimMachine(rt)
 		rt.Repeat(map[string]func(*rapid.T){
 			"allocate":      sm.allocate,
+			"allocateAdmin": sm.allocateAdmin,
 			"prepare":       sm.prepare,
 			"repeatPrepare": sm.repeatPrepare,
-			"end":           sm.end,
+			"forceDelete":   sm.forceDelete,
+			"reallocate":    sm.reallocate,
 			"unprepare":     sm.unprepare,
 			"startProcess":  sm.startProcess,
 			"stopProcess":   sm.stopProcess,
 			"maintain":      sm.maintain,
 			"restart":       sm.restart,
-			"forgeOverlap":  sm.forgeOverlap,
+			"overlap":       sm.overlap,
 			"forgeIdentity": sm.forgeIdentity,
 			"injectFault":   sm.injectFault,
 			"":              sm.check,
@@ -61,13 +73,20 @@ func TestClaimStateMachine(t *testing.T) {
 	})
 }
 
+// ckEntry is the plugin's checkpoint entry of a claim.
+type ckEntry struct {
+	devices   []reservation.Allocation // with identities once completed
+	completed bool
+}
+
 type smClaim struct {
 	uid       string
-	devices   []reservation.Allocation // as allocated by the scheduler
-	recorded  []reservation.Allocation // the checkpoint: devices with identities, nil when none
-	allocated bool                     // listed as an allocated claim
-	released  bool                     // consumers ended: listed as released until unprepared
-	received  []string                 // MIG UUIDs Prepare handed out, by device position
+	devices   []reservation.Allocation // the current allocation
+	allocated bool                     // the scheduler's allocation stands
+	ended     bool                     // its pod is gone: the kubelet may unprepare it
+	admin     bool                     // allocated with admin access: holds nothing
+	ck        *ckEntry                 // the plugin's checkpoint, nil when none
+	received  []string                 // MIG UUIDs handed to the kubelet, by device position
 }
 
 type claimMachine struct {
@@ -93,27 +112,61 @@ func (s *claimMachine) gpuUUID(i int) string {
 	return d.UUID
 }
 
-// holder is the claim as the plugin lists it: the scheduler's allocation
-// with the identities its checkpoint recorded.
-func (c *smClaim) holder() realize.Holder {
-	h := realize.Holder{UID: c.uid, Namespace: "ns", Name: c.uid, Released: c.released}
-	for i, d := range c.devices {
-		if c.recorded != nil {
-			d = c.recorded[i]
+// heldBy returns the claim, other than self, whose checkpoint holds a
+// device overlapping a.
+func (s *claimMachine) heldBy(a reservation.Allocation, self *smClaim) (*smClaim, bool) {
+	for _, c := range s.claims {
+		if c == self || c.ck == nil {
+			continue
 		}
-		h.Devices = append(h.Devices, realize.Want{Allocation: d})
+		for _, d := range c.ck.devices {
+			if d.GPUUUID == a.GPUUUID && d.Placement.Overlaps(a.Placement) {
+				return c, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// holder is the claim as the plugin lists it: its checkpointed devices
+// when checkpointed, else its allocation, with the devices that overlap
+// another claim's checkpointed ones untrusted.
+func (s *claimMachine) holder(c *smClaim) realize.Holder {
+	h := realize.Holder{UID: c.uid, Namespace: "ns", Name: c.uid}
+	if c.ck != nil {
+		for _, d := range c.ck.devices {
+			h.Devices = append(h.Devices, realize.Want{Allocation: d})
+		}
+		return h
+	}
+	for _, d := range c.devices {
+		w := realize.Want{Allocation: d}
+		if o, held := s.heldBy(d, c); held {
+			w.Untrusted = fmt.Errorf("device held by claim %s", o.uid)
+		}
+		h.Devices = append(h.Devices, w)
 	}
 	return h
 }
 
-// demand lists every allocated claim and every released one not yet
-// unprepared.
+// demand lists every checkpointed claim and every other allocated one;
+// never a released holder, never an admin-access claim.
 func (s *claimMachine) demand(complete bool) realize.Demand {
 	d := realize.Demand{Complete: complete, AdoptAtPlacement: true}
 	for _, c := range s.claims {
-		if c.allocated || c.released {
-			d.Holders = append(d.Holders, c.holder())
+		if !c.admin && (c.ck != nil || c.allocated) {
+			d.Holders = append(d.Holders, s.holder(c))
 		}
+	}
+	return d
+}
+
+// unprepareDemand is demand with the claim's holder its checkpointed one
+// alone, as the plugin unprepares.
+func (s *claimMachine) unprepareDemand(t *rapid.T, c *smClaim) realize.Demand {
+	d := s.demand(rapid.IntRange(0, 3).Draw(t, "complete") > 0)
+	if c.ck == nil {
+		d.Holders = slices.DeleteFunc(d.Holders, func(h realize.Holder) bool { return h.UID == c.uid })
 	}
 	return d
 }
@@ -124,10 +177,11 @@ func (s *claimMachine) armed() bool {
 }
 
 // free reports whether p is free of every allocated claim's device on gpu,
-// as the scheduler sees it: a released claim's slots are free at once.
+// as the scheduler sees it: a deallocated claim's slots are free at once,
+// unprepared or not.
 func (s *claimMachine) free(gpu string, p capability.Placement, extra []reservation.Allocation) bool {
 	for _, c := range s.claims {
-		if !c.allocated {
+		if !c.allocated || c.admin {
 			continue
 		}
 		for _, e := range c.devices {
@@ -149,8 +203,9 @@ func (s *claimMachine) newUID(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, s.nextUID)
 }
 
-// allocate allocates a new claim one or two devices at free placements.
-func (s *claimMachine) allocate(t *rapid.T) {
+// drawDevices draws one or two devices at placements the scheduler sees
+// free.
+func (s *claimMachine) drawDevices(t *rapid.T) []reservation.Allocation {
 	n := rapid.IntRange(1, 2).Draw(t, "devices")
 	var devs []reservation.Allocation
 	for d := range n {
@@ -168,7 +223,22 @@ func (s *claimMachine) allocate(t *rapid.T) {
 		p := rapid.SampledFrom(fits).Draw(t, "placement")
 		devs = append(devs, ent(0, d, gpu, prof.Name, p.Start, p.Size))
 	}
-	s.claims = append(s.claims, &smClaim{uid: s.newUID("claim"), devices: devs, allocated: true})
+	return devs
+}
+
+// allocate allocates a new claim one or two devices at free placements.
+func (s *claimMachine) allocate(t *rapid.T) {
+	s.claims = append(s.claims, &smClaim{uid: s.newUID("claim"), devices: s.drawDevices(t), allocated: true})
+}
+
+// allocateAdmin allocates, with admin access, a device another claim
+// holds or was allocated: the plugin neither lists nor realizes it, so it
+// must not keep anyone from anything (checked by the other steps).
+func (s *claimMachine) allocateAdmin(t *rapid.T) {
+	victim := s.pick(t, "claim to monitor", func(c *smClaim) bool { return !c.admin && c.allocated })
+	d := victim.devices[rapid.IntRange(0, len(victim.devices)-1).Draw(t, "device")]
+	d.DeviceIndex = 0
+	s.claims = append(s.claims, &smClaim{uid: s.newUID("admin"), devices: []reservation.Allocation{d}, allocated: true, admin: true})
 }
 
 func (s *claimMachine) pick(t *rapid.T, label string, ok func(*smClaim) bool) *smClaim {
@@ -185,26 +255,59 @@ func (s *claimMachine) pick(t *rapid.T, label string, ok func(*smClaim) bool) *s
 }
 
 func (s *claimMachine) prepare(t *rapid.T) {
-	s.doPrepare(t, s.pick(t, "allocated claim", func(c *smClaim) bool { return c.allocated }))
+	// A re-allocated claim (ended, allocated again) whose earlier
+	// preparation completed is refused until it is unprepared.
+	s.doPrepare(t, s.pick(t, "allocated claim", func(c *smClaim) bool {
+		return c.allocated && !c.admin && (!c.ended || c.ck != nil && c.ck.completed)
+	}))
 }
 
 func (s *claimMachine) repeatPrepare(t *rapid.T) {
-	s.doPrepare(t, s.pick(t, "prepared claim", func(c *smClaim) bool { return c.allocated && c.received != nil }))
+	s.doPrepare(t, s.pick(t, "prepared claim", func(c *smClaim) bool { return c.allocated && !c.admin && !c.ended && c.received != nil }))
 }
 
+// sameScheduled reports whether the checkpointed devices are the
+// allocation's, identities aside.
+func sameScheduled(a, b []reservation.Allocation) bool {
+	return slices.EqualFunc(a, b, func(x, y reservation.Allocation) bool { return x.Scheduled() == y.Scheduled() })
+}
+
+// doPrepare is the plugin's PrepareResourceClaims of c.
 func (s *claimMachine) doPrepare(t *rapid.T, c *smClaim) {
+	ctx := context.Background()
+	if c.ended || c.ck != nil && c.ck.completed && !sameScheduled(c.ck.devices, c.devices) {
+		return // re-allocated before its earlier preparation was unprepared: refused
+	}
+	for _, d := range c.devices {
+		if _, held := s.heldBy(d, c); held {
+			return // a device another checkpointed claim holds: refused
+		}
+	}
 	armed := s.armed()
-	h := c.holder()
-	devs, err := s.m.Prepare(context.Background(), s.demand(true), c.uid)
+	if c.ck != nil && !c.ck.completed && !sameScheduled(c.ck.devices, c.devices) {
+		// An earlier attempt for other devices, never handed out: rolled back.
+		if _, err := s.m.Unprepare(ctx, s.demand(true), c.uid); err != nil {
+			if !armed && !errors.Is(err, realize.ErrInUse) {
+				t.Fatalf("rollback of %s's started preparation: %v", c.uid, err)
+			}
+			return
+		}
+		c.ck = nil
+	}
+	if c.ck == nil {
+		c.ck = &ckEntry{devices: slices.Clone(c.devices)} // PrepareStarted
+	}
+	h := s.holder(c)
+	devs, err := s.m.Prepare(ctx, s.demand(true), c.uid)
 	if err != nil {
 		if !armed && !errors.Is(err, realize.ErrOccupied) && !errors.Is(err, realize.ErrConflict) {
 			t.Fatalf("Prepare(%s) without faults: %v", c.uid, err)
 		}
 		return
 	}
-	if c.received == nil && rapid.IntRange(0, 5).Draw(t, "crash before answering") == 0 {
-		// The plugin died before recording and answering: kubelet
-		// never saw these devices and retries later.
+	if c.received == nil && rapid.IntRange(0, 5).Draw(t, "crash before completing") == 0 {
+		// The plugin died before checkpointing PrepareCompleted and
+		// answering: kubelet never saw these devices and retries later.
 		return
 	}
 	if err := s.safety.GrantHolder(h, devs); err != nil {
@@ -222,50 +325,74 @@ func (s *claimMachine) doPrepare(t *rapid.T, c *smClaim) {
 	if c.received != nil && !slices.Equal(got, c.received) {
 		t.Fatalf("repeated Prepare(%s) = %v, want %v", c.uid, got, c.received)
 	}
-	// The plugin records the identities before it answers kubelet.
-	c.received, c.recorded = got, recorded
+	c.received, c.ck = got, &ckEntry{devices: recorded, completed: true}
 }
 
-// end ends a claim's consumers: the claim is deallocated, and the plugin
-// lists it as released from its checkpoint until it is unprepared.
-func (s *claimMachine) end(t *rapid.T) {
-	c := s.pick(t, "claim to end", func(c *smClaim) bool { return c.allocated })
-	c.allocated, c.released = false, true
-	s.safety.Release(c.uid)
-}
-
-func (s *claimMachine) unprepare(t *rapid.T) {
-	c := s.pick(t, "ended claim", func(c *smClaim) bool { return c.released })
-	complete := rapid.IntRange(0, 3).Draw(t, "complete") > 0
-	armed := s.armed()
-	before := len(s.node.Snapshot())
-	rep, err := s.m.Unprepare(context.Background(), s.demand(complete), c.uid)
-	if !complete && len(s.node.Snapshot()) != before {
-		t.Fatalf("Unprepare on an incomplete listing destroyed instances: %+v", rep)
+// forceDelete deallocates a claim while its pod's container may still
+// run (a force-deleted pod): the scheduler may hand its slots out at once,
+// but it is not released until the kubelet unprepares it.
+func (s *claimMachine) forceDelete(t *rapid.T) {
+	c := s.pick(t, "claim to force-delete", func(c *smClaim) bool { return c.allocated && !c.ended })
+	c.allocated, c.ended = false, true
+	if c.ck == nil {
+		// Prepared before the checkpoint was lost: only the allocation
+		// named its devices, and the plugin no longer lists it (the
+		// residual risk package realize documents).
+		for _, u := range c.received {
+			s.safety.Forget(u)
+		}
+		c.received = nil
 	}
+}
+
+// reallocate allocates a force-deleted claim again, under the same UID,
+// at other free placements, before its earlier preparation is unprepared.
+func (s *claimMachine) reallocate(t *rapid.T) {
+	c := s.pick(t, "deallocated prepared claim", func(c *smClaim) bool { return !c.allocated && !c.admin && c.ended && c.ck != nil })
+	c.devices, c.allocated = s.drawDevices(t), true
+}
+
+// unprepare is the kubelet's NodeUnprepareResources once the claim's pod
+// is gone: it releases the claim. It depends only on the claim's own
+// checkpoint and the hardware.
+func (s *claimMachine) unprepare(t *rapid.T) {
+	c := s.pick(t, "ended claim", func(c *smClaim) bool { return c.ended })
+	s.doUnprepare(t, c, false)
+}
+
+func (s *claimMachine) doUnprepare(t *rapid.T, c *smClaim, final bool) {
+	s.safety.Release(c.uid)
+	armed := s.armed()
+	rep, err := s.m.Unprepare(context.Background(), s.unprepareDemand(t, c), c.uid)
 	if err != nil {
-		if !armed && complete && !errors.Is(err, realize.ErrInUse) && !errors.Is(err, reservation.ErrNotAuthorized) {
-			t.Fatalf("Unprepare(%s) without faults: %v", c.uid, err)
+		if final || (!armed && !errors.Is(err, realize.ErrInUse)) {
+			t.Fatalf("Unprepare(%s): %+v, %v", c.uid, rep, err)
 		}
 		return
 	}
 	live := liveMIGs(s.node)
 	for _, u := range c.received {
-		if live[u] {
+		// Without a checkpoint entry (lost) the plugin knows nothing of
+		// the claim to unprepare: leak collection reclaims its device.
+		if live[u] && c.ck != nil {
 			t.Fatalf("Unprepare(%s) succeeded but its device %s is live: %+v", c.uid, u, rep)
 		}
 	}
-	c.released = false // forgotten: the checkpoint drops it
+	c.ck, c.received, c.ended = nil, nil, false
 }
 
 func (s *claimMachine) startProcess(t *rapid.T) {
-	c := s.pick(t, "claim with a device", func(c *smClaim) bool { return c.allocated && c.received != nil })
+	// A force-deleted claim's container may still run processes.
+	c := s.pick(t, "claim with a device", func(c *smClaim) bool { return c.received != nil })
 	uuid := rapid.SampledFrom(c.received).Draw(t, "device")
 	for gpu := range smGPUs {
 		if pid, err := s.node.StartProcess(gpu, uuid); err == nil {
 			s.procs[pid] = uuid
 			return
 		}
+	}
+	if c.ended {
+		t.Skip("an unprepare of the claim already destroyed part of it") // then failed, to be retried
 	}
 	t.Fatalf("claim %s's device %s is not live", c.uid, uuid)
 }
@@ -309,18 +436,21 @@ func (s *claimMachine) maintain(t *rapid.T) {
 func (s *claimMachine) restart(t *rapid.T) {
 	s.m = realize.NewManager(s.node, realize.Options{Now: s.clock.Now})
 	if rapid.Bool().Draw(t, "checkpoint lost") {
-		// The plugin forgets every identity, and the released claims
-		// it was still to unprepare: nothing proves any more who used
-		// their instances (the residual risk package realize
-		// documents), which leak collection or a claim allocated at
-		// exactly their placement may then take.
+		// The plugin forgets every claim it prepared: nothing proves
+		// any more who used their instances (the residual risk package
+		// realize documents), which leak collection or a claim
+		// allocated at exactly their placement may then take.
 		for _, c := range s.claims {
-			c.recorded = nil
-			if c.released {
-				c.released = false
+			if c.ck == nil {
+				continue
+			}
+			mine := c.allocated && sameScheduled(c.ck.devices, c.devices)
+			c.ck = nil
+			if !mine {
 				for _, u := range c.received {
 					s.safety.Forget(u)
 				}
+				c.received = nil
 			}
 		}
 	}
@@ -349,38 +479,79 @@ func (s *claimMachine) restart(t *rapid.T) {
 		busy[u] = true
 	}
 	for _, c := range s.claims {
-		if !c.allocated {
+		if c.ck == nil && !c.allocated {
 			continue
 		}
 		for _, u := range c.received {
 			// Every device a claim received and that is live is its
-			// own, and adopted: by its recorded identity, or by its
-			// placement when the checkpoint is lost, unless busy (then
-			// it could be an ended claim's whose record was lost).
-			if live[u] && !adopted[u] && (c.recorded != nil || !busy[u]) {
-				t.Fatalf("adoption missed %s of claim %s (recorded %t); rejected %v", u, c.uid, c.recorded != nil, rep.Rejected)
+			// own, and adopted: by its checkpointed identity, or by its
+			// placement when no identity is checkpointed (lost, or a
+			// retry left PrepareStarted), unless busy (then it could be
+			// an ended claim's whose record was lost).
+			recorded := c.ck != nil && c.ck.completed
+			if live[u] && !adopted[u] && (recorded || !busy[u]) {
+				t.Fatalf("adoption missed %s of claim %s (recorded %t); rejected %v", u, c.uid, recorded, rep.Rejected)
 			}
 		}
 	}
 }
 
-// forgeOverlap adds a claim overlapping an allocated one (a buggy or
-// forged allocation), tries to prepare it, and removes it again: both
-// claims are withheld meanwhile.
-func (s *claimMachine) forgeOverlap(t *rapid.T) {
-	victim := s.pick(t, "victim", func(c *smClaim) bool { return c.allocated })
-	d := victim.devices[rapid.IntRange(0, len(victim.devices)-1).Draw(t, "device")]
-	f := &smClaim{uid: s.newUID("forged"), devices: []reservation.Allocation{d}, allocated: true}
-	f.devices[0].DeviceIndex = 0
-	s.tryForged(t, f, victim)
+// overlap adds a claim allocated a device another claim was allocated or
+// holds (a scheduler's race or bug), and checks what happens while it is
+// listed: a device a checkpointed claim holds is refused and withheld
+// alone (the holder keeps everything, maintenance stays authorised); two
+// claims overlapping where no checkpointed claim holds the device are both
+// refused by the manager and withhold maintenance's authorisation, but
+// not the unprepare of an unrelated claim.
+func (s *claimMachine) overlap(t *rapid.T) {
+	victim := s.pick(t, "victim", func(c *smClaim) bool { return !c.admin && (c.allocated || c.ck != nil) })
+	pool := victim.devices
+	if victim.ck != nil {
+		pool = victim.ck.devices
+	}
+	d := pool[rapid.IntRange(0, len(pool)-1).Draw(t, "device")].Scheduled()
+	d.ContainerIndex, d.DeviceIndex = 0, 0
+	f := &smClaim{uid: s.newUID("overlap"), devices: []reservation.Allocation{d}, allocated: true}
+	s.claims = append(s.claims, f)
+	defer func() { s.claims = slices.DeleteFunc(s.claims, func(c *smClaim) bool { return c == f }) }()
+	ctx := context.Background()
+	h := s.holder(f)
+	if devs, err := s.m.Prepare(ctx, s.demand(true), f.uid); err == nil {
+		if err := s.safety.GrantHolder(h, devs); err != nil {
+			t.Fatalf("overlapping claim: %v", err)
+		}
+		t.Fatalf("overlapping claim %s obtained %v next to %s", f.uid, deviceUUIDs(devs), victim.uid)
+	}
+	before := len(s.node.Snapshot())
+	armed := s.armed()
+	rep, err := s.m.MaintainDemand(ctx, s.demand(true))
+	if _, held := s.heldBy(d, f); held {
+		if !armed && (err != nil || !rep.Reconcile.Authorized) {
+			t.Fatalf("MaintainDemand beside a held device's claim: %+v, %v; want authorised", rep.Reconcile, err)
+		}
+		return
+	}
+	if rep.Reconcile.Authorized || len(s.node.Snapshot()) != before {
+		t.Fatalf("MaintainDemand with conflicting claims authorised or destroyed: %+v", rep)
+	}
+	if _, err := s.m.Prepare(ctx, s.demand(true), victim.uid); err == nil {
+		t.Fatalf("claim %s was prepared by the manager while a claim conflicts with it", victim.uid)
+	}
+	// The conflict does not hold up an unrelated unprepare.
+	for _, c := range s.claims {
+		if c.ended {
+			s.doUnprepare(t, c, false)
+			break
+		}
+	}
 }
 
 // forgeIdentity adds a claim whose checkpoint names a victim's MIG device
 // at the forger's own, free placement.
 func (s *claimMachine) forgeIdentity(t *rapid.T) {
-	victim := s.pick(t, "victim", func(c *smClaim) bool { return c.allocated && c.recorded != nil })
-	i := rapid.IntRange(0, len(victim.devices)-1).Draw(t, "device")
-	rt, ok := victim.recorded[i].Runtime()
+	victim := s.pick(t, "victim", func(c *smClaim) bool { return c.ck != nil && c.ck.completed })
+	i := rapid.IntRange(0, len(victim.ck.devices)-1).Draw(t, "device")
+	rt, ok := victim.ck.devices[i].Runtime()
 	if !ok {
 		t.Skip("not recorded")
 	}
@@ -388,7 +559,8 @@ func (s *claimMachine) forgeIdentity(t *rapid.T) {
 	prof := rapid.SampledFrom(s.profiles).Draw(t, "profile")
 	var fits []capability.Placement
 	for _, p := range prof.Placements {
-		if s.free(gpu, p, nil) {
+		d := ent(0, 0, gpu, prof.Name, p.Start, p.Size)
+		if _, held := s.heldBy(d, nil); s.free(gpu, p, nil) && !held {
 			fits = append(fits, p)
 		}
 	}
@@ -398,29 +570,20 @@ func (s *claimMachine) forgeIdentity(t *rapid.T) {
 	p := rapid.SampledFrom(fits).Draw(t, "placement")
 	d := ent(0, 0, gpu, prof.Name, p.Start, p.Size)
 	f := &smClaim{uid: s.newUID("forged"), devices: []reservation.Allocation{d}, allocated: true,
-		recorded: []reservation.Allocation{d.WithRuntime(rt)}}
-	s.tryForged(t, f, victim)
-}
-
-func (s *claimMachine) tryForged(t *rapid.T, f, victim *smClaim) {
+		ck: &ckEntry{devices: []reservation.Allocation{d.WithRuntime(rt)}, completed: true}}
 	s.claims = append(s.claims, f)
-	h := f.holder()
-	devs, err := s.m.Prepare(context.Background(), s.demand(true), f.uid)
-	if err == nil {
+	defer func() { s.claims = slices.DeleteFunc(s.claims, func(c *smClaim) bool { return c == f }) }()
+	h := s.holder(f)
+	if devs, err := s.m.Prepare(context.Background(), s.demand(true), f.uid); err == nil {
 		if err := s.safety.GrantHolder(h, devs); err != nil {
 			t.Fatalf("forged claim: %v", err)
 		}
 		t.Fatalf("forged claim %s obtained %v next to %s", f.uid, deviceUUIDs(devs), victim.uid)
 	}
-	if _, err := s.m.Prepare(context.Background(), s.demand(true), victim.uid); err == nil {
-		t.Fatalf("claim %s was prepared while a forged claim conflicts with it", victim.uid)
-	}
-	// A maintenance pass meanwhile destroys nothing.
 	before := len(s.node.Snapshot())
 	if rep, _ := s.m.MaintainDemand(context.Background(), s.demand(true)); rep.Reconcile.Authorized || len(s.node.Snapshot()) != before {
-		t.Fatalf("MaintainDemand with conflicting claims authorised or destroyed: %+v", rep)
+		t.Fatalf("MaintainDemand with a forged identity authorised or destroyed: %+v", rep)
 	}
-	s.claims = s.claims[:len(s.claims)-1]
 }
 
 func (s *claimMachine) injectFault(t *rapid.T) {
@@ -455,6 +618,7 @@ func (s *claimMachine) check(t *rapid.T) {
 // converges to empty hardware.
 func (s *claimMachine) drain(t *rapid.T) {
 	s.node.ClearFaults()
+	s.faults = nil
 	for pid := range s.procs {
 		if err := s.node.StopProcess(pid); err != nil {
 			t.Fatal(err)
@@ -462,19 +626,10 @@ func (s *claimMachine) drain(t *rapid.T) {
 	}
 	ctx := context.Background()
 	for _, c := range s.claims {
-		if c.allocated {
-			c.allocated, c.released = false, true
-			s.safety.Release(c.uid)
+		c.allocated = false
+		if !c.admin {
+			s.doUnprepare(t, c, true)
 		}
-	}
-	for _, c := range s.claims {
-		if !c.released {
-			continue
-		}
-		if rep, err := s.m.Unprepare(ctx, s.demand(true), c.uid); err != nil {
-			t.Fatalf("final Unprepare(%s): %+v, %v", c.uid, rep, err)
-		}
-		c.released = false
 	}
 	s.clock.Advance(time.Hour)
 	rep, err := s.m.MaintainDemand(ctx, s.demand(true))

@@ -78,8 +78,8 @@
 //     complete, and every active holder's record decodes, validates and
 //     conflicts with no other holder's (reservation.Desired for pods; the
 //     same rules, through reservation.Validate and reservation.Conflicts,
-//     for a Demand). Otherwise reconcile, idle-GPU cleanup, leak
-//     collection and Unprepare do nothing and say why
+//     for a Demand). Otherwise reconcile, idle-GPU cleanup and leak
+//     collection do nothing and say why
 //     ([ReconcileReport.Reasons], Stats.SkippedReconciles). Two holders
 //     whose devices overlap on one GPU, or name one MIG device or GPU
 //     instance, are both withheld: neither is realized nor adopted, and
@@ -146,11 +146,15 @@
 //     before anything is created, rollback of only what the call created,
 //     idempotent repetition.
 //   - Unprepare destroys exactly the holder's instances (CI, then GI),
-//     only when the listing with the holder released is authorised, never
-//     one that runs processes ([ErrInUse]) or whose MIG UUID another
-//     holder's runtime identity names ([ErrConflict]); those stay managed
-//     and a retry or a later reconcile releases them. An instance already
-//     gone is forgotten, so a repeated Unprepare does nothing.
+//     never one that runs processes ([ErrInUse]) or whose MIG UUID another
+//     listed holder's runtime identity names ([ErrConflict]); those stay
+//     managed and a retry or a later reconcile releases them. It depends
+//     only on the holder's own devices and records and the hardware: an
+//     incomplete listing or a conflict between other holders does not hold
+//     it up (kubelet would keep unrelated pods Terminating), and cannot
+//     widen it, since it touches nothing but the holder's instances. An
+//     instance already gone is forgotten, so a repeated Unprepare does
+//     nothing.
 //   - Adopt cleans a GPU only when it is idle (no active or withheld
 //     reservation on it or naming one of its MIG devices, no process,
 //     nothing managed) and the snapshot is authorised. It adopts an
@@ -170,7 +174,7 @@
 //     claimed, so never collected) until idle, and one a released holder
 //     may have left is replaced by Prepare. The claim source therefore
 //     records each identity before it answers NodePrepareResources and
-//     keeps a released claim listed, with its identities, until Unprepare
+//     keeps a prepared claim listed, with its identities, until Unprepare
 //     succeeds. Residual risk: if the source loses the record of an ended
 //     claim whose idle instance is still live, that instance may pass to a
 //     new claim allocated exactly the same placement.
@@ -224,8 +228,10 @@
 // A DRA kubelet plugin lists the claims allocated to its node as a
 // [Demand] (Complete only once its informer is synced; AdoptAtPlacement
 // set, since only the scheduler writes a claim's allocation; claims it
-// prepared that are no longer allocated listed as released, with their
-// recorded identities, until Unprepare succeeds), calls
+// prepared listed with their recorded identities until Unprepare succeeds,
+// whatever the API says of them, since a force-deleted pod's container
+// may still hold the device: dradriver never lists a claim as released,
+// so only Unprepare destroys a prepared claim's instance), calls
 // [Manager.MaintainDemand] at startup and periodically, [Manager.Prepare]
 // in NodePrepareResources (recording each Device.Runtime before it
 // answers, and reporting it in later demands), and [Manager.Unprepare] in

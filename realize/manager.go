@@ -101,7 +101,7 @@ type Stats struct {
 	Destroys          uint64 // instances destroyed (reclaim, rollback, cleanup, leak collection)
 	Adoptions         uint64 // live instances adopted after verification
 	Conflicts         uint64 // reservations refused with ErrConflict
-	SkippedReconciles uint64 // reconcile, leak-collection and Unprepare passes that were not authorised
+	SkippedReconciles uint64 // reconcile and leak-collection passes that were not authorised
 	Reconciles        uint64 // reconcile passes run, authorised or not
 	Rollbacks         uint64 // Allocate attempts rolled back
 	LeaksCollected    uint64 // unmanaged instances destroyed by CollectLeaks

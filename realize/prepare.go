@@ -118,10 +118,6 @@ func (m *Manager) untrustedHolder(ctx context.Context, h *Holder, want *desiredS
 
 // UnprepareReport says what [Manager.Unprepare] did.
 type UnprepareReport struct {
-	// Authorized and Reasons as in [ReconcileReport], for the demand with
-	// the holder released: nothing is destroyed without authorisation.
-	Authorized bool
-	Reasons    []error
 	// Adopted are the holder's live instances that were not managed (a
 	// restart) and were taken over to be released.
 	Adopted []ManagedInstance
@@ -143,23 +139,24 @@ type UnprepareReport struct {
 // devices it lists, with their recorded runtime identities, let Unprepare
 // find instances a restart left unmanaged.
 //
-// Nothing is destroyed unless d, with the holder released, authorises
-// destruction (complete, no unreadable or conflicting holder); the error
-// then matches reservation.ErrNotAuthorized and every reason, and kubelet
-// retries. Otherwise, under each GPU's lock, the holder's live but
-// unmanaged devices (a restart) are first taken over: the instance a
-// device's recorded runtime identity names, verified exactly, or with
-// d.AdoptAtPlacement and nothing recorded the instance at exactly its GPU,
-// profile and placement; one that runs processes ([ErrInUse]) or that
-// another holder's runtime identity names ([ErrConflict]) is left and the
-// call fails. Then each managed instance of the holder is
-// destroyed (exactly its CI, then its GI), except one that runs processes
-// ([ErrInUse]) or whose MIG UUID another listed holder's runtime identity
-// names ([ErrConflict]): those are Kept, and the error joins their errors.
-// Another holder wanting the same placement does not keep it: that holder
-// gets an instance of its own once this one is gone. An instance already gone is
-// forgotten. Unprepare is idempotent: with nothing left of the holder it
-// returns an empty report and nil.
+// Unprepare depends only on the holder's own devices, its own records and
+// the hardware: an incomplete listing, or unreadable or conflicting
+// holders elsewhere on the node, neither block it nor widen it (it never
+// destroys anything but the holder's instances). Under each GPU's lock,
+// the holder's live but unmanaged devices (a restart) are first taken
+// over: the instance a device's recorded runtime identity names, verified
+// exactly, or with d.AdoptAtPlacement and nothing recorded the instance at
+// exactly its GPU, profile and placement; one that runs processes
+// ([ErrInUse]) or that another listed holder's runtime identity names
+// ([ErrConflict]) is left and the call fails. Then each managed instance
+// of the holder is destroyed (exactly its CI, then its GI), except one
+// that runs processes ([ErrInUse]) or whose MIG UUID another listed
+// holder's runtime identity names ([ErrConflict]): those are Kept, and
+// the error joins their errors. Another holder wanting the same placement
+// does not keep it: that holder gets an instance of its own once this one
+// is gone. An instance already gone is forgotten. Unprepare is
+// idempotent: with nothing left of the holder it returns an empty report
+// and nil.
 func (m *Manager) Unprepare(ctx context.Context, d Demand, holderUID string) (UnprepareReport, error) {
 	if holderUID == "" {
 		return UnprepareReport{}, fmt.Errorf("%w: empty holder UID", ErrInvalidRequest)
@@ -171,14 +168,7 @@ func (m *Manager) Unprepare(ctx context.Context, d Demand, holderUID string) (Un
 	defer unlock()
 
 	gone := demandSet(d.withReleased(holderUID, true))
-	rep := UnprepareReport{Authorized: gone.Authorized, Reasons: gone.Reasons}
-	if !gone.Authorized {
-		if h, listed := d.holder(holderUID); (!listed || len(h.Devices) == 0) && !m.holds(holderUID) {
-			return rep, nil // nothing of the holder is known: already unprepared
-		}
-		m.stats.skippedReconciles.Add(1)
-		return rep, fmt.Errorf("realize: unprepare holder %s: %w", holderUID, gone.Verdict())
-	}
+	var rep UnprepareReport
 	var errs []error
 	if h, listed := d.holder(holderUID); listed {
 		errs = append(errs, m.takeHolder(ctx, &gone, h, &rep)...)
@@ -195,18 +185,6 @@ func (m *Manager) Unprepare(ctx context.Context, d Demand, holderUID string) (Un
 		}
 	}
 	return rep, errors.Join(errs...)
-}
-
-// holds reports whether the manager manages an instance of the holder.
-func (m *Manager) holds(uid string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, r := range m.managed {
-		if r.Owner.PodUID == uid {
-			return true
-		}
-	}
-	return false
 }
 
 // takeHolder takes the unprepared holder's live devices that are not
@@ -234,7 +212,7 @@ func (m *Manager) takeHolder(ctx context.Context, gone *desiredSet, h *Holder, r
 	for _, dev := range devs {
 		var mine []reservation.Entry
 		for j, w := range h.Devices {
-			if w.GPUUUID == dev.UUID {
+			if w.GPUUUID == dev.UUID && w.Untrusted == nil { // an untrusted device names nothing of the holder's
 				mine = append(mine, reservation.Entry{PodUID: h.UID, Namespace: h.Namespace, Name: h.Name, Index: j, Allocation: w.Allocation})
 			}
 		}
@@ -337,8 +315,7 @@ func (m *Manager) unprepareOne(ctx context.Context, gone *desiredSet, r *record,
 		return nil // released by a concurrent reconcile
 	}
 	// Another holder wanting the same placement wants an instance of its
-	// own; one naming this instance's identity may be using it. (Holders
-	// whose records are unknown would withhold authorisation.)
+	// own; one naming this instance's identity may be using it.
 	if o, ok := gone.namedByOther(r.Runtime.MIGUUID, r.Owner); ok {
 		err := &ConflictError{Key: r.Key, Owner: r.Owner, Holder: o, Reason: "another holder names the instance " + r.Runtime.MIGUUID}
 		rep.Kept = append(rep.Kept, KeptInstance{Instance: r.ManagedInstance, Err: err})

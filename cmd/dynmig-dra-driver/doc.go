@@ -21,10 +21,14 @@
 // checkpoint of prepared claims), -registrar-dir (default
 // /var/lib/kubelet/plugins_registry), -device-config (a scheduler device
 // config whose nvidia.migProfileAllowlist is the profile policy; SIGHUP
-// reads it again and republishes), -maintain-interval, and
-// -disable-healthchecks and -enable-healthchecks (default
+// reads it again and republishes), -maintain-interval, -device-nodes
+// ("auto": with -backend=nvml, the CDI specs inject each MIG device's
+// /dev/nvidia-caps nodes, its parent GPU's /dev/nvidia<minor>, nvidiactl
+// and nvidia-uvm, read from the NVIDIA driver's /proc files; "on"; "off"),
+// and -disable-healthchecks and -enable-healthchecks (default
 // $DP_DISABLE_HEALTHCHECKS and $DP_ENABLE_HEALTHCHECKS, with the meaning
-// NVIDIA's device plugin gives them); -help lists them. -kubeconfig names a kubeconfig file for running out of a cluster;
+// NVIDIA's device plugin gives them); -help lists them. -kubeconfig names
+// a kubeconfig file for running out of a cluster;
 // empty means $KUBECONFIG, and with that empty too, the pod's service
 // account ([kube.RESTConfig]).
 //

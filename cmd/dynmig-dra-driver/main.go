@@ -51,6 +51,7 @@ func main() {
 	deviceConfig := flag.String("device-config", "", "scheduler device config file whose nvidia.migProfileAllowlist is the profile policy (\"\" means the built-in default); SIGHUP reads it again")
 	interval := flag.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
 	healthChecks := backend.HealthCheckFlags(flag.CommandLine)
+	deviceNodes := flag.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	checks, err := healthChecks()
@@ -64,10 +65,23 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = run(ctx, log, open, *kubeconfig, *deviceConfig, dradriver.Config{
+	cfg := dradriver.Config{
 		Node: *node, CDIDir: *cdiDir, DataDir: *dataDir, RegistrarDir: *registrarDir,
 		MaintainInterval: *interval, HealthChecks: checks, Logger: log,
-	})
+	}
+	switch *deviceNodes {
+	case "on":
+		cfg.DeviceNodes = dradriver.ProcNodes{}
+	case "auto":
+		if *backendName == "nvml" {
+			cfg.DeviceNodes = dradriver.ProcNodes{}
+		}
+	case "off":
+	default:
+		log.Error("bad -device-nodes", "value", *deviceNodes)
+		os.Exit(2)
+	}
+	err = run(ctx, log, open, *kubeconfig, *deviceConfig, cfg)
 	if err != nil {
 		log.Error("DRA driver failed", "err", err)
 		os.Exit(1)

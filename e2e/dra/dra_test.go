@@ -26,6 +26,7 @@ import (
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
 	"github.com/dynmig/dynmig/fakehal"
@@ -95,7 +96,12 @@ kind: KubeSchedulerConfiguration
 // claim's instance and the freed slot is allocated and realized again for
 // the pending pod; and that a restarted driver (a new instance over the
 // same directories) adopts every prepared instance, destroys nothing, and
-// unprepares through the kubelet afterwards.
+// unprepares through the kubelet afterwards; and that a force-deleted
+// pod's device, whose container still runs, stays its instance through
+// maintenance and a driver restart while the claim the control plane
+// handed it to is refused, until the kubelet unprepares the old claim;
+// and that when the allowlist narrows, a prepared device of a dropped
+// profile stays published, so its slots are not handed out again.
 func TestDRA(t *testing.T) {
 	ctx := cluster.TestContext(t, 5*time.Minute)
 	start := time.Now()
@@ -301,6 +307,82 @@ func TestDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("device taints checked at %v", time.Since(start).Round(time.Millisecond))
+
+	// 8. A force-deleted pod whose container still holds its device: the
+	// control plane deallocates its claim and hands the device to a new
+	// claim before the kubelet unprepares the old one. First fill the
+	// GPU but for c's slot.
+	f := e.schedule("f", "mig-10gi")
+	e.prepare(f)
+	cInst, ok := e.instanceAt(e.partition(cc.devices[0]))
+	if !ok {
+		t.Fatal("no instance for claim c")
+	}
+	cMIG := cInst.ComputeInstances[0].MIGUUID
+	// c's container still has the device open, between CUDA contexts:
+	// NVML shows no process on it, so only the kubelet knows it is in use.
+	e.deletePod(cc) // grace 0: the claim is deallocated and deleted at once
+	g := e.schedule("g", "mig-1g-6gb")
+	if !slices.Equal(g.devices, cc.devices) {
+		t.Fatalf("claim g allocated %v, want c's freed device %v", g.devices, cc.devices)
+	}
+	e.refusedPrepare(g)
+	if _, err := drv.d.Maintain(ctx); err != nil {
+		t.Errorf("maintenance beside the force-deleted claim: %v", err)
+	}
+	e.checkHardware() // c's instance is kept: only the kubelet releases it
+	// A restart in between changes nothing.
+	drv.stop(t)
+	drv = startDriver(t, cfg)
+	k.waitRegistered(t, ctx)
+	waitPublished(t, ctx, admin, drv.d)
+	if _, err := drv.d.Maintain(ctx); err != nil {
+		t.Errorf("maintenance after restart: %v", err)
+	}
+	e.checkHardware()
+	e.refusedPrepare(g)
+	// The container stops; the kubelet unprepares c; g gets a new instance.
+	e.unprepare(cc)
+	e.prepare(g)
+	if gInst, ok := e.instanceAt(e.partition(g.devices[0])); !ok || gInst.ComputeInstances[0].MIGUUID == cMIG {
+		t.Errorf("claim g got %+v, want a new instance (c's was %s)", gInst, cMIG)
+	}
+	t.Logf("force-deleted pod checked at %v", time.Since(start).Round(time.Millisecond))
+
+	// 9. The allowlist narrows to 1g.6gb while f holds a 2g.12gb device
+	// and the GPU is full: f's device stays published (retained), so the
+	// scheduler hands its slots to no one, until f is unprepared and gone.
+	if err := drv.d.SetAllowlist(ctx, capability.Allowlist{{Models: []string{"A30"}, Profiles: []string{"1g.6gb"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ctx, admin, drv.d)
+	if !slices.ContainsFunc(drv.d.Catalog().Devices(), func(d dradriver.PublishedDevice) bool { return d.Retained && d.Name == f.devices[0] }) {
+		t.Errorf("f's device %s is not published as retained after the allowlist narrowed", f.devices[0])
+	}
+	e.createPod("h", "mig-1g-6gb")
+	e.waitUnschedulable("h")
+	e.unprepare(f)
+	e.deletePod(f)
+	h := e.waitScheduled("h")
+	if p := e.partition(h.devices[0]); p.Placement.Start < 2 {
+		t.Errorf("claim h allocated %s, want one of f's freed slots", h.devices[0])
+	}
+	e.prepare(h)
+	t.Logf("narrowed allowlist checked at %v", time.Since(start).Round(time.Millisecond))
+}
+
+// refusedPrepare checks that the kubelet's prepare of the pod's claim
+// fails (its device is still held by another claim) and changes nothing.
+func (e *env) refusedPrepare(s scheduled) {
+	e.t.Helper()
+	before := instanceKeys(e.hw.Snapshot())
+	if err := e.k.mgr.PrepareResources(e.ctx, s.pod); err == nil {
+		e.t.Fatalf("kubelet DRA manager: prepare pod %s succeeded on a device another claim still holds", s.pod.Name)
+	}
+	if got := instanceKeys(e.hw.Snapshot()); !slices.Equal(got, before) {
+		e.t.Errorf("instances after a refused prepare = %v, want %v", got, before)
+	}
+	e.checkHardware()
 }
 
 // env is the test's view of the node: hardware, the kubelet's DRA

@@ -84,7 +84,7 @@ func DRADriver(ctx context.Context, hw realize.Realizer, logger *slog.Logger, cl
 	mgr := realize.NewManager(hw, realize.Options{Logger: logger})
 	demand := func() realize.Demand {
 		// every claim allocated to this node, with its checkpointed runtime identities,
-		// and every checkpointed claim no longer allocated, with Released: true
+		// and every checkpointed claim, whatever the API says of it, until its Unprepare
 		holders, synced := listClaims()
 		return realize.Demand{Complete: synced, Holders: holders, AdoptAtPlacement: true} // only the scheduler writes allocations
 	}
@@ -104,7 +104,7 @@ func DRADriver(ctx context.Context, hw realize.Realizer, logger *slog.Logger, cl
 
 	// NodeUnprepareResources of the claim: never destroys an instance in use
 	if _, err := mgr.Unprepare(ctx, demand(), claimUID); err != nil {
-		return err // in use, or the listing does not authorise destruction: the kubelet retries
+		return err // in use: the kubelet retries
 	}
 	// readme:end
 	return nil
