@@ -6,9 +6,10 @@
 // back to the pod, reclaims instances of finished pods and adopts live
 // instances after a restart. The logic lives in package deviceplugin.
 //
-// The default backend is fakehal, in-memory hardware that needs no GPU and
-// no cgo (-fake-gpus chooses its models). -backend=nvml drives real GPUs
-// through nvmlhal; it exists only in binaries built with cgo.
+// -backend is required, so that a node never runs fake hardware by
+// omission: -backend=nvml drives real GPUs through nvmlhal (only in
+// binaries built with cgo); -backend=fake is fakehal, in-memory hardware
+// that needs no GPU and no cgo (-fake-gpus chooses its models).
 //
 // It runs in the cluster as a DaemonSet pod with the node's name in
 // NODE_NAME and the kubelet's device-plugin and pod-resources directories
@@ -17,10 +18,15 @@
 // and patch on nodes; create on events) narrowed to its own node by
 // deploy/rbac/device-plugin-node-policy.yaml.
 //
-// Flags: -node (default $NODE_NAME), -backend (fake or, with cgo, nvml),
-// -fake-gpus, -socket-dir, -resource, -scheduler-names, -pod-resources-socket,
-// -allow-mig-manager, -metrics-addr (serves the per-GPU health gauge
-// dynmig_gpu_healthy at /metrics) and -kubeconfig; -help lists them.
+// Flags: -node (default $NODE_NAME), -backend (required: fake or, with
+// cgo, nvml), -fake-gpus, -socket-dir, -resource, -scheduler-names,
+// -pod-resources-socket, -allow-mig-manager, -metrics-addr and -kubeconfig,
+// and those every dynmig binary has (-version, -log-format=text|json,
+// -log-level, -v; package internal/cli); -help lists them.
+// -metrics-addr (default :9396, clear of dcgm-exporter's 9400) serves
+// /metrics (the per-GPU health gauge dynmig_gpu_healthy, the assignment
+// mismatch counter, Go and process collectors), /healthz and /readyz,
+// ready once the plugin serves its socket and registered with the kubelet.
 // -kubeconfig names a kubeconfig file (its current context) for running
 // out of a cluster; empty means $KUBECONFIG, and with that empty too, the
 // pod's service account ([kube.RESTConfig], which loads it with client-go's

@@ -6,46 +6,69 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/internal/cli"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
 
-var metricsAddr = flag.String("metrics-addr", "", `serve Prometheus metrics (dynmig_gpu_healthy per GPU, dynmig_deviceplugin_allocation_mismatches_total) on this address, e.g. ":9400"; "" serves none`)
+const name = "dynmig-device-plugin"
 
-var kubeconfig = flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
+// DefaultMetricsAddr is the default address of /metrics, /healthz and
+// /readyz: not dcgm-exporter's 9400 nor HAMi's device plugin monitor's
+// 9394, which may run on the same node.
+const DefaultMetricsAddr = ":9396"
+
+// errNotRegistered is the readiness probe's answer until the plugin serves
+// its socket and registered with the kubelet.
+var errNotRegistered = errors.New("not yet registered with the kubelet")
+
+// opsListening is told the operations server's address (tests listen on
+// port 0).
+var opsListening = func(net.Addr) {}
+
+type options struct {
+	kubeconfig, metricsAddr string
+	backendName, fakeGPUs   string
+}
 
 func main() {
-	node := flag.String("node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(backend.Names(), ", "))
-	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
-	socketDir := flag.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
-	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
-	schedulers := flag.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
-	podResources := flag.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
-	allowMM := flag.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
+	fs := flag.CommandLine
+	var o options
+	node := fs.String("node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", "))
+	fs.StringVar(&o.fakeGPUs, "fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
+	socketDir := fs.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
+	resource := fs.String("resource", "nvidia.com/gpu", "extended resource name")
+	schedulers := fs.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
+	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
+	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
+	common := cli.Register(fs)
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-
-	open := func(ctx context.Context) (realize.Realizer, func(), error) {
-		return backend.Open(ctx, *backendName, *fakeGPUs, log)
+	if common.ShowVersion {
+		_ = cli.PrintVersion(os.Stdout, name)
+		return
+	}
+	log, err := common.Logger(os.Stderr, name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, open, deviceplugin.Config{
+	if err := run(ctx, o, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, Logger: log,
 	}); err != nil {
@@ -54,13 +77,31 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), cfg deviceplugin.Config) error {
-	rc, err := kube.RESTConfig(*kubeconfig)
+func run(ctx context.Context, o options, cfg deviceplugin.Config) error {
+	if o.backendName == "" {
+		// Before anything else: a production node must never start the
+		// fake backend by omission.
+		return fmt.Errorf("-backend: %w", backend.ErrNoBackend)
+	}
+	rc, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
+	}
+	open := func(ctx context.Context) (realize.Realizer, func(), error) {
+		return backend.Open(ctx, o.backendName, o.fakeGPUs, cfg.Logger)
+	}
+	return serve(ctx, open, o.metricsAddr, cfg)
+}
+
+// serve opens the backend and runs the plugin until ctx is done, with its
+// operations server on metricsAddr.
+func serve(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), metricsAddr string, cfg deviceplugin.Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	hw, closeHW, err := open(ctx)
 	if err != nil {
@@ -72,34 +113,33 @@ func run(ctx context.Context, open func(context.Context) (realize.Realizer, func
 	if err != nil {
 		return err
 	}
-	if *metricsAddr != "" {
-		stop := serveMetrics(*metricsAddr, p, cfg.Logger)
-		defer stop()
+	if metricsAddr != "" {
+		// dynmig_gpu_healthy and dynmig_deviceplugin_allocation_mismatches_total.
+		reg, err := cli.NewRegistry(append(p.Collectors(), p.HealthCollector())...)
+		if err != nil {
+			return err
+		}
+		opsCtx, cancel := context.WithCancel(context.Background())
+		addr, stopOps, err := cli.ServeOps(opsCtx, metricsAddr, cli.Ops{Ready: ready(p), Registry: reg, Logger: log})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("metrics address: %w", err)
+		}
+		opsListening(addr)
+		defer func() { cancel(); stopOps() }()
 	}
 	return p.Run(ctx)
 }
 
-// serveMetrics serves the plugin's GPU health gauge and its assignment
-// mismatch counter on addr until the returned func is called; that func
-// waits for the server to stop.
-func serveMetrics(addr string, p *deviceplugin.Plugin, log *slog.Logger) func() {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(p.HealthCollector())
-	reg.MustRegister(p.Collectors()...) // dynmig_deviceplugin_allocation_mismatches_total
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "addr", addr, "err", err)
+// ready is the readiness check: the plugin's pod cache synced, it serves
+// its socket and registered with the kubelet ([deviceplugin.Plugin.Ready]).
+func ready(p *deviceplugin.Plugin) func() error {
+	return func() error {
+		select {
+		case <-p.Ready():
+			return nil
+		default:
+			return errNotRegistered
 		}
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
 	}
 }

@@ -6,23 +6,27 @@
 // prepares a ResourceClaim, creates exactly the allocated GPU and compute
 // instances and hands them to the container runtime as CDI devices.
 //
-// The default backend is fakehal, in-memory hardware that needs no GPU and
-// no cgo (-fake-gpus chooses its models). -backend=nvml drives real GPUs
-// through nvmlhal; it exists only in binaries built with cgo.
+// -backend is required, so that a node never runs fake hardware by
+// omission: -backend=nvml drives real GPUs through nvmlhal (only in
+// binaries built with cgo); -backend=fake is fakehal, in-memory hardware
+// that needs no GPU and no cgo (-fake-gpus chooses its models).
 //
 // It runs in the cluster as the DaemonSet of deploy/dra/driver.yaml, with
 // the permissions of deploy/dra/rbac.yaml; deploy/dra/deviceclass.yaml
 // defines the DeviceClass claims use, and deploy/dra/claim-example.yaml
 // shows claims for a profile and for a memory size.
 //
-// Flags: -node (default $NODE_NAME), -kubeconfig, -backend (fake or, with
-// cgo, nvml), -fake-gpus, -cdi-dir (default /var/run/cdi), -plugin-data-dir
+// Flags: -node (default $NODE_NAME), -kubeconfig, -backend (required: fake
+// or, with cgo, nvml), -fake-gpus, -cdi-dir (default /var/run/cdi), -plugin-data-dir
 // (default /var/lib/kubelet/plugins/mig.dynmig.io: the DRA socket and the
 // checkpoint of prepared claims), -registrar-dir (default
 // /var/lib/kubelet/plugins_registry), -device-config (a scheduler device
 // config whose nvidia.migProfileAllowlist is the profile policy; SIGHUP
-// reads it again and republishes) and -maintain-interval; -help lists
-// them. -kubeconfig names a kubeconfig file for running out of a cluster;
+// reads it again and republishes), -maintain-interval and -metrics-addr
+// (default :9397: /metrics with the Go and process collectors, /healthz,
+// and /readyz, ready once the driver serves the kubelet), and those every
+// dynmig binary has (-version, -log-format=text|json, -log-level, -v;
+// package internal/cli); -help lists them. -kubeconfig names a kubeconfig file for running out of a cluster;
 // empty means $KUBECONFIG, and with that empty too, the pod's service
 // account ([kube.RESTConfig]).
 //

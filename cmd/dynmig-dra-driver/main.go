@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path"
@@ -19,9 +20,20 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/internal/cli"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
+
+const name = "dynmig-dra-driver"
+
+// DefaultMetricsAddr is the default address of /metrics, /healthz and
+// /readyz (clear of dcgm-exporter's 9400 and the device plugin's 9396).
+const DefaultMetricsAddr = ":9397"
+
+// opsListening is told the operations server's address (tests listen on
+// port 0).
+var opsListening = func(net.Addr) {}
 
 // readAllowlist reads the device config file's allowlist; "" means the
 // default.
@@ -40,25 +52,38 @@ func readAllowlist(file string) (capability.Allowlist, error) {
 	return cfg.Allowlist, nil
 }
 
-func main() {
-	node := flag.String("node", os.Getenv("NODE_NAME"), "this node's name, also the resource pool's (default $NODE_NAME)")
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
-	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(backend.Names(), ", "))
-	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
-	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from; claim specs are written there")
-	dataDir := flag.String("plugin-data-dir", path.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName), "plugin data directory: the DRA socket and the checkpoint of prepared claims")
-	registrarDir := flag.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
-	deviceConfig := flag.String("device-config", "", "scheduler device config file whose nvidia.migProfileAllowlist is the profile policy (\"\" means the built-in default); SIGHUP reads it again")
-	interval := flag.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
-	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+type options struct {
+	kubeconfig, deviceConfig, metricsAddr string
+	backendName, fakeGPUs                 string
+}
 
-	open := func(ctx context.Context) (realize.Realizer, func(), error) {
-		return backend.Open(ctx, *backendName, *fakeGPUs, log)
+func main() {
+	fs := flag.CommandLine
+	var o options
+	node := fs.String("node", os.Getenv("NODE_NAME"), "this node's name, also the resource pool's (default $NODE_NAME)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
+	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", "))
+	fs.StringVar(&o.fakeGPUs, "fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
+	cdiDir := fs.String("cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from; claim specs are written there")
+	dataDir := fs.String("plugin-data-dir", path.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName), "plugin data directory: the DRA socket and the checkpoint of prepared claims")
+	registrarDir := fs.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
+	fs.StringVar(&o.deviceConfig, "device-config", "", "scheduler device config file whose nvidia.migProfileAllowlist is the profile policy (\"\" means the built-in default); SIGHUP reads it again")
+	interval := fs.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
+	common := cli.Register(fs)
+	flag.Parse()
+	if common.ShowVersion {
+		_ = cli.PrintVersion(os.Stdout, name)
+		return
+	}
+	log, err := common.Logger(os.Stderr, name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, log, open, *kubeconfig, *deviceConfig, dradriver.Config{
+	err = run(ctx, log, o, dradriver.Config{
 		Node: *node, CDIDir: *cdiDir, DataDir: *dataDir, RegistrarDir: *registrarDir,
 		MaintainInterval: *interval, Logger: log,
 	})
@@ -68,15 +93,30 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), kubeconfig, deviceConfig string, cfg dradriver.Config) error {
-	rc, err := kube.RESTConfig(kubeconfig)
+func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config) error {
+	if o.backendName == "" {
+		// Before anything else: a production node must never start the
+		// fake backend by omission.
+		return fmt.Errorf("-backend: %w", backend.ErrNoBackend)
+	}
+	rc, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
-	if cfg.Allowlist, err = readAllowlist(deviceConfig); err != nil {
+	open := func(ctx context.Context) (realize.Realizer, func(), error) {
+		return backend.Open(ctx, o.backendName, o.fakeGPUs, log)
+	}
+	return serve(ctx, log, open, o, cfg)
+}
+
+// serve opens the backend and runs the driver until ctx is done, with its
+// operations server on o.metricsAddr; SIGHUP reads o.deviceConfig again.
+func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), o options, cfg dradriver.Config) error {
+	var err error
+	if cfg.Allowlist, err = readAllowlist(o.deviceConfig); err != nil {
 		return err
 	}
 	hw, closeHW, err := open(ctx)
@@ -88,6 +128,20 @@ func run(ctx context.Context, log *slog.Logger, open func(context.Context) (real
 	d, err := dradriver.New(cfg)
 	if err != nil {
 		return err
+	}
+	if o.metricsAddr != "" {
+		reg, err := cli.NewRegistry()
+		if err != nil {
+			return err
+		}
+		opsCtx, cancel := context.WithCancel(context.Background())
+		addr, stopOps, err := cli.ServeOps(opsCtx, o.metricsAddr, cli.Ops{Ready: d.Ready, Registry: reg, Logger: log})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("metrics address: %w", err)
+		}
+		opsListening(addr)
+		defer func() { cancel(); stopOps() }()
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -102,7 +156,7 @@ func run(ctx context.Context, log *slog.Logger, open func(context.Context) (real
 			}
 			return err
 		case <-hup:
-			a, err := readAllowlist(deviceConfig)
+			a, err := readAllowlist(o.deviceConfig)
 			if err == nil {
 				err = d.SetAllowlist(ctx, a)
 			}
@@ -110,7 +164,7 @@ func run(ctx context.Context, log *slog.Logger, open func(context.Context) (real
 				log.Error("allowlist not changed", "err", err)
 				continue
 			}
-			log.Info("allowlist changed; devices republished", "file", deviceConfig)
+			log.Info("allowlist changed; devices republished", "file", o.deviceConfig)
 		}
 	}
 }

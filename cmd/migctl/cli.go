@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/dynmig/dynmig/internal/cli"
 )
 
 // Exit codes, documented in the package comment and in `migctl help`.
@@ -82,6 +84,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return exitUsage
 		}
 		writeUsage(stdout)
+		return exitOK
+	case "version", "-version", "--version":
+		if err := cli.PrintVersion(stdout, "migctl"); err != nil {
+			return exitInvalid
+		}
 		return exitOK
 	}
 	c, ok := lookup(name)
@@ -187,7 +194,7 @@ commands:
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, "\nRun migctl <command> --help for a command's flags.\n\n"+exitCodesHelp)
+	fmt.Fprint(w, "\nRun migctl <command> --help for a command's flags; migctl version prints the\nversion and VCS revision.\n\n"+exitCodesHelp)
 }
 
 // maxInput bounds what migctl reads from one file or standard input.

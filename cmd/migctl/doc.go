@@ -24,7 +24,8 @@
 //	convert-legacy  convert a v2.9 knownMigGeometries device config
 //	simulate        compare placement policies on a trace
 //
-// Every command takes --help. Files may be "-" for standard input.
+// Every command takes --help; `migctl version` prints the module version
+// and VCS revision. Files may be "-" for standard input.
 //
 // Exit codes:
 //
