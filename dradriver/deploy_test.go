@@ -199,7 +199,7 @@ func TestDeployRBAC(t *testing.T) {
 	}
 	sas := only[corev1.ServiceAccount](t, m["rbac.yaml"])
 	bindings := only[rbacv1.ClusterRoleBinding](t, m["rbac.yaml"])
-	dss := only[appsv1.DaemonSet](t, m["dradriver.yaml"])
+	dss := only[appsv1.DaemonSet](t, m["driver.yaml"])
 	policies := only[admissionv1.ValidatingAdmissionPolicy](t, m["node-policy.yaml"])
 	pbs := only[admissionv1.ValidatingAdmissionPolicyBinding](t, m["node-policy.yaml"])
 	if len(sas) != 1 || len(bindings) != 1 || len(dss) != 1 || len(policies) != 1 || len(pbs) != 1 {
@@ -225,9 +225,9 @@ func TestDeployRBAC(t *testing.T) {
 // host directories mounted at the same paths, and the node comes from the
 // pod's spec.nodeName.
 func TestDeployDaemonSet(t *testing.T) {
-	ds := only[appsv1.DaemonSet](t, loadDRAManifests(t)["dradriver.yaml"])
+	ds := only[appsv1.DaemonSet](t, loadDRAManifests(t)["driver.yaml"])
 	if len(ds) != 1 || len(ds[0].Spec.Template.Spec.Containers) != 1 {
-		t.Fatal("dradriver.yaml: want one DaemonSet with one container")
+		t.Fatal("driver.yaml: want one DaemonSet with one container")
 	}
 	spec := ds[0].Spec.Template.Spec
 	c := spec.Containers[0]
