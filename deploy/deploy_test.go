@@ -376,7 +376,7 @@ var allowedRules = map[string][]string{
 	"/pods":                      {"get", "list", "watch", "patch"},
 	"/pods/binding":              {"create"},
 	"/nodes":                     {"get", "list", "watch", "patch"},
-	"/events":                    {"create"},
+	"events.k8s.io/events":       {"create", "patch"},
 	"coordination.k8s.io/leases": {"get", "create", "update"},
 }
 
@@ -389,16 +389,16 @@ var builtinRoles = []string{"ClusterRole/system:kube-scheduler", "ClusterRole/sy
 var required = map[string]map[string][]string{
 	// extender and kube.SchedulerView.
 	"dynmig-scheduler-extender": {
-		"/pods":         {"get", "list", "watch", "patch"},
-		"/pods/binding": {"create"},
-		"/nodes":        {"list", "watch"},
-		"/events":       {"create"},
+		"/pods":                {"get", "list", "watch", "patch"},
+		"/pods/binding":        {"create"},
+		"/nodes":               {"list", "watch"},
+		"events.k8s.io/events": {"create", "patch"},
 	},
 	// deviceplugin and the kube adapters it uses.
 	"dynmig-device-plugin": {
-		"/pods":   {"get", "list", "watch", "patch"},
-		"/nodes":  {"get", "patch"},
-		"/events": {"create"},
+		"/pods":                {"get", "list", "watch", "patch"},
+		"/nodes":               {"get", "patch"},
+		"events.k8s.io/events": {"create", "patch"},
 	},
 	// kube-scheduler's leader election on its own Lease.
 	"dynmig-scheduler-leader-election": {
