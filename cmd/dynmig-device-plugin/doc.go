@@ -20,13 +20,21 @@
 //
 // Flags: -node (default $NODE_NAME), -backend (required: fake or, with
 // cgo, nvml), -fake-gpus, -socket-dir, -resource, -scheduler-names,
-// -pod-resources-socket, -allow-mig-manager, -metrics-addr and -kubeconfig,
+// -pod-resources-socket, -allow-mig-manager, -device-config,
+// -device-config-poll, -metrics-addr and -kubeconfig,
 // and those every dynmig binary has (-version, -log-format=text|json,
 // -log-level, -v; package internal/cli); -help lists them.
 // -metrics-addr (default :9396, clear of dcgm-exporter's 9400) serves
 // /metrics (the per-GPU health gauge dynmig_gpu_healthy, the assignment
 // mismatch counter, Go and process collectors), /healthz and /readyz,
 // ready once the plugin serves its socket and registered with the kubelet.
+// -device-config names the scheduler's device config file (the ConfigMap
+// both read); its nvidia.migProfileAllowlist is the profile policy. It is
+// read again on SIGHUP and when it changes (every -device-config-poll); a
+// malformed config, or one whose profiles this node's GPUs do not know, is
+// refused with a message naming the file and the cause: at start the
+// plugin exits, on reload the last good config stays in force (package
+// internal/devconfig).
 // -kubeconfig names a kubeconfig file (its current context) for running
 // out of a cluster; empty means $KUBECONFIG, and with that empty too, the
 // pod's service account ([kube.RESTConfig], which loads it with client-go's

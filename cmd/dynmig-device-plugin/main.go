@@ -11,13 +11,16 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/internal/backend"
 	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -38,8 +41,9 @@ var errNotRegistered = errors.New("not yet registered with the kubelet")
 var opsListening = func(net.Addr) {}
 
 type options struct {
-	kubeconfig, metricsAddr string
-	backendName, fakeGPUs   string
+	kubeconfig, metricsAddr, deviceConfig string
+	backendName, fakeGPUs                 string
+	configPoll                            time.Duration
 }
 
 func main() {
@@ -54,6 +58,8 @@ func main() {
 	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
 	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
+	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file (the ConfigMap the scheduler reads) whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
+	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (below 0: only on SIGHUP)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
 	common := cli.Register(fs)
 	flag.Parse()
@@ -93,27 +99,36 @@ func run(ctx context.Context, o options, cfg deviceplugin.Config) error {
 	open := func(ctx context.Context) (realize.Realizer, func(), error) {
 		return backend.Open(ctx, o.backendName, o.fakeGPUs, cfg.Logger)
 	}
-	return serve(ctx, open, o.metricsAddr, cfg)
+	return serve(ctx, open, o, cfg)
 }
 
 // serve opens the backend and runs the plugin until ctx is done, with its
-// operations server on metricsAddr.
-func serve(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), metricsAddr string, cfg deviceplugin.Config) error {
+// operations server on o.metricsAddr and o.deviceConfig watched (package
+// internal/devconfig: a refused config stops the start, and keeps the last
+// good one on reload).
+func serve(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), o options, cfg deviceplugin.Config) error {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	allow, applied, err := devconfig.Read(o.deviceConfig)
+	if err != nil {
+		return err
 	}
 	hw, closeHW, err := open(ctx)
 	if err != nil {
 		return fmt.Errorf("open backend: %w", err)
 	}
 	defer closeHW()
-	cfg.Hardware = hw
+	if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
+		return err
+	}
+	cfg.Hardware, cfg.Allowlist = hw, allow
 	p, err := deviceplugin.New(cfg)
 	if err != nil {
 		return err
 	}
-	if metricsAddr != "" {
+	if metricsAddr := o.metricsAddr; metricsAddr != "" {
 		// dynmig_gpu_healthy and dynmig_deviceplugin_allocation_mismatches_total.
 		reg, err := cli.NewRegistry(append(p.Collectors(), p.HealthCollector())...)
 		if err != nil {
@@ -128,7 +143,35 @@ func serve(ctx context.Context, open func(context.Context) (realize.Realizer, fu
 		opsListening(addr)
 		defer func() { cancel(); stopOps() }()
 	}
-	return p.Run(ctx)
+	if o.deviceConfig == "" {
+		return p.Run(ctx)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-p.Ready(): // SetAllowlist needs the plugin running
+		case <-watchCtx.Done():
+			return
+		}
+		_ = devconfig.Watch(watchCtx, devconfig.WatchOptions{
+			Path: o.deviceConfig, Applied: applied, Trigger: hup, Interval: o.configPoll, Logger: log,
+			Apply: func(ctx context.Context, a capability.Allowlist) error {
+				if _, err := devconfig.Check(ctx, o.deviceConfig, hw, a); err != nil {
+					return err
+				}
+				return p.SetAllowlist(ctx, a)
+			},
+		})
+	}()
+	err = p.Run(ctx)
+	stopWatch()
+	<-watched
+	return err
 }
 
 // ready is the readiness check: the plugin's pod cache synced, it serves

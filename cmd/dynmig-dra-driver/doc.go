@@ -22,7 +22,9 @@
 // checkpoint of prepared claims), -registrar-dir (default
 // /var/lib/kubelet/plugins_registry), -device-config (a scheduler device
 // config whose nvidia.migProfileAllowlist is the profile policy; SIGHUP
-// reads it again and republishes), -maintain-interval and -metrics-addr
+// and a change of the file, seen every -device-config-poll, read it again
+// and republish; a refused config stops the start and keeps the last good
+// one on reload, as package internal/devconfig says), -maintain-interval and -metrics-addr
 // (default :9397: /metrics with the Go and process collectors, /healthz,
 // and /readyz, ready once the driver serves the kubelet), and those every
 // dynmig binary has (-version, -log-format=text|json, -log-level, -v;

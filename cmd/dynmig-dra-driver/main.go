@@ -21,6 +21,7 @@ import (
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/internal/backend"
 	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -35,26 +36,10 @@ const DefaultMetricsAddr = ":9397"
 // port 0).
 var opsListening = func(net.Addr) {}
 
-// readAllowlist reads the device config file's allowlist; "" means the
-// default.
-func readAllowlist(file string) (capability.Allowlist, error) {
-	if file == "" {
-		return capability.DefaultAllowlist(), nil
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := capability.ParseDeviceConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("-device-config %s: %w", file, err)
-	}
-	return cfg.Allowlist, nil
-}
-
 type options struct {
 	kubeconfig, deviceConfig, metricsAddr string
 	backendName, fakeGPUs                 string
+	configPoll                            time.Duration
 }
 
 func main() {
@@ -67,7 +52,8 @@ func main() {
 	cdiDir := fs.String("cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from; claim specs are written there")
 	dataDir := fs.String("plugin-data-dir", path.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName), "plugin data directory: the DRA socket and the checkpoint of prepared claims")
 	registrarDir := fs.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
-	fs.StringVar(&o.deviceConfig, "device-config", "", "scheduler device config file whose nvidia.migProfileAllowlist is the profile policy (\"\" means the built-in default); SIGHUP reads it again")
+	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
+	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (below 0: only on SIGHUP)")
 	interval := fs.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
 	common := cli.Register(fs)
@@ -113,10 +99,12 @@ func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config)
 }
 
 // serve opens the backend and runs the driver until ctx is done, with its
-// operations server on o.metricsAddr; SIGHUP reads o.deviceConfig again.
+// operations server on o.metricsAddr and o.deviceConfig watched (package
+// internal/devconfig: a refused config stops the start, and keeps the last
+// good one on reload).
 func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), o options, cfg dradriver.Config) error {
-	var err error
-	if cfg.Allowlist, err = readAllowlist(o.deviceConfig); err != nil {
+	allow, applied, err := devconfig.Read(o.deviceConfig)
+	if err != nil {
 		return err
 	}
 	hw, closeHW, err := open(ctx)
@@ -124,7 +112,10 @@ func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (re
 		return fmt.Errorf("open backend: %w", err)
 	}
 	defer closeHW()
-	cfg.Hardware = hw
+	if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
+		return err
+	}
+	cfg.Hardware, cfg.Allowlist = hw, allow
 	d, err := dradriver.New(cfg)
 	if err != nil {
 		return err
@@ -143,28 +134,32 @@ func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (re
 		opsListening(addr)
 		defer func() { cancel(); stopOps() }()
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	for {
-		select {
-		case err := <-done:
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
-		case <-hup:
-			a, err := readAllowlist(o.deviceConfig)
-			if err == nil {
-				err = d.SetAllowlist(ctx, a)
-			}
-			if err != nil {
-				log.Error("allowlist not changed", "err", err)
-				continue
-			}
-			log.Info("allowlist changed; devices republished", "file", o.deviceConfig)
-		}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	if o.deviceConfig == "" {
+		close(watched)
+	} else {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			defer close(watched)
+			_ = devconfig.Watch(watchCtx, devconfig.WatchOptions{
+				Path: o.deviceConfig, Applied: applied, Trigger: hup, Interval: o.configPoll, Logger: log,
+				Apply: func(ctx context.Context, a capability.Allowlist) error {
+					if _, err := devconfig.Check(ctx, o.deviceConfig, hw, a); err != nil {
+						return err
+					}
+					return d.SetAllowlist(ctx, a)
+				},
+			})
+		}()
 	}
+	err = d.Run(ctx)
+	stopWatch()
+	<-watched
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/internal/backend"
@@ -33,23 +31,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func TestReadAllowlist(t *testing.T) {
-	if a, err := readAllowlist(""); err != nil || len(a) != len(capability.DefaultAllowlist()) {
-		t.Errorf("default: %v, %v", a, err)
-	}
-	file := filepath.Join(t.TempDir(), "device-config.yaml")
-	if err := os.WriteFile(file, []byte("nvidia:\n  migProfileAllowlist:\n  - models: [A30]\n    profiles: [1g.6gb]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a, err := readAllowlist(file)
-	if err != nil || len(a) != 1 || !slices.Equal(a[0].Profiles, []string{"1g.6gb"}) {
-		t.Errorf("file: %v, %v; want the A30 entry", a, err)
-	}
-	if _, err := readAllowlist(filepath.Join(t.TempDir(), "missing")); err == nil {
-		t.Error("missing file: no error")
-	}
-}
 
 func TestBackendRequired(t *testing.T) {
 	err := run(context.Background(), slog.New(slog.DiscardHandler), options{}, dradriver.Config{})
