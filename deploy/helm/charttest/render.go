@@ -18,6 +18,15 @@ func ChartDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "dynmig")
 }
 
+// RenderedFile is the checked-in rendering of the chart with default
+// values for a v1.37.2 cluster (release dynmig, namespace dynmig-system),
+// as helm template prints it; TestRenderedFile keeps it current, and the
+// e2e module installs it.
+func RenderedFile() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "testdata", "rendered.yaml")
+}
+
 // Options says what to render the chart for.
 type Options struct {
 	// Release and Namespace name the release; "" means "dynmig" and

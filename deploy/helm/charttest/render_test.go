@@ -93,8 +93,8 @@ func container(t *testing.T, spec *corev1.PodSpec, name string) corev1.Container
 	return corev1.Container{}
 }
 
-// flag returns the value of -name=value in args.
-func flag(args []string, name string) (string, bool) {
+// argValue returns the value of -name=value in args.
+func argValue(args []string, name string) (string, bool) {
 	for _, a := range args {
 		if v, ok := strings.CutPrefix(a, "-"+name+"="); ok {
 			return v, true
@@ -107,7 +107,7 @@ func flag(args []string, name string) (string, bool) {
 // its probes and its port named metrics use.
 func checkOps(t *testing.T, c corev1.Container) {
 	t.Helper()
-	addr, ok := flag(c.Args, "metrics-addr")
+	addr, ok := argValue(c.Args, "metrics-addr")
 	if !ok {
 		t.Errorf("%s: no -metrics-addr", c.Name)
 		return
@@ -130,7 +130,7 @@ func checkOps(t *testing.T, c corev1.Container) {
 			t.Errorf("%s: no %s probe on port metrics", c.Name, what)
 		}
 	}
-	if f, _ := flag(c.Args, "log-format"); f != "json" {
+	if f, _ := argValue(c.Args, "log-format"); f != "json" {
 		t.Errorf("%s: -log-format=%q", c.Name, f)
 	}
 }
@@ -150,7 +150,7 @@ func TestDefaults(t *testing.T) {
 	if ext.Image != "dynmig/scheduler-extender:0.1.0" {
 		t.Errorf("extender image %s", ext.Image)
 	}
-	addr, _ := flag(ext.Args, "addr")
+	addr, _ := argValue(ext.Args, "addr")
 	if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
 		t.Errorf("extender -addr=%s, want loopback", addr)
 	}
@@ -199,13 +199,13 @@ func TestDefaults(t *testing.T) {
 	ds := named[*appsv1.DaemonSet](t, objs, "dynmig-device-plugin")
 	dp := container(t, &ds.Spec.Template.Spec, "device-plugin")
 	checkOps(t, dp)
-	if b, _ := flag(dp.Args, "backend"); b != "nvml" {
+	if b, _ := argValue(dp.Args, "backend"); b != "nvml" {
 		t.Errorf("device plugin -backend=%q", b)
 	}
-	if s, _ := flag(dp.Args, "scheduler-names"); s != "dynmig-scheduler" {
+	if s, _ := argValue(dp.Args, "scheduler-names"); s != "dynmig-scheduler" {
 		t.Errorf("device plugin -scheduler-names=%q", s)
 	}
-	file, _ := flag(dp.Args, "device-config")
+	file, _ := argValue(dp.Args, "device-config")
 	checkConfigMount(t, objs, &ds.Spec.Template.Spec, dp, file, -1)
 	if len(only[*appsv1.DaemonSet](objs)) != 1 {
 		t.Error("the DRA driver is off by default")
@@ -307,7 +307,7 @@ func TestValues(t *testing.T) {
 		dp.Resources.Limits.Memory().String() != "256Mi" {
 		t.Errorf("pod spec does not carry the values: %+v", spec)
 	}
-	if s, _ := flag(dp.Args, "socket-dir"); s != "/data/kubelet/device-plugins" {
+	if s, _ := argValue(dp.Args, "socket-dir"); s != "/data/kubelet/device-plugins" {
 		t.Errorf("-socket-dir=%s", s)
 	}
 	for _, v := range spec.Volumes {
@@ -315,10 +315,10 @@ func TestValues(t *testing.T) {
 			t.Errorf("host path %s outside the kubelet root", v.HostPath.Path)
 		}
 	}
-	if s, _ := flag(dp.Args, "scheduler-names"); s != "mig-scheduler" {
+	if s, _ := argValue(dp.Args, "scheduler-names"); s != "mig-scheduler" {
 		t.Errorf("-scheduler-names=%s", s)
 	}
-	file, _ := flag(dp.Args, "device-config")
+	file, _ := argValue(dp.Args, "device-config")
 	checkConfigMount(t, objs, spec, dp, file, 1)
 	if len(only[*corev1.Service](objs)) != 2 {
 		t.Error("want the metrics Services")
@@ -360,7 +360,7 @@ func TestDRADriver(t *testing.T) {
 	spec := &dss[0].Spec.Template.Spec
 	c := container(t, spec, "driver")
 	checkOps(t, c)
-	file, _ := flag(c.Args, "device-config")
+	file, _ := argValue(c.Args, "device-config")
 	checkConfigMount(t, objs, spec, c, file, -1)
 	found := false
 	for _, o := range objs {
