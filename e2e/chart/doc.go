@@ -7,5 +7,7 @@
 // Deployment, DaemonSet and ConfigMaps give them. It schedules and
 // realizes a MIG pod, then scrapes the extender's and the device plugin's
 // /metrics (the pod's hami_node_gpu_mig_instance_info series) and checks
-// their probes. The package has test files only.
+// their probes. It also applies the chart's MutatingAdmissionPolicy
+// (deploy/helm/charttest/testdata/admission-policy.yaml) and checks which
+// pods it routes to the dynmig scheduler. The package has test files only.
 package chart

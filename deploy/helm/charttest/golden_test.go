@@ -17,15 +17,41 @@ var update = flag.Bool("update", false, "rewrite testdata/rendered.yaml from the
 // cluster, release dynmig in namespace dynmig-system.
 var golden = charttest.Options{KubeVersion: "v1.37.2"}
 
-// TestRenderedFile: the checked-in rendering is the chart's current one;
-// `go test -run TestRenderedFile -update` rewrites it.
+// admission renders the admission policy for a cluster serving
+// MutatingAdmissionPolicy v1 (charttest.AdmissionPolicyFile).
+var admission = charttest.Options{
+	KubeVersion: "v1.37.2",
+	APIVersions: []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"},
+	Values:      map[string]any{"admissionPolicy": map[string]any{"enabled": true}},
+}
+
+// TestRenderedFile: the checked-in renderings are the chart's current
+// ones; `go test -run TestRenderedFile -update` rewrites them.
 func TestRenderedFile(t *testing.T) {
 	docs, err := charttest.Render(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkGolden(t, charttest.RenderedFile(), docs)
+	docs, err = charttest.Render(admission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy []string
+	for _, d := range docs {
+		if strings.HasPrefix(d, "# Source: dynmig/templates/admission-policy.yaml\n") {
+			policy = append(policy, d)
+		}
+	}
+	if len(policy) != 2 {
+		t.Fatalf("admission policy: %d documents, want the policy and its binding", len(policy))
+	}
+	checkGolden(t, charttest.AdmissionPolicyFile(), policy)
+}
+
+func checkGolden(t *testing.T, path string, docs []string) {
+	t.Helper()
 	got := "---\n" + strings.Join(docs, "---\n")
-	path := charttest.RenderedFile()
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)

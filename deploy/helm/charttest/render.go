@@ -27,6 +27,13 @@ func RenderedFile() string {
 	return filepath.Join(filepath.Dir(file), "testdata", "rendered.yaml")
 }
 
+// AdmissionPolicyFile is the checked-in rendering of the chart's
+// admission policy (admissionPolicy.enabled, for a cluster serving
+// MutatingAdmissionPolicy v1): the policy and its binding only.
+func AdmissionPolicyFile() string {
+	return filepath.Join(filepath.Dir(RenderedFile()), "admission-policy.yaml")
+}
+
 // Options says what to render the chart for.
 type Options struct {
 	// Release and Namespace name the release; "" means "dynmig" and
