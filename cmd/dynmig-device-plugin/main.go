@@ -120,8 +120,12 @@ func serve(ctx context.Context, open func(context.Context) (realize.Realizer, fu
 		return fmt.Errorf("open backend: %w", err)
 	}
 	defer closeHW()
-	if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
-		return err
+	// A config file is checked against the hardware; the built-in default
+	// is not refused (its findings are logged at discovery).
+	if o.deviceConfig != "" {
+		if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
+			return err
+		}
 	}
 	cfg.Hardware, cfg.Allowlist = hw, allow
 	p, err := deviceplugin.New(cfg)

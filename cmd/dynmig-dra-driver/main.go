@@ -112,8 +112,12 @@ func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (re
 		return fmt.Errorf("open backend: %w", err)
 	}
 	defer closeHW()
-	if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
-		return err
+	// A config file is checked against the hardware; the built-in default
+	// is not refused (its findings are logged at discovery).
+	if o.deviceConfig != "" {
+		if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
+			return err
+		}
 	}
 	cfg.Hardware, cfg.Allowlist = hw, allow
 	d, err := dradriver.New(cfg)

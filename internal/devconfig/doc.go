@@ -14,8 +14,9 @@
 // alias such as 7g.79gb next to 7g.80gb) are findings the component logs,
 // not refusals.
 //
-// An empty path means no file: the built-in [capability.DefaultAllowlist].
-// A file without migProfileAllowlist means the same.
+// An empty path means no file: the built-in [capability.DefaultAllowlist],
+// which the binaries do not [Check] (its findings are logged, as ever).
+// A file without migProfileAllowlist gives the default allowlist too.
 //
 // [Watch] runs until its context is done and starts no goroutine.
 package devconfig
