@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
@@ -62,7 +61,7 @@ type healthTracker struct {
 	mu      sync.Mutex
 	state   realize.HealthState
 	changed chan struct{}     // closed and replaced on every transition
-	seq     uint64            // transitions so far: makes Event names unique
+	seq     uint64            // transitions so far
 	bad     map[int]bool      // GPUs that ever had a transition: where to look for MIG marks
 	since   map[int]time.Time // when each unhealthy GPU became so
 
@@ -271,13 +270,13 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 			p.log.Error("waiting for GPU health events", "err", err) // the watch reports the GPUs next
 			continue
 		default:
-			seq, changed := p.health.applyAt(e, p.cfg.Clock.Now())
+			_, changed := p.health.applyAt(e, p.cfg.Clock.Now())
 			if !changed {
 				continue
 			}
 			p.log.Warn("GPU health changed", "event", e.String())
-			p.recordHealthEvent(ctx, e, seq)
-			p.recordPodEvents(ctx, e, seq)
+			p.recordHealthEvent(ctx, e)
+			p.recordPodEvents(e)
 		}
 		unpublished = false
 		if err := p.publish(ctx); err != nil {
@@ -335,9 +334,10 @@ func (p *Plugin) pruneMIGHealth(ctx context.Context) {
 	}
 }
 
-// recordHealthEvent creates an Event on the node for one transition.
-// Failures are logged: an Event is information, never a reason to stop.
-func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent, seq uint64) {
+// recordHealthEvent records an Event on the node for one transition
+// (events.go). Failures are logged: an Event is information, never a
+// reason to stop.
+func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent) {
 	reason, kind := ReasonGPUUnhealthy, corev1.EventTypeWarning
 	switch {
 	case e.Cause == realize.CauseUnmonitored:
@@ -363,23 +363,7 @@ func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent, s
 	case !e.Healthy:
 		msg += ": the MIG device's pod keeps it until it ends"
 	}
-	now := metav1.NewTime(p.cfg.Clock.Now())
-	// Named as client-go's recorder names Events (object name, hex time),
-	// with the transition's number so that two in one clock tick differ.
-	name := fmt.Sprintf("%s.%x.%d", p.cfg.Node, now.UnixNano(), seq)
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: p.cfg.Node},
-		Reason:         reason, Message: msg, Type: kind, Count: 1,
-		FirstTimestamp: now, LastTimestamp: now,
-		Source:              corev1.EventSource{Component: EventSource, Host: p.cfg.Node},
-		ReportingController: EventSource, ReportingInstance: EventSource + "-" + p.cfg.Node,
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := p.cfg.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		p.log.Warn("recording GPU health event on the node", "reason", reason, "err", err)
-	}
+	p.events.Eventf(p.nodeRef(ctx), nil, kind, reason, HealthAction, "%s", msg)
 }
 
 // gpuUUID returns the UUID of the discovered GPU at index, "" if none.

@@ -60,14 +60,17 @@ func registeredHealth(t *testing.T, client *fake.Clientset) map[int]bool {
 	return out
 }
 
-// nodeEvents returns the reasons of the Events recorded on node n1.
+// nodeEvents returns the reasons of the Events (events.k8s.io/v1)
+// recorded on node n1 by its UID, as kubectl describe node finds them.
 func nodeEvents(t *testing.T, client *fake.Clientset) []string {
 	t.Helper()
-	list, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	node, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	require.NoError(t, err)
+	list, err := client.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	var out []string
 	for _, e := range list.Items {
-		if e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == "n1" {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == "n1" && e.Regarding.UID == node.UID {
 			out = append(out, e.Reason)
 		}
 	}
@@ -81,7 +84,7 @@ func TestPluginGPUHealth(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
 	gpu0, gpu1 := gpuOf(t, hw, 0).UUID, gpuOf(t, hw, 1).UUID
 	running := boundPod("running", reservation.Allocation{GPUUUID: gpu1, Profile: "3g.20gb", Placement: capability.Placement{Start: 4, Size: 4}})
-	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, running)
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-uid-n1"}}, running)
 	r := start(t, client, hw)
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()

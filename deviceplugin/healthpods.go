@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -306,8 +305,8 @@ func (p *Plugin) listPodResources(ctx context.Context) (*podresourcesv1.ListPodR
 
 // recordPodEvents records a Warning Event on every pod holding a MIG
 // device that the transition e (to unhealthy) hits, once per pod.
-// Failures are logged.
-func (p *Plugin) recordPodEvents(ctx context.Context, e realize.HealthEvent, seq uint64) {
+// The recorder logs failures.
+func (p *Plugin) recordPodEvents(e realize.HealthEvent) {
 	if e.Healthy || e.Cause == realize.CauseUnmonitored {
 		return
 	}
@@ -322,21 +321,9 @@ func (p *Plugin) recordPodEvents(ctx context.Context, e realize.HealthEvent, seq
 		if !e.WholeGPU() {
 			reason = ReasonMIGDeviceUnhealthy
 		}
-		msg := fmt.Sprintf("%s: container %s's MIG device %s is on it; the pod keeps it, and the kubelet reports its device Unhealthy",
+		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: h.namespace, Name: h.name, UID: h.uid}
+		p.events.Eventf(ref, nil, corev1.EventTypeWarning, reason, HealthAction,
+			"%s: container %s's MIG device %s is on it; the pod keeps it, and the kubelet reports its device Unhealthy",
 			e.String(), h.container, d.uuid)
-		now := metav1.NewTime(p.cfg.Clock.Now())
-		ev := &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x.%d", h.name, now.UnixNano(), seq), Namespace: h.namespace},
-			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: h.namespace, Name: h.name, UID: h.uid},
-			Reason:         reason, Message: msg, Type: corev1.EventTypeWarning, Count: 1,
-			FirstTimestamp: now, LastTimestamp: now,
-			Source:              corev1.EventSource{Component: EventSource, Host: p.cfg.Node},
-			ReportingController: EventSource, ReportingInstance: EventSource + "-" + p.cfg.Node,
-		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if _, err := p.cfg.Client.CoreV1().Events(h.namespace).Create(cctx, ev, metav1.CreateOptions{}); err != nil {
-			p.log.Warn("recording GPU health event on a pod", "pod", h.namespace+"/"+h.name, "err", err)
-		}
-		cancel()
 	}
 }

@@ -32,15 +32,16 @@ func unhealthySet(list *v1beta1.ListAndWatchResponse) map[string]bool {
 	return out
 }
 
-// podEvents returns the Events recorded on the pod, by reason.
+// podEvents returns the notes of the Events (events.k8s.io/v1) recorded
+// on the pod by its UID, by reason.
 func podEvents(t *testing.T, client *fake.Clientset, name string) map[string][]string {
 	t.Helper()
-	list, err := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	list, err := client.EventsV1().Events("default").List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	out := map[string][]string{}
 	for _, e := range list.Items {
-		if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == name {
-			out[e.Reason] = append(out[e.Reason], e.Message)
+		if e.Regarding.Kind == "Pod" && e.Regarding.Name == name && e.Regarding.UID != "" {
+			out[e.Reason] = append(out[e.Reason], e.Note)
 		}
 	}
 	return out

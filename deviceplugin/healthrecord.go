@@ -162,11 +162,11 @@ func (p *Plugin) restoreHealth(ctx context.Context) error {
 			continue
 		}
 		e := g.event(index)
-		seq, changed := p.health.applyAt(e, g.Since)
+		_, changed := p.health.applyAt(e, g.Since)
 		recorded[g.UUID] = true
 		if changed {
 			p.log.Warn("GPU stays unhealthy across the restart, as recorded", "event", e.String(), "since", g.Since)
-			p.recordHealthEvent(ctx, e, seq)
+			p.recordHealthEvent(ctx, e)
 		}
 	}
 	p.health.recorded = recorded
@@ -213,9 +213,9 @@ func (p *Plugin) syncHealthRecord(ctx context.Context) error {
 				continue
 			}
 			e := realize.HealthEvent{GPU: index, GI: realize.NoInstance, CI: realize.NoInstance, Healthy: true, Cause: realize.CauseCleared}
-			if seq, changed := p.health.applyAt(e, p.cfg.Clock.Now()); changed {
+			if _, changed := p.health.applyAt(e, p.cfg.Clock.Now()); changed {
 				p.log.Warn("an operator cleared the GPU's health record; it takes new MIG instances again", "event", e.String())
-				p.recordHealthEvent(ctx, e, seq)
+				p.recordHealthEvent(ctx, e)
 			}
 		}
 	}

@@ -182,7 +182,9 @@ func TestPluginHealthClearedByOperator(t *testing.T) {
 	_, ok := r.p.GPUHealth(1)
 	assert.False(t, ok, "GPU 1 stays recorded")
 	require.Eventually(t, func() bool { return !registeredHealth(t, client)[0] }, eventually, time.Millisecond)
-	assert.True(t, slices.ContainsFunc(nodeEventMessages(t, client), func(m string) bool { return strings.Contains(m, "GPU 0 healthy (cleared)") }))
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(nodeEventMessages(t, client), func(m string) bool { return strings.Contains(m, "GPU 0 healthy (cleared)") })
+	}, eventually, time.Millisecond, "the clearing is recorded in an Event (the recorder writes asynchronously)")
 	rec, _ := nodeRecord(t, client)
 	assert.Len(t, rec.GPUs, 1)
 	assert.Equal(t, since, rec.GPUs[0].Since, "the time of the failure is kept")
@@ -190,11 +192,11 @@ func TestPluginHealthClearedByOperator(t *testing.T) {
 
 func nodeEventMessages(t *testing.T, client *fake.Clientset) []string {
 	t.Helper()
-	list, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	list, err := client.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	var out []string
 	for _, e := range list.Items {
-		out = append(out, e.Message)
+		out = append(out, e.Note)
 	}
 	return out
 }

@@ -109,11 +109,13 @@ type Plugin struct {
 	guard     *kube.OwnershipGuard
 	writer    *kube.AnnotationWriter
 	publisher *kube.RegistrationPublisher
+	events    *kube.Events // the node's GPU health Events (events.go)
 	ready     chan struct{}
 
-	mu     sync.Mutex // guards gpus and claims; held for container selection only
-	gpus   []capability.GPU
-	claims map[target]claim // containers this plugin realized or is realizing
+	mu      sync.Mutex // guards gpus, claims and nodeUID; held for container selection only
+	gpus    []capability.GPU
+	claims  map[target]claim // containers this plugin realized or is realizing
+	nodeUID types.UID        // the node's, once read for an Event
 
 	verify *verifier // what was realized for which device IDs
 
@@ -189,6 +191,7 @@ func New(cfg Config) (*Plugin, error) {
 		guard:     kube.NewOwnershipGuard(cfg.Client, cfg.Node, kube.OwnershipGuardOptions{Override: cfg.AllowMIGManager, Logger: log}),
 		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
 		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
+		events:    kube.NewEvents(cfg.Client, EventSource),
 		ready:     make(chan struct{}),
 		claims:    map[target]claim{},
 		verify:    newVerifier(),
@@ -231,6 +234,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // runs before wg.Wait
 
+	wg.Go(p.events.Start(ctx))
 	wg.Go(func() { _ = p.source.Run(ctx) })
 	if !p.source.WaitForSync(ctx) {
 		return fmt.Errorf("plugin: pod cache of node %q never synced: %w", p.cfg.Node, ctx.Err())

@@ -72,6 +72,7 @@ type Extender struct {
 	opts    Options
 	log     *slog.Logger
 	stale   prometheus.Counter
+	events  *kube.Events
 	running atomic.Bool
 
 	mu       sync.Mutex
@@ -133,6 +134,7 @@ func New(client kubernetes.Interface, opts Options) *Extender {
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "dynmig_scheduler_stale_claims_total",
 			Help: "Bound MIG pods not realized within the lock timeout, reported once each."}),
 		binding: map[string]string{}, inflight: map[string]bool{}, reported: map[string]bool{},
+		events: kube.NewEvents(client, EventComponent),
 	}
 }
 
@@ -145,15 +147,17 @@ func (e *Extender) View() *kube.SchedulerView { return e.view }
 // Collector returns the extender's metrics, for registration.
 func (e *Extender) Collector() prometheus.Collector { return e.stale }
 
-// Run runs the extender's informers until ctx is done, then stops them,
-// waits for their goroutines and returns ctx's error. Calls answer
-// [ErrNotSynced] until the first listings are applied.
+// Run runs the extender's informers and its event recorder until ctx is
+// done, then stops them, waits for their goroutines and returns ctx's
+// error. Calls answer [ErrNotSynced] until the first listings are applied.
 func (e *Extender) Run(ctx context.Context) error {
+	recording := e.events.Start(ctx)
 	e.factory.Start(ctx.Done())
 	e.running.Store(true)
 	<-ctx.Done()
 	e.running.Store(false)
 	e.factory.Shutdown()
+	recording()
 	return ctx.Err()
 }
 
@@ -337,22 +341,19 @@ func (e *Extender) reportStale(ctx context.Context, node string, c kube.NodeClai
 	e.stale.Inc()
 	msg := fmt.Sprintf("MIG reservation on node %s not realized within %v; it blocks only pods the device plugin cannot tell apart from it", node, e.opts.LockTimeout)
 	e.log.Warn("stale node claim", "pod", c.Pod.String(), "node", node, "since", c.Since)
-	now := metav1.NewTime(e.opts.Clock.Now())
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Namespace: c.Pod.Namespace, GenerateName: c.Pod.Name + "."},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: c.Pod.Namespace, Name: c.Pod.Name, UID: types.UID(c.Pod.UID)},
-		Reason:         StaleClaimReason, Message: msg, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "dynmig-scheduler-extender"},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := e.client.CoreV1().Events(c.Pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		e.log.Warn("recording stale claim event", "pod", c.Pod.String(), "err", err)
-	}
+	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: c.Pod.Namespace, Name: c.Pod.Name, UID: types.UID(c.Pod.UID)}
+	e.events.Eventf(ref, nil, corev1.EventTypeWarning, StaleClaimReason, StaleClaimAction, "%s", msg)
 }
 
 // StaleClaimReason is the reason of the event recorded on a pod whose
 // reservation was not realized within the lock timeout.
 const StaleClaimReason = "MIGReservationNotRealized"
+
+// StaleClaimAction is that event's action.
+const StaleClaimAction = "WaitForRealization"
+
+// EventComponent is the reporting controller of the extender's events.
+const EventComponent = "dynmig-scheduler-extender"
 
 // claimNode claims node for binding pod uid and returns the release
 // function. It fails with [ErrBindInProgress] when a Bind of the same pod

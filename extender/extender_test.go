@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,6 +119,22 @@ func catchUp(t *testing.T, ext *extender.Extender) {
 	require.NoError(t, ext.Sync(context.Background()))
 }
 
+// podEvents waits until n Events (events.k8s.io/v1, written
+// asynchronously by the recorder) exist in namespace default and returns
+// them.
+func podEvents(t *testing.T, client *fake.Clientset, n int) []eventsv1.Event {
+	t.Helper()
+	var items []eventsv1.Event
+	require.Eventually(t, func() bool {
+		list, err := client.EventsV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		items = list.Items
+		return len(items) >= n
+	}, eventually, time.Millisecond)
+	require.Len(t, items, n)
+	return items
+}
+
 // bumped returns the resourceVersion after rv, for updates through the
 // fake's tracker, which keeps the version the caller sends.
 func bumped(rv string) string {
@@ -185,11 +202,10 @@ func TestFilterPrioritizeBind(t *testing.T) {
 	res = ext.Filter(ctx, extender.Args{Pod: third, NodeNames: names("n1")})
 	assert.Empty(t, *res.NodeNames, "one device, like the stuck pod's container")
 	assert.Equal(t, 1.0, testutil.ToFloat64(ext.Collector()))
-	events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
-	require.Len(t, events.Items, 1)
-	assert.Equal(t, extender.StaleClaimReason, events.Items[0].Reason)
-	assert.Equal(t, "b", events.Items[0].InvolvedObject.Name)
+	events := podEvents(t, client, 1)
+	assert.Equal(t, extender.StaleClaimReason, events[0].Reason)
+	assert.Equal(t, "b", events[0].Regarding.Name)
+	assert.Equal(t, other.UID, events[0].Regarding.UID, "a reference kubectl describe finds")
 	two := create(t, client, migPodN("d", 2, "4000"))
 	res = ext.Filter(ctx, extender.Args{Pod: two, NodeNames: names("n1")})
 	assert.Equal(t, []string{"n1"}, *res.NodeNames, "two devices: the device plugin tells it apart from the stuck pod: %v", res.FailedNodes)

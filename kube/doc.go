@@ -3,7 +3,8 @@
 // model, keeps a reflector-backed snapshot of one node's pods for the device
 // plugin, writes the runtime identity and the node registration back with
 // JSON merge patches, drives periodic and event-driven reconciliation, and
-// guards a node against concurrent mutation by NVIDIA MIG Manager. For
+// guards a node against concurrent mutation by NVIDIA MIG Manager; [Events]
+// records the components' Kubernetes Events through client-go's recorder. For
 // schedulers it decodes node registrations ([NodeGPUs]) and pod records
 // ([PodAllocations]), converting them to the placement ledger's terms with
 // package schedule; a [SchedulerView] keeps a

@@ -6,52 +6,81 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
 
-var metricsAddr = flag.String("metrics-addr", "", `serve Prometheus metrics (dynmig_gpu_healthy per GPU, dynmig_deviceplugin_allocation_mismatches_total) on this address, e.g. ":9400"; "" serves none`)
+const name = "dynmig-device-plugin"
 
-var kubeconfig = flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
+// DefaultMetricsAddr is the default address of /metrics, /healthz and
+// /readyz: not dcgm-exporter's 9400 nor HAMi's device plugin monitor's
+// 9394, which may run on the same node.
+const DefaultMetricsAddr = ":9396"
+
+// errNotRegistered is the readiness probe's answer until the plugin serves
+// its socket and registered with the kubelet.
+var errNotRegistered = errors.New("not yet registered with the kubelet")
+
+// opsListening is told the operations server's address (tests listen on
+// port 0).
+var opsListening = func(net.Addr) {}
+
+type options struct {
+	kubeconfig, metricsAddr, deviceConfig string
+	backendName, fakeGPUs                 string
+	configPoll                            time.Duration
+}
 
 func main() {
-	node := flag.String("node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(backend.Names(), ", "))
-	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
-	socketDir := flag.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
-	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
-	schedulers := flag.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
-	podResources := flag.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
-	allowMM := flag.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
-	healthChecks := backend.HealthCheckFlags(flag.CommandLine)
+	fs := flag.CommandLine
+	var o options
+	node := fs.String("node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", "))
+	fs.StringVar(&o.fakeGPUs, "fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
+	socketDir := fs.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
+	resource := fs.String("resource", "nvidia.com/gpu", "extended resource name")
+	schedulers := fs.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
+	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
+	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
+	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file (the ConfigMap the scheduler reads) whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
+	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (below 0: only on SIGHUP)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
+	healthChecks := backend.HealthCheckFlags(fs)
+	common := cli.Register(fs)
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if common.ShowVersion {
+		_ = cli.PrintVersion(os.Stdout, name)
+		return
+	}
+	log, err := common.Logger(os.Stderr, name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	checks, err := healthChecks()
 	if err != nil {
 		log.Error("device plugin failed", "err", err)
 		os.Exit(2)
 	}
-
-	open := func(ctx context.Context) (realize.Realizer, func(), error) {
-		return backend.Open(ctx, *backendName, *fakeGPUs, log)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, open, deviceplugin.Config{
+	if err := run(ctx, o, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
 	}); err != nil {
@@ -60,12 +89,36 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), cfg deviceplugin.Config) error {
-	rc, err := kube.RESTConfig(*kubeconfig)
+func run(ctx context.Context, o options, cfg deviceplugin.Config) error {
+	if o.backendName == "" {
+		// Before anything else: a production node must never start the
+		// fake backend by omission.
+		return fmt.Errorf("-backend: %w", backend.ErrNoBackend)
+	}
+	rc, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
+		return err
+	}
+	open := func(ctx context.Context) (realize.Realizer, func(), error) {
+		return backend.Open(ctx, o.backendName, o.fakeGPUs, cfg.Logger)
+	}
+	return serve(ctx, open, o, cfg)
+}
+
+// serve opens the backend and runs the plugin until ctx is done, with its
+// operations server on o.metricsAddr and o.deviceConfig watched (package
+// internal/devconfig: a refused config stops the start, and keeps the last
+// good one on reload).
+func serve(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), o options, cfg deviceplugin.Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	allow, applied, err := devconfig.Read(o.deviceConfig)
+	if err != nil {
 		return err
 	}
 	hw, closeHW, err := open(ctx)
@@ -73,39 +126,73 @@ func run(ctx context.Context, open func(context.Context) (realize.Realizer, func
 		return fmt.Errorf("open backend: %w", err)
 	}
 	defer closeHW()
-	cfg.Hardware = hw
+	// A config file is checked against the hardware; the built-in default
+	// is not refused (its findings are logged at discovery).
+	if o.deviceConfig != "" {
+		if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
+			return err
+		}
+	}
+	cfg.Hardware, cfg.Allowlist = hw, allow
 	p, err := deviceplugin.New(cfg)
 	if err != nil {
 		return err
 	}
-	if *metricsAddr != "" {
-		stop := serveMetrics(*metricsAddr, p, cfg.Logger)
-		defer stop()
+	if metricsAddr := o.metricsAddr; metricsAddr != "" {
+		// dynmig_gpu_healthy and dynmig_deviceplugin_allocation_mismatches_total.
+		reg, err := cli.NewRegistry(append(p.Collectors(), p.HealthCollector())...)
+		if err != nil {
+			return err
+		}
+		opsCtx, cancel := context.WithCancel(context.Background())
+		addr, stopOps, err := cli.ServeOps(opsCtx, metricsAddr, cli.Ops{Ready: ready(p), Registry: reg, Logger: log})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("metrics address: %w", err)
+		}
+		opsListening(addr)
+		defer func() { cancel(); stopOps() }()
 	}
-	return p.Run(ctx)
+	if o.deviceConfig == "" {
+		return p.Run(ctx)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-p.Ready(): // SetAllowlist needs the plugin running
+		case <-watchCtx.Done():
+			return
+		}
+		_ = devconfig.Watch(watchCtx, devconfig.WatchOptions{
+			Path: o.deviceConfig, Applied: applied, Trigger: hup, Interval: o.configPoll, Logger: log,
+			Apply: func(ctx context.Context, a capability.Allowlist) error {
+				if _, err := devconfig.Check(ctx, o.deviceConfig, hw, a); err != nil {
+					return err
+				}
+				return p.SetAllowlist(ctx, a)
+			},
+		})
+	}()
+	err = p.Run(ctx)
+	stopWatch()
+	<-watched
+	return err
 }
 
-// serveMetrics serves the plugin's GPU health gauge and its assignment
-// mismatch counter on addr until the returned func is called; that func
-// waits for the server to stop.
-func serveMetrics(addr string, p *deviceplugin.Plugin, log *slog.Logger) func() {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(p.HealthCollector())
-	reg.MustRegister(p.Collectors()...) // dynmig_deviceplugin_allocation_mismatches_total
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "addr", addr, "err", err)
+// ready is the readiness check: the plugin's pod cache synced, it serves
+// its socket and registered with the kubelet ([deviceplugin.Plugin.Ready]).
+func ready(p *deviceplugin.Plugin) func() error {
+	return func() error {
+		select {
+		case <-p.Ready():
+			return nil
+		default:
+			return errNotRegistered
 		}
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
 	}
 }

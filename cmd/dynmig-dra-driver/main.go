@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path"
@@ -19,49 +20,59 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
 
-// readAllowlist reads the device config file's allowlist; "" means the
-// default.
-func readAllowlist(file string) (capability.Allowlist, error) {
-	if file == "" {
-		return capability.DefaultAllowlist(), nil
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := capability.ParseDeviceConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("-device-config %s: %w", file, err)
-	}
-	return cfg.Allowlist, nil
+const name = "dynmig-dra-driver"
+
+// DefaultMetricsAddr is the default address of /metrics, /healthz and
+// /readyz (clear of dcgm-exporter's 9400 and the device plugin's 9396).
+const DefaultMetricsAddr = ":9397"
+
+// opsListening is told the operations server's address (tests listen on
+// port 0).
+var opsListening = func(net.Addr) {}
+
+type options struct {
+	kubeconfig, deviceConfig, metricsAddr string
+	backendName, fakeGPUs                 string
+	configPoll                            time.Duration
 }
 
 func main() {
-	node := flag.String("node", os.Getenv("NODE_NAME"), "this node's name, also the resource pool's (default $NODE_NAME)")
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
-	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(backend.Names(), ", "))
-	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
-	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from; claim specs are written there")
-	dataDir := flag.String("plugin-data-dir", path.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName), "plugin data directory: the DRA socket and the checkpoint of prepared claims")
-	registrarDir := flag.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
-	deviceConfig := flag.String("device-config", "", "scheduler device config file whose nvidia.migProfileAllowlist is the profile policy (\"\" means the built-in default); SIGHUP reads it again")
-	interval := flag.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
-	healthChecks := backend.HealthCheckFlags(flag.CommandLine)
-	deviceNodes := flag.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
+	fs := flag.CommandLine
+	var o options
+	node := fs.String("node", os.Getenv("NODE_NAME"), "this node's name, also the resource pool's (default $NODE_NAME)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
+	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", "))
+	fs.StringVar(&o.fakeGPUs, "fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
+	cdiDir := fs.String("cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from; claim specs are written there")
+	dataDir := fs.String("plugin-data-dir", path.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName), "plugin data directory: the DRA socket and the checkpoint of prepared claims")
+	registrarDir := fs.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
+	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
+	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (below 0: only on SIGHUP)")
+	interval := fs.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
+	healthChecks := backend.HealthCheckFlags(fs)
+	deviceNodes := fs.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
+	common := cli.Register(fs)
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if common.ShowVersion {
+		_ = cli.PrintVersion(os.Stdout, name)
+		return
+	}
+	log, err := common.Logger(os.Stderr, name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	checks, err := healthChecks()
 	if err != nil {
 		log.Error("DRA driver failed", "err", err)
 		os.Exit(2)
-	}
-
-	open := func(ctx context.Context) (realize.Realizer, func(), error) {
-		return backend.Open(ctx, *backendName, *fakeGPUs, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -73,7 +84,7 @@ func main() {
 	case "on":
 		cfg.DeviceNodes = dradriver.ProcNodes{}
 	case "auto":
-		if *backendName == "nvml" {
+		if o.backendName == "nvml" {
 			cfg.DeviceNodes = dradriver.ProcNodes{}
 		}
 	case "off":
@@ -81,22 +92,39 @@ func main() {
 		log.Error("bad -device-nodes", "value", *deviceNodes)
 		os.Exit(2)
 	}
-	err = run(ctx, log, open, *kubeconfig, *deviceConfig, cfg)
+	err = run(ctx, log, o, cfg)
 	if err != nil {
 		log.Error("DRA driver failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), kubeconfig, deviceConfig string, cfg dradriver.Config) error {
-	rc, err := kube.RESTConfig(kubeconfig)
+func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config) error {
+	if o.backendName == "" {
+		// Before anything else: a production node must never start the
+		// fake backend by omission.
+		return fmt.Errorf("-backend: %w", backend.ErrNoBackend)
+	}
+	rc, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
-	if cfg.Allowlist, err = readAllowlist(deviceConfig); err != nil {
+	open := func(ctx context.Context) (realize.Realizer, func(), error) {
+		return backend.Open(ctx, o.backendName, o.fakeGPUs, log)
+	}
+	return serve(ctx, log, open, o, cfg)
+}
+
+// serve opens the backend and runs the driver until ctx is done, with its
+// operations server on o.metricsAddr and o.deviceConfig watched (package
+// internal/devconfig: a refused config stops the start, and keeps the last
+// good one on reload).
+func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), o options, cfg dradriver.Config) error {
+	allow, applied, err := devconfig.Read(o.deviceConfig)
+	if err != nil {
 		return err
 	}
 	hw, closeHW, err := open(ctx)
@@ -104,33 +132,58 @@ func run(ctx context.Context, log *slog.Logger, open func(context.Context) (real
 		return fmt.Errorf("open backend: %w", err)
 	}
 	defer closeHW()
-	cfg.Hardware = hw
+	// A config file is checked against the hardware; the built-in default
+	// is not refused (its findings are logged at discovery).
+	if o.deviceConfig != "" {
+		if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
+			return err
+		}
+	}
+	cfg.Hardware, cfg.Allowlist = hw, allow
 	d, err := dradriver.New(cfg)
 	if err != nil {
 		return err
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	for {
-		select {
-		case err := <-done:
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
+	if o.metricsAddr != "" {
+		reg, err := cli.NewRegistry()
+		if err != nil {
 			return err
-		case <-hup:
-			a, err := readAllowlist(deviceConfig)
-			if err == nil {
-				err = d.SetAllowlist(ctx, a)
-			}
-			if err != nil {
-				log.Error("allowlist not changed", "err", err)
-				continue
-			}
-			log.Info("allowlist changed; devices republished", "file", deviceConfig)
 		}
+		opsCtx, cancel := context.WithCancel(context.Background())
+		addr, stopOps, err := cli.ServeOps(opsCtx, o.metricsAddr, cli.Ops{Ready: d.Ready, Registry: reg, Logger: log})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("metrics address: %w", err)
+		}
+		opsListening(addr)
+		defer func() { cancel(); stopOps() }()
 	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	if o.deviceConfig == "" {
+		close(watched)
+	} else {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			defer close(watched)
+			_ = devconfig.Watch(watchCtx, devconfig.WatchOptions{
+				Path: o.deviceConfig, Applied: applied, Trigger: hup, Interval: o.configPoll, Logger: log,
+				Apply: func(ctx context.Context, a capability.Allowlist) error {
+					if _, err := devconfig.Check(ctx, o.deviceConfig, hw, a); err != nil {
+						return err
+					}
+					return d.SetAllowlist(ctx, a)
+				},
+			})
+		}()
+	}
+	err = d.Run(ctx)
+	stopWatch()
+	<-watched
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }

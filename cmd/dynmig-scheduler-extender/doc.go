@@ -30,9 +30,15 @@
 //
 // # Flags
 //
-// -addr (listen address, default :8888), -lock-timeout, -resource (the
-// device plugin's extended resource), -skip-fresh-node-read and -kubeconfig;
-// -help lists them. -kubeconfig names a kubeconfig file (its current
+// -addr (listen address, default 127.0.0.1:8888: the extender serves
+// unauthenticated HTTP to its own pod's kube-scheduler), -metrics-addr
+// (default :9395: /metrics with hami_node_gpu_mig_instance_info,
+// dynmig_scheduler_stale_claims_total and the Go and process collectors,
+// /healthz, and /readyz, ready once the informers synced), -legacy-metrics
+// (also nodeGPUMigInstance), -lock-timeout, -resource (the device plugin's
+// extended resource), -skip-fresh-node-read and -kubeconfig, and those
+// every dynmig binary has (-version, -log-format=text|json, -log-level,
+// -v; package internal/cli); -help lists them. -kubeconfig names a kubeconfig file (its current
 // context) for running out of a cluster; empty means $KUBECONFIG, and with
 // that empty too, the pod's service account ([kube.RESTConfig], which
 // loads it with client-go's clientcmd as kubectl does).

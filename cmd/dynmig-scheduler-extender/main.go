@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -15,27 +17,63 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dynmig/dynmig/extender"
+	"github.com/dynmig/dynmig/internal/cli"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/reservation"
 )
 
+const name = "dynmig-scheduler-extender"
+
+// DefaultAddr is the extender's default listen address: loopback, as the
+// extender serves unauthenticated HTTP to its own pod's kube-scheduler.
+const DefaultAddr = "127.0.0.1:8888"
+
+// DefaultMetricsAddr is the default address of /metrics, /healthz and
+// /readyz.
+const DefaultMetricsAddr = ":9395"
+
+// opsListening is told the operations server's address (tests listen on
+// port 0).
+var opsListening = func(net.Addr) {}
+
+type config struct {
+	kubeconfig, addr, metricsAddr string
+	legacyMetrics                 bool
+	opts                          extender.Options
+}
+
 func main() {
-	addr := flag.String("addr", ":8888", "listen address")
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
-	lock := flag.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node to itself before it is reported as stale")
-	resource := flag.String("resource", string(kube.ResourceGPU), "the device plugin's extended resource (its -resource)")
-	skipFresh := flag.Bool("skip-fresh-node-read", false, "bind from the informer's view alone, without re-listing the node's pods from the API server (unsafe after a leadership change)")
+	fs := flag.CommandLine
+	var c config
+	fs.StringVar(&c.addr, "addr", DefaultAddr, "listen address of the extender's filter, prioritize and bind calls (unauthenticated: keep it on loopback)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
+	fs.BoolVar(&c.legacyMetrics, "legacy-metrics", false, "also export the legacy nodeGPUMigInstance series")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
+	lock := fs.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node to itself before it is reported as stale")
+	resource := fs.String("resource", string(kube.ResourceGPU), "the device plugin's extended resource (its -resource)")
+	skipFresh := fs.Bool("skip-fresh-node-read", false, "bind from the informer's view alone, without re-listing the node's pods from the API server (unsafe after a leadership change)")
+	common := cli.Register(fs)
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	opts := extender.Options{LockTimeout: *lock, Resource: corev1.ResourceName(*resource), SkipFreshNodeRead: *skipFresh, Logger: log}
-	if err := run(*kubeconfig, *addr, opts); err != nil {
+	if common.ShowVersion {
+		_ = cli.PrintVersion(os.Stdout, name)
+		return
+	}
+	log, err := common.Logger(os.Stderr, name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	c.opts = extender.Options{LockTimeout: *lock, Resource: corev1.ResourceName(*resource), SkipFreshNodeRead: *skipFresh, Logger: log}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c); err != nil {
 		log.Error("scheduler extender failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, addr string, opts extender.Options) error {
-	log := opts.Logger
-	cfg, err := kube.RESTConfig(kubeconfig)
+func run(ctx context.Context, c config) error {
+	cfg, err := kube.RESTConfig(c.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -43,11 +81,32 @@ func run(kubeconfig, addr string, opts extender.Options) error {
 	if err != nil {
 		return err
 	}
-	ext := extender.New(client, opts)
-	srv := &http.Server{Addr: addr, Handler: ext.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	return serve(ctx, client, c)
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// serve runs the extender over client until ctx is done.
+func serve(ctx context.Context, client kubernetes.Interface, c config) error {
+	log := c.opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ext := extender.New(client, c.opts)
+	if c.metricsAddr != "" {
+		reg, err := cli.NewRegistry(ext.Collector(), ext.InstanceCollector(reservation.CollectorOptions{LegacyMetrics: c.legacyMetrics}))
+		if err != nil {
+			return err
+		}
+		opsCtx, cancel := context.WithCancel(context.Background())
+		addr, stopOps, err := cli.ServeOps(opsCtx, c.metricsAddr, cli.Ops{Ready: ext.Ready, Registry: reg, Logger: log})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("metrics address: %w", err)
+		}
+		opsListening(addr)
+		defer func() { cancel(); stopOps() }()
+	}
+	srv := &http.Server{Addr: c.addr, Handler: ext.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
 	// The informers run until the server has shut down: calls in flight
 	// during the shutdown still see a live view.
 	informers, stopInformers := context.WithCancel(context.Background())
@@ -56,7 +115,7 @@ func run(kubeconfig, addr string, opts extender.Options) error {
 	defer func() { stopInformers(); <-ran }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("scheduler extender listening", "addr", addr)
+	log.Info("scheduler extender listening", "addr", c.addr)
 	select {
 	case err := <-errc:
 		return err

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/dynmig/dynmig/internal/version"
+	"github.com/dynmig/dynmig/internal/cli"
 )
 
 // Exit codes, documented in the package comment and in `migctl help`.
@@ -72,9 +72,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	name := args[0]
 	switch name {
-	case "version", "-version", "--version":
-		fmt.Fprintln(stdout, "migctl", version.Get())
-		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := lookup(args[1]); ok {
@@ -87,6 +84,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return exitUsage
 		}
 		writeUsage(stdout)
+		return exitOK
+	case "version", "-version", "--version":
+		if err := cli.PrintVersion(stdout, "migctl"); err != nil {
+			return exitInvalid
+		}
 		return exitOK
 	}
 	c, ok := lookup(name)

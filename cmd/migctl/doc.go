@@ -25,7 +25,8 @@
 //	simulate        compare placement policies on a trace
 //	version         print migctl's version and VCS revision (also --version)
 //
-// Every command takes --help. Files may be "-" for standard input.
+// Every command takes --help; `migctl version` prints the module version
+// and VCS revision. Files may be "-" for standard input.
 //
 // A node that cannot take MIG pods (no hami.io/node-nvidia-register
 // annotation, or no GPU in MIG mode) is an error naming what is missing,

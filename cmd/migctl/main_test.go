@@ -146,6 +146,8 @@ func TestUsage(t *testing.T) {
 		{name: "--help", args: []string{"--help"}, code: exitOK, inStdout: []string{"convert-legacy"}},
 		{name: "help for a command", args: []string{"help", "place"}, code: exitOK, inStdout: []string{"usage: migctl place", "flags:", "-node-name string"}},
 		{name: "help for an unknown command", args: []string{"help", "frobnicate"}, code: exitUsage, inStderr: []string{`unknown command "frobnicate"`}},
+		{name: "version", args: []string{"version"}, code: exitOK, inStdout: []string{"migctl github.com/dynmig/dynmig ", "(revision "}},
+		{name: "-version", args: []string{"-version"}, code: exitOK, inStdout: []string{"migctl github.com/dynmig/dynmig "}},
 		{name: "unknown command", args: []string{"frobnicate"}, code: exitUsage, inStderr: []string{`unknown command "frobnicate"`}},
 		{name: "unknown flag", args: []string{"status", "--frobnicate"}, code: exitUsage, inStderr: []string{"frobnicate", "usage: migctl status"}},
 		{name: "stray argument", args: []string{"defaults", "extra"}, code: exitUsage, inStderr: []string{`unexpected argument "extra"`}},

@@ -104,7 +104,8 @@ func TestRBAC(t *testing.T) {
 				{verb: "get", resource: "pods", namespace: testNamespace},
 				{verb: "patch", resource: "pods", namespace: testNamespace},
 				{verb: "create", resource: "pods", subresource: "binding", namespace: testNamespace},
-				{verb: "create", resource: "events", namespace: testNamespace},
+				{verb: "create", group: "events.k8s.io", resource: "events", namespace: testNamespace},
+				{verb: "patch", group: "events.k8s.io", resource: "events", namespace: testNamespace},
 			},
 			// Not denied: deleting pods and updating pods/status, which
 			// system:kube-scheduler grants for preemption and the
@@ -131,7 +132,8 @@ func TestRBAC(t *testing.T) {
 				{verb: "watch", resource: "pods"},
 				{verb: "get", resource: "pods", namespace: testNamespace},
 				{verb: "patch", resource: "pods", namespace: testNamespace},
-				{verb: "create", resource: "events", namespace: metav1.NamespaceDefault},
+				{verb: "create", group: "events.k8s.io", resource: "events", namespace: metav1.NamespaceDefault},
+				{verb: "patch", group: "events.k8s.io", resource: "events", namespace: metav1.NamespaceDefault},
 			},
 			denied: []access{
 				{verb: "get", resource: "secrets", namespace: testNamespace},
@@ -141,6 +143,7 @@ func TestRBAC(t *testing.T) {
 				{verb: "create", resource: "pods", subresource: "binding", namespace: testNamespace},
 				{verb: "update", resource: "pods", subresource: "status", namespace: testNamespace},
 				{verb: "delete", resource: "nodes"},
+				{verb: "create", resource: "events", namespace: metav1.NamespaceDefault},
 				{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterrolebindings"},
 			},
 		},

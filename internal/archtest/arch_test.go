@@ -54,7 +54,7 @@ func listPackages(t *testing.T) map[string]pkg {
 func layer(rel string) int {
 	top, _, _ := strings.Cut(rel, "/")
 	switch {
-	case rel == "internal/gpulock" || rel == "internal/version":
+	case rel == "internal/gpulock":
 		return 0
 	case top == "capability":
 		return 1
@@ -68,7 +68,8 @@ func layer(rel string) int {
 		return 5
 	case top == "kube":
 		return 6
-	case top == "deviceplugin" || top == "extender" || top == "dradriver" || rel == "internal/backend":
+	case top == "deviceplugin" || top == "extender" || top == "dradriver" ||
+		rel == "internal/backend" || rel == "internal/cli" || rel == "internal/devconfig":
 		return 7
 	}
 	return 8 // cmd, examples, systemtest, deploy: anything

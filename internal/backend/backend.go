@@ -30,6 +30,11 @@ const DefaultFakeGPUs = "2x" + fakehal.DefaultModel
 // offer (nvml needs a cgo build).
 var ErrUnknown = errors.New("backend: unknown backend")
 
+// ErrNoBackend is returned by [Open] for an empty name: the binaries have
+// no default backend, so that a production node never runs the fake one
+// by omission.
+var ErrNoBackend = errors.New("backend: no backend named (-backend is required)")
+
 // ErrFakeGPUs is wrapped by [ParseFakeGPUs]'s errors.
 var ErrFakeGPUs = errors.New("backend: bad fake GPU list")
 
@@ -54,6 +59,9 @@ func Names() []string {
 // GPUs ([ParseFakeGPUs]) and is ignored by the others. The returned func
 // releases the backend (it shuts NVML down); call it once, when done.
 func Open(ctx context.Context, name, fakeGPUs string, log *slog.Logger) (realize.Realizer, func(), error) {
+	if name == "" {
+		return nil, nil, fmt.Errorf("%w: one of %s", ErrNoBackend, strings.Join(Names(), ", "))
+	}
 	open, ok := openers[name]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w %q (this build offers %s)", ErrUnknown, name, strings.Join(Names(), ", "))

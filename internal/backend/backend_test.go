@@ -57,6 +57,9 @@ func TestOpen(t *testing.T) {
 	if _, _, err := backend.Open(ctx, "fake", "1xNoSuchGPU", nil); err == nil {
 		t.Error("Open(fake, unknown model) succeeded")
 	}
+	if _, _, err := backend.Open(ctx, "", "", nil); !errors.Is(err, backend.ErrNoBackend) {
+		t.Errorf("Open(\"\") = %v, want ErrNoBackend", err)
+	}
 	if _, _, err := backend.Open(ctx, "tpu", "", nil); !errors.Is(err, backend.ErrUnknown) {
 		t.Errorf("Open(tpu) = %v, want ErrUnknown", err)
 	}

@@ -1,0 +1,85 @@
+package deploy_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// repoRoot is the repository root, seen from this package.
+const repoRoot = ".."
+
+// image is what TestImages requires of one component's build recipe.
+type image struct {
+	dockerfile, command string
+	cgo                 bool   // built with cgo (the nvml backend)
+	base                string // the final stage's base image
+}
+
+var images = []image{
+	{"extender.Dockerfile", "dynmig-scheduler-extender", false, "gcr.io/distroless/static-debian12:nonroot"},
+	{"device-plugin.Dockerfile", "dynmig-device-plugin", true, "gcr.io/distroless/base-debian12"},
+	{"dra-driver.Dockerfile", "dynmig-dra-driver", true, "gcr.io/distroless/base-debian12"},
+}
+
+// TestImages checks the build recipes without building them (CI has no
+// container daemon): a pinned Go builder of the go.mod language version,
+// cgo only where NVML needs it, the bases README names, the version stamp
+// on the variables internal/cli reads, and hack/build-images.sh building
+// every one.
+func TestImages(t *testing.T) {
+	gomod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
+	if goVersion == nil {
+		t.Fatal("go.mod: no go directive")
+	}
+	cliVars, err := os.ReadFile(filepath.Join(repoRoot, "internal", "cli", "version.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(repoRoot, "hack", "build-images.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := regexp.MustCompile(`(?m)^ARG GO_IMAGE=golang:` + regexp.QuoteMeta(string(goVersion[1])) + `\.\d+-bookworm$`)
+	for _, im := range images {
+		data, err := os.ReadFile(filepath.Join(repoRoot, "build", im.dockerfile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		df := string(data)
+		if !pinned.MatchString(df) {
+			t.Errorf("%s: the Go builder is not pinned to a go%s.N release", im.dockerfile, goVersion[1])
+		}
+		froms := regexp.MustCompile(`(?m)^FROM (\S+)`).FindAllStringSubmatch(df, -1)
+		if len(froms) == 0 || froms[len(froms)-1][1] != im.base {
+			t.Errorf("%s: final stage FROM %v, want %s", im.dockerfile, froms, im.base)
+		}
+		if cgo := strings.Contains(df, "CGO_ENABLED=1"); cgo != im.cgo || strings.Contains(df, "CGO_ENABLED=0") == im.cgo {
+			t.Errorf("%s: cgo %v, want %v", im.dockerfile, cgo, im.cgo)
+		}
+		if !strings.Contains(df, "./cmd/"+im.command) {
+			t.Errorf("%s does not build ./cmd/%s", im.dockerfile, im.command)
+		}
+		if _, err := os.Stat(filepath.Join(repoRoot, "cmd", im.command)); err != nil {
+			t.Errorf("%s: %v", im.dockerfile, err)
+		}
+		for _, v := range []string{"version", "revision"} {
+			if !strings.Contains(df, "-X github.com/dynmig/dynmig/internal/cli."+v+"=") {
+				t.Errorf("%s: no version stamp on internal/cli.%s", im.dockerfile, v)
+			}
+			if !regexp.MustCompile(`(?m)^\s+` + v + `\s+string$`).Match(cliVars) {
+				t.Errorf("internal/cli has no string variable %s for the linker to set", v)
+			}
+		}
+		component := strings.TrimPrefix(im.command, "dynmig-")
+		if !strings.Contains(string(script), component) {
+			t.Errorf("hack/build-images.sh does not build %s", component)
+		}
+	}
+}

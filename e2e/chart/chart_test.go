@@ -1,0 +1,372 @@
+package chart_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynmig/dynmig/deviceplugin"
+	"github.com/dynmig/dynmig/e2e/internal/cluster"
+	"github.com/dynmig/dynmig/extender"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/devconfig"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// renderedPath is the chart's checked-in rendering.
+func renderedPath() string {
+	return filepath.Join(cluster.RepoRoot(), "deploy", "helm", "charttest", "testdata", "rendered.yaml")
+}
+
+// workloads are the kinds the test runs in process instead of applying.
+var workloads = map[string]bool{"Deployment": true, "DaemonSet": true}
+
+// install applies every object of the rendering except the workloads, in
+// its order, and returns all of its objects.
+func install(t *testing.T, ctx context.Context, c *cluster.Cluster) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := cluster.ReadManifests(renderedPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []string
+	for _, o := range objs {
+		if workloads[o.GetKind()] {
+			continue
+		}
+		data, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(data))
+	}
+	file := filepath.Join(t.TempDir(), "install.yaml")
+	if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyManifests(ctx, file); err != nil {
+		t.Fatalf("install the chart's objects: %v", err)
+	}
+	return objs
+}
+
+// find converts the rendered object of kind and name into out.
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, out any) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("the chart renders no %s %s", kind, name)
+}
+
+func container(t *testing.T, spec *corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range spec.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return corev1.Container{}
+}
+
+// arg returns the value of -name=value in the container's args.
+func arg(t *testing.T, c corev1.Container, name string) string {
+	t.Helper()
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "-"+name+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("container %s has no -%s", c.Name, name)
+	return ""
+}
+
+func logger(component string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", component)
+}
+
+// serveOps serves the operations endpoints as the binaries do, on a free
+// loopback port (the chart's ports would collide with parallel test
+// packages), until the test ends.
+func serveOps(t *testing.T, ops cli.Ops) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, stop, err := cli.ServeOps(ctx, "127.0.0.1:0", ops)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); stop() })
+	return "http://" + addr.String()
+}
+
+// get GETs url and returns the status and body; transport errors are
+// status 0.
+func get(ctx context.Context, url string) (int, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// TestChartInstall: dynmig installed from the chart schedules and realizes
+// a MIG pod, whose instance the extender's /metrics reports as HAMi's
+// scheduler does; every component is healthy and ready.
+func TestChartInstall(t *testing.T) {
+	defer http.DefaultClient.CloseIdleConnections()
+	ctx := cluster.TestContext(t, 10*time.Minute)
+	c := cluster.Start(t, cluster.Options{})
+	admin := c.Admin()
+	// README's steps before helm install: the privileged namespace.
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "dynmig-system", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	objs := install(t, ctx, c)
+
+	var sched appsv1.Deployment
+	find(t, objs, "Deployment", "dynmig-scheduler", &sched)
+	extC := container(t, &sched.Spec.Template.Spec, "extender")
+	var schedConfig corev1.ConfigMap
+	find(t, objs, "ConfigMap", "dynmig-scheduler-config", &schedConfig)
+	schedFile := filepath.Join(t.TempDir(), "kube-scheduler-config.yaml")
+	if err := os.WriteFile(schedFile, []byte(schedConfig.Data["kube-scheduler-config.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := cluster.ReadSchedulerConfig(schedFile)
+	if err != nil || len(sc.SchedulerNames) != 1 {
+		t.Fatalf("the chart's scheduler configuration: %v, %v", sc, err)
+	}
+	var ds appsv1.DaemonSet
+	find(t, objs, "DaemonSet", "dynmig-device-plugin", &ds)
+	dpC := container(t, &ds.Spec.Template.Spec, "device-plugin")
+	var devConfig corev1.ConfigMap
+	find(t, objs, "ConfigMap", "dynmig-device-config", &devConfig)
+	configFile := arg(t, dpC, "device-config")
+	allow, err := devconfig.Parse(configFile, []byte(devConfig.Data[filepath.Base(configFile)]))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The device plugin: the DaemonSet's ServiceAccount, with a token bound
+	// to its pod on the node, the DaemonSet's flags and the device config.
+	hw := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel)})
+	node, err := c.StartNode(t, "gpu-node-1", cluster.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devconfig.Check(ctx, configFile, hw, allow); err != nil {
+		t.Fatal(err)
+	}
+	ns := ds.Namespace
+	pluginPod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "dynmig-device-plugin-" + node.Name},
+		Spec: corev1.PodSpec{NodeName: node.Name, ServiceAccountName: ds.Spec.Template.Spec.ServiceAccountName,
+			Containers: []corev1.Container{{Name: dpC.Name, Image: dpC.Image}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Admit(ctx, pluginPod); err != nil {
+		t.Fatal(err)
+	}
+	pluginCfg, err := c.ServiceAccountConfig(ctx, ns, ds.Spec.Template.Spec.ServiceAccountName, cluster.TokenOptions{BoundPod: pluginPod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin, err := node.StartPlugin(ctx, t, deviceplugin.Config{
+		Client: clientFor(t, pluginCfg), Hardware: hw, Allowlist: allow,
+		ResourceName:      arg(t, dpC, "resource"),
+		SchedulerNames:    strings.Split(arg(t, dpC, "scheduler-names"), ","),
+		ReconcileInterval: 300 * time.Millisecond, SocketCheckInterval: 200 * time.Millisecond,
+		Logger: logger("device-plugin"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginReg, err := cli.NewRegistry(append(plugin.Collectors(), plugin.HealthCollector())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginOps := serveOps(t, cli.Ops{Registry: pluginReg, Ready: func() error {
+		select {
+		case <-plugin.Ready():
+			return nil
+		default:
+			return errors.New("not registered")
+		}
+	}})
+
+	// The scheduler pod: kube-scheduler and the extender on the
+	// Deployment's ServiceAccount, the extender with the Deployment's flags.
+	schedCfg, err := c.ServiceAccountConfig(ctx, sched.Namespace, sched.Spec.Template.Spec.ServiceAccountName, cluster.TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extAddr := arg(t, extC, "addr")
+	if want, err := cluster.ExtenderAddr(schedFile); err != nil || want != extAddr {
+		t.Fatalf("extender -addr=%s, the scheduler calls %s (%v)", extAddr, want, err)
+	}
+	if host, _, _ := net.SplitHostPort(extAddr); host != "127.0.0.1" {
+		t.Errorf("extender -addr=%s, want loopback", extAddr)
+	}
+	lock, err := time.ParseDuration(arg(t, extC, "lock-timeout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := cluster.StartExtender(ctx, t, clientFor(t, schedCfg), extAddr, extender.Options{
+		LockTimeout: lock, Resource: corev1.ResourceName(arg(t, extC, "resource")), Logger: logger("extender"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extReg, err := cli.NewRegistry(ext.Collector(), ext.InstanceCollector(reservation.CollectorOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extOps := serveOps(t, cli.Ops{Registry: extReg, Ready: ext.Ready})
+	if _, err := c.StartScheduler(t, cluster.SchedulerOptions{ConfigFile: schedFile, Client: schedCfg}); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, base := range map[string]string{"extender": extOps, "device plugin": pluginOps} {
+		for _, probe := range []string{"/healthz", "/readyz"} {
+			if err := cluster.WaitFor(ctx, 100*time.Millisecond, name+" "+probe, func(ctx context.Context) (bool, error) {
+				code, _ := get(ctx, base+probe)
+				return code == http.StatusOK, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// A MIG pod through the dynmig scheduler, admitted by the kubelet and
+	// realized by the plugin.
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := admin.CoreV1().Pods("e2e").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
+		Spec: corev1.PodSpec{SchedulerName: sc.SchedulerNames[0], Containers: []corev1.Container{{
+			Name: "cuda", Image: "cuda:latest",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				kube.ResourceGPU: resource.MustParse("1"), kube.ResourceGPUMem: resource.MustParse("9000"),
+			}},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "pod train pending on the node", func(ctx context.Context) (bool, error) {
+		pending, err := node.PendingPods(ctx)
+		return err == nil && len(pending) == 1 && pending[0].UID == pod.UID, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := node.PendingPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Admit(ctx, pending[0]); err != nil {
+		t.Fatal(err)
+	}
+	var realized reservation.Allocation
+	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "train's runtime identity", func(ctx context.Context) (bool, error) {
+		p, err := admin.CoreV1().Pods("e2e").Get(ctx, "train", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		allocs, err := kube.PodAllocations(p)
+		if err != nil || len(allocs) != 1 {
+			return false, err
+		}
+		realized = allocs[0]
+		_, ok := realized.Runtime()
+		return ok, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := realized.Runtime()
+
+	// The extender exports the realized instance as HAMi's scheduler does.
+	var series string
+	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "train's hami_node_gpu_mig_instance_info series", func(ctx context.Context) (bool, error) {
+		code, body := get(ctx, extOps+"/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, reservation.MetricInstanceInfo+"{") && strings.Contains(line, `mig_uuid="`+id.MIGUUID+`"`) {
+				series = line
+			}
+		}
+		return code == http.StatusOK && series != "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, label := range []string{
+		`node="` + node.Name + `"`, `device_uuid="` + realized.GPUUUID + `"`, `profile="` + realized.Profile + `"`,
+		`placement_start="` + itoa(realized.Placement.Start) + `"`, `placement_size="` + itoa(realized.Placement.Size) + `"`,
+		`gpu_instance_id="` + itoa(id.GPUInstanceID) + `"`, `compute_instance_id="` + itoa(id.ComputeInstanceID) + `"`,
+	} {
+		if !strings.Contains(series, label) {
+			t.Errorf("series %s lacks %s", series, label)
+		}
+	}
+	t.Logf("extender exports %s", series)
+	code, body := get(ctx, extOps+"/metrics")
+	for _, want := range []string{"dynmig_scheduler_stale_claims_total 0", "go_goroutines", "process_start_time_seconds"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("extender /metrics lacks %q", want)
+		}
+	}
+	code, body = get(ctx, pluginOps+"/metrics")
+	for _, want := range []string{"dynmig_gpu_healthy{", "dynmig_deviceplugin_allocation_mismatches_total 0", "go_goroutines"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("device plugin /metrics lacks %q", want)
+		}
+	}
+}
+
+func itoa[T ~uint32](v T) string { return strconv.FormatUint(uint64(v), 10) }
