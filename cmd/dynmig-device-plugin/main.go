@@ -63,7 +63,9 @@ func main() {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
 	healthChecks := backend.HealthCheckFlags(fs)
 	common := cli.Register(fs)
-	flag.Parse()
+	if code, stop := cli.Parse(fs, os.Args[1:], os.Stderr); stop {
+		os.Exit(code)
+	}
 	if common.ShowVersion {
 		_ = cli.PrintVersion(os.Stdout, name)
 		return
@@ -71,12 +73,12 @@ func main() {
 	log, err := common.Logger(os.Stderr, name)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		os.Exit(cli.ExitUsage)
 	}
 	checks, err := healthChecks()
 	if err != nil {
 		log.Error("device plugin failed", "err", err)
-		os.Exit(2)
+		os.Exit(cli.ExitUsage)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -85,7 +87,7 @@ func main() {
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
-		os.Exit(1)
+		os.Exit(cli.ExitFailure)
 	}
 }
 

@@ -59,7 +59,9 @@ func main() {
 	healthChecks := backend.HealthCheckFlags(fs)
 	deviceNodes := fs.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
 	common := cli.Register(fs)
-	flag.Parse()
+	if code, stop := cli.Parse(fs, os.Args[1:], os.Stderr); stop {
+		os.Exit(code)
+	}
 	if common.ShowVersion {
 		_ = cli.PrintVersion(os.Stdout, name)
 		return
@@ -67,12 +69,12 @@ func main() {
 	log, err := common.Logger(os.Stderr, name)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		os.Exit(cli.ExitUsage)
 	}
 	checks, err := healthChecks()
 	if err != nil {
 		log.Error("DRA driver failed", "err", err)
-		os.Exit(2)
+		os.Exit(cli.ExitUsage)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -90,12 +92,12 @@ func main() {
 	case "off":
 	default:
 		log.Error("bad -device-nodes", "value", *deviceNodes)
-		os.Exit(2)
+		os.Exit(cli.ExitUsage)
 	}
 	err = run(ctx, log, o, cfg)
 	if err != nil {
 		log.Error("DRA driver failed", "err", err)
-		os.Exit(1)
+		os.Exit(cli.ExitFailure)
 	}
 }
 

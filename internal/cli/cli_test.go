@@ -169,3 +169,28 @@ func TestServeOps(t *testing.T) {
 		t.Error("bad address: no error")
 	}
 }
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		stop bool
+	}{
+		{name: "flags", args: []string{"-v", "2"}, code: cli.ExitOK},
+		{name: "help", args: []string{"-h"}, code: cli.ExitOK, stop: true},
+		{name: "unknown flag", args: []string{"-colour"}, code: cli.ExitUsage, stop: true},
+		{name: "bad value", args: []string{"-v", "two"}, code: cli.ExitUsage, stop: true},
+		{name: "argument", args: []string{"now"}, code: cli.ExitUsage, stop: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("x", flag.ExitOnError)
+			cli.Register(fs)
+			code, stop := cli.Parse(fs, tt.args, io.Discard)
+			if code != tt.code || stop != tt.stop {
+				t.Errorf("Parse(%q) = %d, %v; want %d, %v", tt.args, code, stop, tt.code, tt.stop)
+			}
+		})
+	}
+}

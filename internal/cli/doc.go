@@ -4,8 +4,9 @@
 // the operations HTTP server (/healthz, /readyz, /metrics).
 //
 // Flags are registered on a caller's flag.FlagSet ([Register]) and read
-// after it is parsed ([Flags.Logger], [Flags.Version]); nothing here
-// parses os.Args or exits.
+// after it is parsed ([Flags.Logger], [Flags.Version]). [Parse] parses a
+// binary's arguments and returns the exit code every dynmig binary uses
+// (0 for -h, 64 for a usage error, as migctl); nothing here exits.
 //
 // klog is process-wide state: [Flags.Logger] points klog at the logger it
 // returns (klog.SetSlogLogger) and sets klog's verbosity to -v, so the

@@ -1,0 +1,36 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// Exit codes of every dynmig binary, the convention migctl documents.
+const (
+	ExitOK      = 0  // success, and -h
+	ExitFailure = 1  // the component failed
+	ExitUsage   = 64 // a flag or its value is wrong
+)
+
+// Parse parses args into fs, reporting a bad flag once on w. It returns
+// the code to exit with and true when the binary must stop: ExitOK after
+// -h printed the usage, ExitUsage after a bad flag. fs's own error
+// handling is replaced by flag.ContinueOnError, so that the flag package
+// never exits on the binary's behalf.
+func Parse(fs *flag.FlagSet, args []string, w io.Writer) (code int, stop bool) {
+	fs.Init(fs.Name(), flag.ContinueOnError)
+	fs.SetOutput(w)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK, true
+	case err != nil:
+		return ExitUsage, true // the flag package printed the error and the usage
+	case fs.NArg() > 0:
+		fmt.Fprintf(w, "unexpected arguments %q\n", fs.Args())
+		return ExitUsage, true
+	}
+	return ExitOK, false
+}
