@@ -359,8 +359,12 @@ func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.R
 	if inflight != "" && inflight != uid {
 		return "pod " + inflight + " (being bound)"
 	}
+	claims := p.view.Claims(node)
+	if len(claims) == 0 {
+		return ""
+	}
 	now := p.opts.Clock.Now()
-	for _, c := range p.view.Claims(node) {
+	for _, c := range claims {
 		if c.Pod.UID == uid {
 			continue
 		}
