@@ -68,9 +68,9 @@
 // changing. The scheduler's own informer handler and the view's run
 // independently, so a hint applies its event to the view before deciding
 // (once per event; the view orders events by resourceVersion and ignores
-// repeats). A pod the scheduler reports deleted is removed ahead of the
-// view's informer only when it shows deletionTimestamp or a final phase,
-// since a failed binding is reported the same way. A claim that ages past
+// repeats). The scheduler reports a failed binding cycle as a deletion of
+// the pod too: a pod Unreserve found bound anyway is removed ahead of the
+// view's informer only when the event shows it deleting or ended. A claim that ages past
 // the lock timeout produces no event: pods it blocked are retried with the
 // scheduler's podMaxInUnschedulablePodsDuration.
 //

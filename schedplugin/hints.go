@@ -40,10 +40,16 @@ func (p *Plugin) afterPodDelete(logger klog.Logger, pod *corev1.Pod, oldObj, new
 	if !record && p.deviceRequest(deleted) == 0 {
 		return fwk.QueueSkip, nil
 	}
-	// The scheduler also sends this event for a pod whose binding failed
-	// (it was never deleted), so only a pod the API server shows deleting
-	// or ended is removed from the view ahead of its informer.
-	if deleted.DeletionTimestamp != nil || deleted.Status.Phase == corev1.PodSucceeded || deleted.Status.Phase == corev1.PodFailed {
+	// The scheduler also sends this event for a pod whose binding cycle
+	// failed, which was never deleted: a pod Unreserve found bound anyway
+	// is removed from the view ahead of its informer only when the event
+	// shows it deleting or ended. For one Unreserve forgot, removing it
+	// again changes nothing.
+	ending := deleted.DeletionTimestamp != nil || deleted.Status.Phase == corev1.PodSucceeded || deleted.Status.Phase == corev1.PodFailed
+	p.mu.Lock()
+	settled := p.settled[string(deleted.UID)]
+	p.mu.Unlock()
+	if ending || !settled {
 		p.applyOnce(deleted, func() { p.view.PodHandler().OnDelete(deleted) })
 	}
 	return p.fitsNow(logger, pod, deleted.Spec.NodeName, nil), nil

@@ -117,6 +117,9 @@ type Plugin struct {
 	mu       sync.Mutex
 	binding  map[string]string // node -> UID of the MIG pod being bound to it (Reserve to PostBind or Unreserve)
 	reported map[string]bool   // UIDs whose stale claim was reported
+	// UIDs Unreserve found bound although their binding cycle failed; the
+	// scheduler reports such a pod deleted (see afterPodDelete).
+	settled map[string]bool
 
 	hintMu   sync.Mutex
 	hintLast any // the last object a queueing hint applied to the view
@@ -156,7 +159,7 @@ func New(h fwk.Handle, opts Options) (*Plugin, error) {
 		return nil, fmt.Errorf("schedplugin: register the view's informers: %w", err)
 	}
 	return &Plugin{handle: h, client: h.ClientSet(), view: view, opts: opts, log: log,
-		binding: map[string]string{}, reported: map[string]bool{}}, nil
+		binding: map[string]string{}, reported: map[string]bool{}, settled: map[string]bool{}}, nil
 }
 
 // Factory returns the plugin factory to register with kube-scheduler
@@ -408,13 +411,19 @@ func (p *Plugin) reportStale(_ context.Context, node string, c kube.NodeClaim) {
 	}
 }
 
-// prune forgets the reported claims the view no longer holds unrealized.
+// prune forgets the reported claims the view no longer holds unrealized,
+// and the settled binds the ledger no longer holds.
 func (p *Plugin) prune() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for uid := range p.reported {
 		if !p.view.Unrealized(uid) {
 			delete(p.reported, uid)
+		}
+	}
+	for uid := range p.settled {
+		if _, _, ok := p.view.Ledger().Pod(uid); !ok {
+			delete(p.settled, uid)
 		}
 	}
 }
@@ -505,6 +514,9 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return
 	}
 	if p.settle(ctx, s, node) {
+		p.mu.Lock()
+		p.settled[uid] = true
+		p.mu.Unlock()
 		p.view.Bound(pod, node, s.as)
 		p.log.Warn("bound MIG pod although the binding cycle failed", "pod", pod.Namespace+"/"+pod.Name, "node", node, "reservation", s.value)
 		return

@@ -280,38 +280,61 @@ func hintFor(t *testing.T, pl *schedplugin.Plugin, ev fwk.ClusterEvent) fwk.Queu
 
 // A pod that fills the GPU is deleted: the hint requeues the pending pod
 // only when the deletion frees what it needs, and applies the deletion
-// ahead of the view's informer.
+// ahead of the view's informer, except for the scheduler's report of a
+// failed binding cycle whose pod Unreserve found bound.
 func TestHintPodDelete(t *testing.T) {
 	e := newEnv(t, schedplugin.Options{LockTimeout: time.Nanosecond})
-	whole := migPod("whole", "")
-	whole.Annotations[kube.ProfilePreferenceAnnotation] = "7g"
-	a := e.schedule(t, e.create(t, whole), "n1")
-	e.clk.SetTime(e.clk.Now().Add(time.Second)) // a's claim is past the lock timeout
+	whole := e.create(t, migPod("whole", ""))
+	cs, kept, _ := e.cycle(t, whole, "n1")
+	require.Contains(t, kept, "n1")
+	require.True(t, e.pl.Reserve(e.ctx, cs, whole, "n1").IsSuccess())
+	require.True(t, e.pl.PreBind(e.ctx, cs, whole, "n1").IsSuccess())
+	require.NoError(t, e.client.CoreV1().Pods("default").Bind(e.ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "whole", UID: whole.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "n1"},
+	}, metav1.CreateOptions{}))
+	e.pl.Unreserve(e.ctx, cs, whole, "n1") // the binding cycle failed, but the bind applied
+	assumed := whole.DeepCopy()
+	assumed.Spec.NodeName = "n1"
+
+	e.clk.SetTime(e.clk.Now().Add(time.Second)) // past the lock timeout
 	b := e.create(t, migPodN("b", 2, "4000"))
 	_, _, statuses := e.cycle(t, b, "n1")
 	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code())
 	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete})
 
-	// The scheduler reports a failed binding as a deletion of the
-	// assumed pod: it frees nothing that is held.
-	got, err := hint(klog.Background(), b, a, nil)
+	got, err := hint(klog.Background(), b, assumed, nil)
 	require.NoError(t, err)
-	assert.Equal(t, fwk.QueueSkip, got, "a is bound and not deleting")
+	assert.Equal(t, fwk.QueueSkip, got, "the failed binding cycle's report frees nothing")
 	_, _, held := e.pl.View().Ledger().Pod("uid-whole")
 	assert.True(t, held)
 
-	// An unrelated pod's deletion.
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cpu", UID: "uid-cpu"},
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main"}}}}
 	got, err = hint(klog.Background(), b, other, nil)
 	require.NoError(t, err)
-	assert.Equal(t, fwk.QueueSkip, got)
+	assert.Equal(t, fwk.QueueSkip, got, "an unrelated pod")
 
-	// The real deletion, before the view's informer delivers it.
-	deleting := a.DeepCopy()
+	deleting := assumed.DeepCopy()
 	now := metav1.NewTime(e.clk.Now())
 	deleting.DeletionTimestamp = &now
 	got, err = hint(klog.Background(), b, deleting, nil)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.Queue, got, "the real deletion, before the view's informer delivers it")
+}
+
+// A pod removed at once (grace period 0, no deletionTimestamp in the
+// event) that the plugin bound normally is removed from the view by the
+// hint too.
+func TestHintForceDelete(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{LockTimeout: time.Nanosecond})
+	whole := e.schedule(t, e.create(t, migPod("whole", "")), "n1")
+	e.clk.SetTime(e.clk.Now().Add(time.Second))
+	b := e.create(t, migPodN("b", 2, "4000"))
+	_, _, statuses := e.cycle(t, b, "n1")
+	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code())
+	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete})
+	got, err := hint(klog.Background(), b, whole, nil)
 	require.NoError(t, err)
 	assert.Equal(t, fwk.Queue, got)
 }
