@@ -25,8 +25,9 @@
 //     second placement search runs.
 //   - Reserve claims the node and assumes the placements in the ledger.
 //   - PreBind reads the node's pods consistently, decides again against
-//     that read, and writes the record with a merge patch conditioned on the
-//     pod's resourceVersion and UID.
+//     that read, reads the pod (the scheduler's copy may lag behind its own
+//     status writes) and, if it still asks for what was decided, writes the
+//     record with a merge patch conditioned on that resourceVersion and UID.
 //   - PostBind records the bind in the view and releases the node claim.
 //
 // # Failure semantics

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -67,6 +68,9 @@ var (
 	// device plugin's resource) minus what its pods request is below the
 	// pod's request.
 	ErrInsufficientDevices = errors.New("schedplugin: insufficient devices")
+	// ErrPodChanged: between the scheduling cycle and PreBind the pod was
+	// replaced, bound, or changed its MIG request; nothing was written.
+	ErrPodChanged = errors.New("schedplugin: pod changed while being bound")
 	// ErrInvalidArgs is wrapped by every error about the plugin's
 	// configuration arguments.
 	ErrInvalidArgs = errors.New("schedplugin: invalid plugin arguments")
@@ -604,8 +608,21 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 		s.as = as
 	}
+	// The scheduler's copy of the pod may lag behind its own status
+	// writes: read the pod, and write the record to that version only if
+	// it still asks for what was decided.
+	cur, err := p.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("schedplugin: read pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	if cur.UID != pod.UID || cur.Spec.NodeName != "" {
+		return fwk.AsStatus(fmt.Errorf("%w: pod %s/%s is another pod now, or bound to %q", ErrPodChanged, pod.Namespace, pod.Name, cur.Spec.NodeName))
+	}
+	if req, err := kube.ParseRequestFor(cur, p.opts.Resource); err != nil || !reflect.DeepEqual(req, s.req) {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: pod %s/%s changed its MIG request", ErrPodChanged, pod.Namespace, pod.Name))
+	}
 	s.value = reservation.EncodeString(schedule.Allocations(s.as))
-	annotated, err := p.patch(ctx, pod, map[string]any{
+	annotated, err := p.patch(ctx, cur, map[string]any{
 		reservation.AnnotationKey: s.value,
 		kube.BindTimeAnnotation:   strconv.FormatInt(p.opts.Clock.Now().Unix(), 10),
 	})
@@ -613,7 +630,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		// Even if the patch was applied, an unbound pod's record occupies
 		// nothing, and the next binding overwrites it.
 		if apierrors.IsConflict(err) {
-			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("schedplugin: pod changed while being bound: %v", err))
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: %v", ErrPodChanged, err))
 		}
 		return fwk.AsStatus(fmt.Errorf("schedplugin: write the reservation record of pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}

@@ -519,3 +519,40 @@ func TestFactoryArgs(t *testing.T) {
 		})
 	}
 }
+
+// PreBind writes to the pod as the API server has it: the scheduler's copy
+// may lag behind its own status writes. A pod whose MIG request changed
+// meanwhile gets nothing written.
+func TestPreBindReadsThePod(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*corev1.Pod)
+		want   fwk.Code
+	}{
+		{"status written since", func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+		}, fwk.Success},
+		{"request changed since", func(p *corev1.Pod) { p.Annotations[kube.ProfilePreferenceAnnotation] = "7g" }, fwk.Unschedulable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, schedplugin.Options{})
+			pod := e.create(t, migPod("a", "4000"))
+			cs, kept, _ := e.cycle(t, pod, "n1")
+			require.Contains(t, kept, "n1")
+			require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
+			cur := pod.DeepCopy()
+			tc.change(cur)
+			_, err := e.client.CoreV1().Pods("default").Update(e.ctx, cur, metav1.UpdateOptions{})
+			require.NoError(t, err)
+
+			st := e.pl.PreBind(e.ctx, cs, pod, "n1")
+			assert.Equal(t, tc.want, st.Code(), "%v", st)
+			got, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+			require.NoError(t, err)
+			_, written := got.Annotations[reservation.AnnotationKey]
+			assert.Equal(t, tc.want == fwk.Success, written)
+			e.pl.Unreserve(e.ctx, cs, pod, "n1")
+		})
+	}
+}
