@@ -6,6 +6,8 @@ require k8s.io/kubernetes v1.37.2
 
 replace github.com/dynmig/dynmig => ../
 
+replace github.com/dynmig/dynmig/schedplugin => ../schedplugin
+
 replace (
 	k8s.io/api => k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
@@ -42,6 +44,7 @@ replace (
 
 require (
 	github.com/dynmig/dynmig v0.0.0
+	github.com/dynmig/dynmig/schedplugin v0.0.0
 	github.com/google/cadvisor/lib v0.60.5
 	go.etcd.io/etcd/server/v3 v3.7.0
 	go.uber.org/goleak v1.3.0
