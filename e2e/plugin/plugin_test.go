@@ -345,6 +345,7 @@ func requeue(t *testing.T, e *env) {
 		released := e.remove(holder)
 		e.wait(waiter+" bound after "+holder+" ended", 5*time.Millisecond, e.bound(waiter))
 		latencies = append(latencies, time.Since(released))
+		t.Logf("trial %d: %s bound %v after %s ended", i+1, waiter, latencies[i], holder)
 
 		e.realize(waiter)
 		holder = waiter
