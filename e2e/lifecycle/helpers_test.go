@@ -110,7 +110,7 @@ func deployManifests(t *testing.T, ctx context.Context, c *cluster.Cluster) (ext
 		}
 		return saRef{Namespace: sas[0].GetNamespace(), Name: sas[0].GetName()}
 	}
-	return find("scheduler.yaml"), find("device-deviceplugin.yaml")
+	return find("scheduler.yaml"), find("device-plugin.yaml")
 }
 
 // startEnv starts the whole system on one node with two A100-40GB GPUs.
