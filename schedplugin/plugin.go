@@ -449,13 +449,13 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 		return 0, nil
 	}
 	if i, ok := s.index[node.Name]; ok {
-		return s.scores[i].Load() * fwk.MaxNodeScore / placement.MaxNodeScore, nil
+		return s.scores[i].Load() * fwk.MaxScore / placement.MaxNodeScore, nil
 	}
 	score, err := p.view.Ledger().Evaluate(node.Name, &s.req)
 	if err != nil {
 		return 0, nil
 	}
-	return score * fwk.MaxNodeScore / placement.MaxNodeScore, nil
+	return score * fwk.MaxScore / placement.MaxNodeScore, nil
 }
 
 // ScoreExtensions returns nil: scores are already in the framework's range.
