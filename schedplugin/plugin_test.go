@@ -556,3 +556,32 @@ func TestPreBindReadsThePod(t *testing.T) {
 		})
 	}
 }
+
+// A deleting pod frees its slots only once it is released (its containers
+// terminated): the update hint requeues then, not at the deletion itself.
+func TestHintPodReleased(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{LockTimeout: time.Nanosecond})
+	whole := e.schedule(t, e.create(t, migPod("whole", "")), "n1")
+	e.clk.SetTime(e.clk.Now().Add(time.Second))
+	b := e.create(t, migPodN("b", 2, "4000"))
+	_, _, statuses := e.cycle(t, b, "n1")
+	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code())
+	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update})
+
+	deleting := whole.DeepCopy()
+	deadline := metav1.NewTime(e.clk.Now().Add(10 * time.Minute))
+	deleting.DeletionTimestamp, deleting.DeletionGracePeriodSeconds = &deadline, new(int64(600))
+	deleting.ResourceVersion = "1000"
+	deleting.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	got, err := hint(klog.Background(), b, whole, deleting)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.QueueSkip, got, "deleting, its container still running")
+
+	ended := deleting.DeepCopy()
+	ended.ResourceVersion = "1001"
+	ended.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	got, err = hint(klog.Background(), b, deleting, ended)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.Queue, got, "released")
+}
