@@ -6,6 +6,8 @@ require k8s.io/kubernetes v1.37.2
 
 replace github.com/dynmig/dynmig => ../
 
+replace github.com/dynmig/dynmig/schedplugin => ../schedplugin
+
 replace (
 	k8s.io/api => k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
@@ -42,6 +44,7 @@ replace (
 
 require (
 	github.com/dynmig/dynmig v0.0.0
+	github.com/dynmig/dynmig/schedplugin v0.0.0
 	github.com/google/cadvisor/lib v0.60.5
 	go.etcd.io/etcd/server/v3 v3.7.0
 	go.uber.org/goleak v1.3.0
@@ -130,7 +133,7 @@ require (
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.0.10 // indirect
+	github.com/spf13/pflag v1.0.10
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xiang90/probing v0.0.0-20221125231312-a49e3df8f510 // indirect

@@ -51,7 +51,9 @@ type SchedulerViewOptions struct {
 //
 // Node registrations are applied with [placement.Ledger.SetNode]; a
 // malformed, empty or deleted registration leaves the node without GPUs
-// but keeps its pods' reservations. A pod occupies slots while it is bound
+// but keeps its pods' reservations. A node event whose resourceVersion is
+// older than the one applied last for the node is ignored, so the handlers
+// may be fed an event again, ahead of or behind the informer. A pod occupies slots while it is bound
 // (spec.nodeName), carries hami.io/vgpu-mig-allocations and is not
 // [reservation.Pod.Released] at the view's clock; it then occupies exactly
 // the entries the trust rule keeps ([reservation.ValidateRequests] over the
@@ -226,6 +228,11 @@ func (v *SchedulerView) applyNode(obj any, deleted bool) {
 	if n == nil {
 		n = &viewNode{}
 		v.nodes[node.Name] = n
+	}
+	if !deleted && n.version != "" && older(node.ResourceVersion, n.version) {
+		// Older than the version applied: an event delivered twice (a
+		// scheduler's queueing hint applies events ahead of the informer).
+		return
 	}
 	n.version = node.ResourceVersion
 	if deleted {

@@ -332,3 +332,34 @@ func TestSchedulerViewForgetsNodesOnlyPodsNamed(t *testing.T) {
 	ok, _ := v.Reflects(nil, []corev1.Node{})
 	assert.True(t, ok)
 }
+
+// A node event older than the one applied is ignored, so a registration
+// applied ahead of the informer (as a scheduler's queueing hint does) is
+// not undone when the informer delivers the events before it.
+func TestSchedulerViewOlderNodeEventIgnored(t *testing.T) {
+	node, _ := registeredNode(t)
+	v := kube.NewSchedulerView(placement.NewLedger(placement.LedgerOptions{}), kube.SchedulerViewOptions{})
+	nodes := v.NodeHandler()
+	bare := node.DeepCopy()
+	bare.ResourceVersion = "10"
+	delete(bare.Annotations, capability.NodeRegisterAnnotation)
+	current := node.DeepCopy()
+	current.ResourceVersion = "11"
+
+	nodes.OnAdd(current, false)
+	nodes.OnUpdate(nil, bare) // delivered late
+	gpus, annotated := v.RegisteredGPUs("n1")
+	assert.True(t, annotated)
+	assert.Equal(t, 1, gpus)
+
+	nodes.OnUpdate(current, current) // the same event again changes nothing
+	gpus, _ = v.RegisteredGPUs("n1")
+	assert.Equal(t, 1, gpus)
+
+	newer := bare.DeepCopy()
+	newer.ResourceVersion = "12"
+	nodes.OnUpdate(current, newer)
+	gpus, annotated = v.RegisteredGPUs("n1")
+	assert.False(t, annotated)
+	assert.Zero(t, gpus)
+}

@@ -15,12 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/configz"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	kubeschedulertesting "k8s.io/kubernetes/cmd/kube-scheduler/app/testing"
 	"sigs.k8s.io/yaml"
 
@@ -152,22 +156,83 @@ type SchedulerOptions struct {
 }
 
 // Scheduler is a kube-scheduler built from k8s.io/kubernetes running in the
-// test process (cmd/kube-scheduler/app/testing.StartTestServer).
+// test process (cmd/kube-scheduler/app/testing.StartTestServer, or app.Setup
+// and app.Run with out-of-tree plugins).
 type Scheduler struct {
 	stopOnce sync.Once
-	srv      kubeschedulertesting.TestServer
+	stop     func()
 }
 
 // StartScheduler starts a kube-scheduler with the given configuration and
 // waits until it is healthy. t.Cleanup stops it.
 func (c *Cluster) StartScheduler(t *testing.T, opts SchedulerOptions) (*Scheduler, error) {
+	file, err := c.schedulerConfigFile(opts)
+	if err != nil {
+		return nil, err
+	}
+	flags := append([]string{"--config=" + file, "--leader-elect=false"}, opts.Flags...)
+	ctx := klog.NewContext(context.Background(), klog.Background().WithName("kube-scheduler"))
+	srv, err := kubeschedulertesting.StartTestServer(t, ctx, flags)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start kube-scheduler: %w", err)
+	}
+	s := &Scheduler{stop: srv.TearDownFn}
+	t.Cleanup(s.Stop)
+	return s, nil
+}
+
+// StartSchedulerWith starts a kube-scheduler with the given configuration
+// and the out-of-tree plugins of plugins (app.WithPlugin), as a scheduler
+// binary built on kube-scheduler's command runs it: app.Setup, then
+// app.Run until Stop. It serves no HTTPS endpoint (--secure-port=0), so
+// it returns once the scheduler is set up, not once it is healthy; the
+// caller waits for what it needs (a pod bound). t.Cleanup stops it.
+func (c *Cluster) StartSchedulerWith(t *testing.T, opts SchedulerOptions, plugins ...app.Option) (*Scheduler, error) {
+	file, err := c.schedulerConfigFile(opts)
+	if err != nil {
+		return nil, err
+	}
+	o := options.NewOptions()
+	fs := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
+	for _, f := range o.Flags.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(append([]string{"--config=" + file, "--leader-elect=false", "--secure-port=0"}, opts.Flags...)); err != nil {
+		return nil, fmt.Errorf("cluster: kube-scheduler flags: %w", err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName("kube-scheduler")))
+	cc, sched, err := app.Setup(ctx, o, plugins...)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("cluster: set up kube-scheduler: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := app.Run(ctx, cc, sched); err != nil && ctx.Err() == nil {
+			t.Errorf("kube-scheduler: %v", err)
+		}
+	}()
+	s := &Scheduler{stop: func() {
+		cancel()
+		<-done
+		configz.Delete("componentconfig")
+	}}
+	t.Cleanup(s.Stop)
+	return s, nil
+}
+
+// schedulerConfigFile writes opts' configuration, with
+// clientConnection.kubeconfig pointed at its client, to a file in the
+// cluster's directory and returns the file's path.
+func (c *Cluster) schedulerConfigFile(opts SchedulerOptions) (string, error) {
 	src := opts.ConfigFile
 	if src == "" {
 		src = SchedulerConfigPath()
 	}
 	sc, err := ReadSchedulerConfig(src)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	cfg := opts.Client
 	if cfg == nil {
@@ -175,7 +240,7 @@ func (c *Cluster) StartScheduler(t *testing.T, opts SchedulerOptions) (*Schedule
 	}
 	kc, err := c.WriteKubeconfig("kube-scheduler", cfg)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	conn, _ := sc.raw["clientConnection"].(map[string]any)
 	if conn == nil {
@@ -185,33 +250,25 @@ func (c *Cluster) StartScheduler(t *testing.T, opts SchedulerOptions) (*Schedule
 	sc.raw["clientConnection"] = conn
 	data, err := yaml.Marshal(sc.raw)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	f, err := os.CreateTemp(c.Dir, "kube-scheduler-config-*.yaml")
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return nil, err
+		return "", err
 	}
 	if err := f.Close(); err != nil {
-		return nil, err
+		return "", err
 	}
-	flags := append([]string{"--config=" + f.Name(), "--leader-elect=false"}, opts.Flags...)
-	ctx := klog.NewContext(context.Background(), klog.Background().WithName("kube-scheduler"))
-	srv, err := kubeschedulertesting.StartTestServer(t, ctx, flags)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: start kube-scheduler: %w", err)
-	}
-	s := &Scheduler{srv: srv}
-	t.Cleanup(s.Stop)
-	return s, nil
+	return f.Name(), nil
 }
 
 // Stop stops the scheduler and waits for it. It is safe to call more than
 // once.
-func (s *Scheduler) Stop() { s.stopOnce.Do(s.srv.TearDownFn) }
+func (s *Scheduler) Stop() { s.stopOnce.Do(s.stop) }
 
 // Extender is the scheduler extender
 // (extender) served over HTTP in the test process, as

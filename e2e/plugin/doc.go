@@ -1,0 +1,8 @@
+// Package plugin holds the end-to-end tests of the DynMIG kube-scheduler
+// framework plugin (module schedplugin): kube-scheduler built from source
+// with the plugin registered (app.WithPlugin, as schedplugin's
+// cmd/kube-scheduler does) and schedplugin/deploy/kube-scheduler-config.yaml
+// as shipped, the deployed RBAC, the kubelet's device manager and the
+// device plugin over fakehal hardware (package e2e/internal/cluster). The
+// package has test files only.
+package plugin

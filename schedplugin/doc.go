@@ -1,0 +1,95 @@
+// Package schedplugin is a kube-scheduler framework plugin ("DynMIG") that
+// places MIG pods with dynmig's placement ledger inside the scheduler, as
+// the extender package does beside it. It reads the scheduler's own node and
+// pod informers ([kube.SchedulerView]), writes the same
+// hami.io/vgpu-mig-allocations record and hami.io/bind-time annotation as
+// the extender, and leaves binding to the profile's binder, so the device
+// plugin and the deployed HAMi pair need no change. It lives in its own
+// module so that the library keeps no dependency on k8s.io/kubernetes;
+// cmd/kube-scheduler is the upstream scheduler with the plugin registered.
+//
+// # Extension points
+//
+//   - PreFilter parses the pod's MIG request ([kube.ParseRequestFor] with
+//     [Options.Resource]). Pods that neither opt in to MIG nor request the
+//     device resource skip the plugin. A malformed request, or a pod not
+//     asking for MIG that carries a reservation record, is
+//     UnschedulableAndUnresolvable.
+//   - Filter checks the device resource against the node's allocatable
+//     minus its pods' requests (for every pod requesting it, MIG or not: the
+//     profile's NodeResourcesFit is configured to ignore the device and
+//     memory resources, see "Scheduler configuration"), then for a MIG pod
+//     the node lock and [placement.Ledger.Evaluate]. A node that publishes
+//     no MIG GPU is UnschedulableAndUnresolvable ([ErrNoMIGGPUs]).
+//   - Score returns the node score Filter computed, scaled to 0..100; no
+//     second placement search runs.
+//   - Reserve claims the node and assumes the placements in the ledger.
+//   - PreBind reads the node's pods consistently, decides again against
+//     that read, reads the pod (the scheduler's copy may lag behind its own
+//     status writes) and, if it still asks for what was decided, writes the
+//     record with a merge patch conditioned on that resourceVersion and UID.
+//   - PostBind records the bind in the view and releases the node claim.
+//
+// # Failure semantics
+//
+// The rules are the extender's (see its package documentation): one
+// unrealized MIG pod per node (a node is locked by a bound pod whose
+// reservation is not realized, and while another MIG pod is being bound
+// to it); a claim older than [Options.LockTimeout] is reported once with a
+// [StaleClaimReason] event and then blocks only pods the device plugin
+// could confuse with it; only entries the trust rule keeps occupy slots.
+//
+// A binding cycle that fails after PreBind wrote the record calls
+// Unreserve, which reads the pod again for up to [CleanupTimeout] even when
+// the cycle's context is done: bound to the node with the record's
+// placements, the pod is recorded as bound. Otherwise the record is removed
+// on the condition that the pod is still the version the patch left, and
+// the assumption is forgotten.
+//
+// # High availability
+//
+// Replicas of the custom kube-scheduler are leader-elected as upstream's
+// are. A new leader's informers may not have delivered the previous
+// leader's last writes, so PreBind lists the node's pods with a consistent
+// read (fieldSelector spec.nodeName, resourceVersion unset), applies them
+// to the view ([kube.SchedulerView.ObservePods]), checks the node lock
+// again and decides the placements again before writing anything. The read
+// runs in the binding cycle, off the scheduling cycle's critical path;
+// [Options.SkipFreshNodeRead] turns it off for a single scheduler.
+//
+// # Requeueing
+//
+// The plugin registers three events, each with a queueing hint that
+// returns Queue only when the pending pod fits the event's node afterwards
+// (allocatable devices, node lock, ledger): a bound pod deleted (its slots,
+// claim or devices freed; the scheduler also sends this event when a
+// binding fails), a bound MIG pod's record or lifecycle changing (realized:
+// the node lock is lifted; deleting or ended: slots freed), and a node
+// added or its hami.io/node-nvidia-register annotation or allocatable
+// changing. The scheduler's own informer handler and the view's run
+// independently, so a hint applies its event to the view before deciding
+// (once per event; the view orders events by resourceVersion and ignores
+// repeats). The scheduler reports a failed binding cycle as a deletion of
+// the pod too: a pod Unreserve found bound anyway is removed ahead of the
+// view's informer only when the event shows it deleting or ended. A claim that ages past
+// the lock timeout produces no event: pods it blocked are retried with the
+// scheduler's podMaxInUnschedulablePodsDuration.
+//
+// # Scheduler configuration
+//
+// The profile enables DynMIG at preFilter, filter, preScore, score,
+// reserve, preBind and postBind, and configures NodeResourcesFit with
+// ignoredResources listing the device resource, nvidia.com/gpumem and
+// nvidia.com/gpumem-percentage: the plugin checks the device count itself,
+// and upstream's NodeResourcesFit queueing hint checks a node change
+// against every extended resource the pod requests, ignoredResources
+// included, so a MIG pod it rejected would never be requeued by a node
+// change. deploy/scheduler-plugin in the repository holds a complete
+// configuration.
+//
+// # Concurrency
+//
+// A Plugin is safe for concurrent use, as the framework requires; it
+// starts no goroutines (the scheduler's informers run its view's
+// handlers).
+package schedplugin

@@ -1,0 +1,683 @@
+package schedplugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/utils/clock"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
+	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedule"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration profile.
+const Name = "DynMIG"
+
+// DefaultLockTimeout is how long a node stays locked by an unrealized pod
+// before the claim is reported as stale (the extender's default).
+const DefaultLockTimeout = 2 * time.Minute
+
+// CleanupTimeout bounds the reads and writes with which Unreserve settles
+// a failed binding; see "Failure semantics" in the package documentation.
+const CleanupTimeout = 5 * time.Second
+
+// StaleClaimReason is the reason of the event recorded on a pod whose
+// reservation was not realized within the lock timeout.
+const StaleClaimReason = "MIGReservationNotRealized"
+
+// Sentinels; statuses carry them as their error or reason.
+var (
+	// ErrNotSynced: the view's informers have not applied their first
+	// listing; nothing is decided from a partial view.
+	ErrNotSynced = errors.New("schedplugin: pod and node view not synced")
+	// ErrNodeLocked: the node waits for the device plugin to realize
+	// another bound MIG pod, or another MIG pod is being bound to it.
+	ErrNodeLocked = errors.New("schedplugin: node is locked by an unrealized MIG pod")
+	// ErrNoMIGGPUs: the node publishes no usable MIG GPU.
+	ErrNoMIGGPUs = errors.New("schedplugin: node publishes no MIG GPUs")
+	// ErrForeignRecord: a pod that asks for no MIG device carries a
+	// hami.io/vgpu-mig-allocations record, which only this scheduler
+	// writes.
+	ErrForeignRecord = errors.New("schedplugin: pod not asking for MIG carries a reservation record")
+	// ErrInsufficientDevices: the node's allocatable device count (the
+	// device plugin's resource) minus what its pods request is below the
+	// pod's request.
+	ErrInsufficientDevices = errors.New("schedplugin: insufficient devices")
+	// ErrPodChanged: between the scheduling cycle and PreBind the pod was
+	// replaced, bound, or changed its MIG request; nothing was written.
+	ErrPodChanged = errors.New("schedplugin: pod changed while being bound")
+	// ErrInvalidArgs is wrapped by every error about the plugin's
+	// configuration arguments.
+	ErrInvalidArgs = errors.New("schedplugin: invalid plugin arguments")
+)
+
+// Options configures a [Plugin]. The zero value works.
+type Options struct {
+	// Ledger options: placement policy, search bound, score mode.
+	Ledger placement.LedgerOptions
+	// Resource is the device plugin's extended resource; empty means
+	// kube.ResourceGPU.
+	Resource corev1.ResourceName
+	// LockTimeout is how long a bound but unrealized MIG pod keeps its
+	// node to itself; 0 means [DefaultLockTimeout].
+	LockTimeout time.Duration
+	// SkipFreshNodeRead turns off the consistent listing of the node's
+	// pods in PreBind (see "High availability" in the package
+	// documentation). Only a single scheduler that never follows another
+	// may turn it off.
+	SkipFreshNodeRead bool
+	// Clock stamps bind times and ages locks; nil is the real clock.
+	Clock clock.PassiveClock
+	// Logger; nil logs through the scheduler's klog logger.
+	Logger *slog.Logger
+}
+
+// Args are the plugin's arguments in a KubeSchedulerConfiguration
+// (pluginConfig[].args); they override the [Options] given to [Factory].
+// Unknown fields are refused.
+type Args struct {
+	// Resource is [Options.Resource].
+	Resource string `json:"resource,omitempty"`
+	// LockTimeout is [Options.LockTimeout] as a Go duration ("2m").
+	LockTimeout string `json:"lockTimeout,omitempty"`
+	// SkipFreshNodeRead is [Options.SkipFreshNodeRead].
+	SkipFreshNodeRead bool `json:"skipFreshNodeRead,omitempty"`
+}
+
+// Plugin is the kube-scheduler framework plugin; see the package
+// documentation.
+type Plugin struct {
+	handle fwk.Handle
+	client kubernetes.Interface
+	view   *kube.SchedulerView
+	opts   Options
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	binding  map[string]string // node -> UID of the MIG pod being bound to it (Reserve to PostBind or Unreserve)
+	reported map[string]bool   // UIDs whose stale claim was reported
+	// UIDs Unreserve found bound although their binding cycle failed; the
+	// scheduler reports such a pod deleted (see afterPodDelete).
+	settled map[string]bool
+
+	hintMu   sync.Mutex
+	hintLast any // the last object a queueing hint applied to the view
+}
+
+var (
+	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
+	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.PreScorePlugin    = (*Plugin)(nil)
+	_ fwk.ScorePlugin       = (*Plugin)(nil)
+	_ fwk.ReservePlugin     = (*Plugin)(nil)
+	_ fwk.PreBindPlugin     = (*Plugin)(nil)
+	_ fwk.PostBindPlugin    = (*Plugin)(nil)
+	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+)
+
+// New returns the plugin for the framework handle h. It registers its view
+// with h's shared informer factory (the scheduler's own node and pod
+// informers), which the scheduler starts.
+func New(h fwk.Handle, opts Options) (*Plugin, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Resource == "" {
+		opts.Resource = kube.ResourceGPU
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(logr.ToSlogHandler(klog.Background().WithName(Name)))
+	}
+	view := kube.NewSchedulerView(placement.NewLedger(opts.Ledger),
+		kube.SchedulerViewOptions{Resource: opts.Resource, Clock: opts.Clock, Logger: log})
+	if err := view.Register(h.SharedInformerFactory()); err != nil {
+		return nil, fmt.Errorf("schedplugin: register the view's informers: %w", err)
+	}
+	return &Plugin{handle: h, client: h.ClientSet(), view: view, opts: opts, log: log,
+		binding: map[string]string{}, reported: map[string]bool{}, settled: map[string]bool{}}, nil
+}
+
+// Factory returns the plugin factory to register with kube-scheduler
+// (app.WithPlugin(Name, Factory(opts))). The profile's [Args], when given,
+// override opts.
+func Factory(opts Options) frameworkruntime.PluginFactory {
+	return func(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		o, err := applyArgs(obj, opts)
+		if err != nil {
+			return nil, err
+		}
+		return New(h, o)
+	}
+}
+
+// applyArgs decodes the profile's arguments over opts.
+func applyArgs(obj runtime.Object, opts Options) (Options, error) {
+	if obj == nil {
+		return opts, nil
+	}
+	var raw []byte
+	switch a := obj.(type) {
+	case *runtime.Unknown:
+		raw = a.Raw
+	default:
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return opts, fmt.Errorf("%w: %v", ErrInvalidArgs, err)
+		}
+		raw = b
+	}
+	if len(raw) == 0 {
+		return opts, nil
+	}
+	var args Args
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&args); err != nil {
+		return opts, fmt.Errorf("%w: %v", ErrInvalidArgs, err)
+	}
+	if args.Resource != "" {
+		opts.Resource = corev1.ResourceName(args.Resource)
+	}
+	if args.LockTimeout != "" {
+		d, err := time.ParseDuration(args.LockTimeout)
+		if err != nil || d <= 0 {
+			return opts, fmt.Errorf("%w: lockTimeout %q is not a positive duration", ErrInvalidArgs, args.LockTimeout)
+		}
+		opts.LockTimeout = d
+	}
+	if args.SkipFreshNodeRead {
+		opts.SkipFreshNodeRead = true
+	}
+	return opts, nil
+}
+
+// Name returns [Name].
+func (p *Plugin) Name() string { return Name }
+
+// View returns the scheduler view the plugin decides on.
+func (p *Plugin) View() *kube.SchedulerView { return p.view }
+
+const stateKey fwk.StateKey = Name
+
+// cycleState is what PreFilter learns about the pod, and what Reserve and
+// PreBind decided for it.
+type cycleState struct {
+	mig     bool // a MIG pod: the ledger decides
+	req     placement.Request
+	devices int64 // the pod's effective request of the device resource
+
+	// Node scores from Filter, by the position PreFilter gave each node.
+	index  map[string]int
+	scores []atomic.Int64
+
+	// Written by Reserve and PreBind, which run one after the other.
+	as        []placement.Assignment
+	value     string      // the record PreBind wrote
+	annotated *corev1.Pod // the pod the record's patch returned
+}
+
+// Clone shares the state: the nodes' scores are only ever written for the
+// node being filtered, and the binding fields only by the binding cycle.
+func (s *cycleState) Clone() fwk.StateData { return s }
+
+func readState(cs fwk.CycleState) *cycleState {
+	d, err := cs.Read(stateKey)
+	if err != nil {
+		return nil
+	}
+	s, _ := d.(*cycleState)
+	return s
+}
+
+// PreFilter parses the pod's MIG request. Pods that neither opt in to MIG
+// nor request the device resource skip the plugin.
+func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	devices := p.deviceRequest(pod)
+	req, err := kube.ParseRequestFor(pod, p.opts.Resource)
+	notMIG := errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0)
+	if notMIG {
+		if _, ok := pod.Annotations[reservation.AnnotationKey]; ok {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrForeignRecord.Error())
+		}
+		if devices == 0 {
+			return nil, fwk.NewStatus(fwk.Skip)
+		}
+		cs.Write(stateKey, &cycleState{devices: devices})
+		return nil, nil
+	}
+	if err != nil {
+		// A malformed request fits no node, and retrying cannot help.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if !p.view.HasSynced() {
+		return nil, fwk.AsStatus(ErrNotSynced)
+	}
+	p.view.Refresh()
+	p.prune()
+	s := &cycleState{mig: true, req: req, devices: devices,
+		index: make(map[string]int, len(nodes)), scores: make([]atomic.Int64, len(nodes))}
+	for i, n := range nodes {
+		if node := n.Node(); node != nil {
+			s.index[node.Name] = i
+		}
+	}
+	cs.Write(stateKey, s)
+	return nil, nil
+}
+
+// PreFilterExtensions returns nil: the ledger, not the NodeInfo, holds what
+// MIG pods occupy, so preemption's what-if pods change nothing.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// deviceRequest is the pod's effective request of the device resource
+// (the larger of its init containers' and the sum of its containers').
+func (p *Plugin) deviceRequest(pod *corev1.Pod) int64 {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	q, ok := reqs[p.opts.Resource]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// Filter keeps the node when it has the devices the pod requests and, for a
+// MIG pod, when the node publishes MIG GPUs, no other MIG pod holds it and
+// the ledger places the request on it now.
+func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	s := readState(cs)
+	node := ni.Node()
+	if s == nil || node == nil {
+		return fwk.AsStatus(fmt.Errorf("schedplugin: no PreFilter state for pod %s/%s", pod.Namespace, pod.Name))
+	}
+	alloc := ni.GetAllocatable().GetScalarResources()[p.opts.Resource]
+	used := ni.GetRequested().GetScalarResources()[p.opts.Resource]
+	if s.devices > alloc-used {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: %s: %d requested, %d of %d free", ErrInsufficientDevices, p.opts.Resource, s.devices, max(alloc-used, 0), alloc))
+	}
+	if !s.mig {
+		return nil
+	}
+	if who := p.blocker(ctx, node.Name, string(pod.UID), &s.req, true); who != "" {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: waiting for the device plugin to realize %s", ErrNodeLocked, who))
+	}
+	score, err := p.view.Ledger().Evaluate(node.Name, &s.req)
+	if err != nil {
+		if nm := p.noMIG(node.Name); nm != nil {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, nm.Error())
+		}
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	if i, ok := s.index[node.Name]; ok {
+		s.scores[i].Store(score)
+	}
+	return nil
+}
+
+// noMIG returns an error wrapping [ErrNoMIGGPUs] when the node publishes
+// no usable MIG GPU, and nil otherwise.
+func (p *Plugin) noMIG(node string) error {
+	gpus, annotated := p.view.RegisteredGPUs(node)
+	switch {
+	case gpus > 0:
+		return nil
+	case !annotated:
+		return fmt.Errorf("%w: node %s has no %s annotation (no MIG device plugin registered it)", ErrNoMIGGPUs, node, capability.NodeRegisterAnnotation)
+	}
+	return fmt.Errorf("%w: the %s annotation of node %s lists no usable MIG GPU", ErrNoMIGGPUs, capability.NodeRegisterAnnotation, node)
+}
+
+// blocker returns the pod that keeps the pod uid with request req off node,
+// or "": a MIG pod being bound to the node, a claim younger than the lock
+// timeout, or an older one the device plugin could confuse with the pod
+// (reported once when report is set).
+func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.Request, report bool) string {
+	p.mu.Lock()
+	inflight := p.binding[node]
+	p.mu.Unlock()
+	if inflight != "" && inflight != uid {
+		return "pod " + inflight + " (being bound)"
+	}
+	claims := p.view.Claims(node)
+	if len(claims) == 0 {
+		return ""
+	}
+	now := p.opts.Clock.Now()
+	for _, c := range claims {
+		if c.Pod.UID == uid {
+			continue
+		}
+		if now.Sub(c.Since) < p.opts.LockTimeout {
+			return c.Pod.String()
+		}
+		if report {
+			p.reportStale(ctx, node, c)
+		}
+		if confusable(c.Pending, req) {
+			return c.Pod.String()
+		}
+	}
+	return ""
+}
+
+func confusable(pending []int, req *placement.Request) bool {
+	for _, c := range req.Containers {
+		if c.Devices > 0 && slices.Contains(pending, c.Devices) {
+			return true
+		}
+	}
+	return false
+}
+
+// reportStale records a warning event on a claim's pod the first time it
+// is found past the lock timeout.
+func (p *Plugin) reportStale(_ context.Context, node string, c kube.NodeClaim) {
+	p.mu.Lock()
+	done := p.reported[c.Pod.UID]
+	p.reported[c.Pod.UID] = true
+	p.mu.Unlock()
+	if done {
+		return
+	}
+	p.log.Warn("stale node claim", "pod", c.Pod.String(), "node", node, "since", c.Since)
+	if rec := p.handle.EventRecorder(); rec != nil {
+		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.Pod.Namespace, Name: c.Pod.Name, UID: types.UID(c.Pod.UID)}
+		rec.Eventf(ref, nil, corev1.EventTypeWarning, StaleClaimReason, "Scheduling",
+			"MIG reservation on node %s not realized within %v; it blocks only pods the device plugin cannot tell apart from it", node, p.opts.LockTimeout)
+	}
+}
+
+// prune forgets the reported claims the view no longer holds unrealized,
+// and the settled binds the ledger no longer holds.
+func (p *Plugin) prune() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for uid := range p.reported {
+		if !p.view.Unrealized(uid) {
+			delete(p.reported, uid)
+		}
+	}
+	for uid := range p.settled {
+		if _, _, ok := p.view.Ledger().Pod(uid); !ok {
+			delete(p.settled, uid)
+		}
+	}
+}
+
+// PreScore skips Score for pods the ledger does not place.
+func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if s := readState(cs); s == nil || !s.mig {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score returns the ledger's node score Filter computed (0..100, the
+// framework's range).
+func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	s := readState(cs)
+	node := ni.Node()
+	if s == nil || node == nil {
+		return 0, nil
+	}
+	if i, ok := s.index[node.Name]; ok {
+		return s.scores[i].Load() * fwk.MaxScore / placement.MaxNodeScore, nil
+	}
+	score, err := p.view.Ledger().Evaluate(node.Name, &s.req)
+	if err != nil {
+		return 0, nil
+	}
+	return score * fwk.MaxScore / placement.MaxNodeScore, nil
+}
+
+// ScoreExtensions returns nil: scores are already in the framework's range.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// Reserve claims the node and assumes the pod's placements in the ledger.
+func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
+	s := readState(cs)
+	if s == nil || !s.mig {
+		return nil
+	}
+	uid := string(pod.UID)
+	if err := p.claim(ctx, node, uid, &s.req); err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	as, err := p.view.Reserve(node, pod, &s.req)
+	if err != nil {
+		p.release(node, uid)
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("schedplugin: reserve on %s: %v", node, err))
+	}
+	s.as = as
+	return nil
+}
+
+// claim marks node as binding pod uid, or fails with [ErrNodeLocked].
+func (p *Plugin) claim(ctx context.Context, node, uid string, req *placement.Request) error {
+	p.mu.Lock()
+	if who := p.binding[node]; who != "" && who != uid {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: node %s is binding pod %s", ErrNodeLocked, node, who)
+	}
+	p.binding[node] = uid
+	p.mu.Unlock()
+	if who := p.blocker(ctx, node, uid, req, false); who != "" {
+		p.release(node, uid)
+		return fmt.Errorf("%w: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who)
+	}
+	return nil
+}
+
+func (p *Plugin) release(node, uid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.binding[node] == uid {
+		delete(p.binding, node)
+	}
+}
+
+// Unreserve settles a binding that did not complete: see "Failure
+// semantics" in the package documentation.
+func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) {
+	s := readState(cs)
+	if s == nil || !s.mig || s.as == nil {
+		return
+	}
+	uid := string(pod.UID)
+	defer p.release(node, uid)
+	if s.annotated == nil {
+		p.view.Forget(uid)
+		return
+	}
+	if p.settle(ctx, s, node) {
+		p.mu.Lock()
+		p.settled[uid] = true
+		p.mu.Unlock()
+		p.view.Bound(pod, node, s.as)
+		p.log.Warn("bound MIG pod although the binding cycle failed", "pod", pod.Namespace+"/"+pod.Name, "node", node, "reservation", s.value)
+		return
+	}
+	p.view.Forget(uid)
+}
+
+// settle reads the pod again after a failed binding with the record
+// written. It reports true when the pod is bound to node with the
+// record's placements; otherwise it removes the record from the version
+// its patch left, if the pod is still that version.
+func (p *Plugin) settle(ctx context.Context, s *cycleState, node string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	a := s.annotated
+	cur, err := p.client.CoreV1().Pods(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && cur.UID != a.UID:
+		return false
+	case err == nil && cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], s.value):
+		return true
+	case err == nil && (cur.Spec.NodeName != "" || cur.ResourceVersion != a.ResourceVersion):
+		return false // bound or written by someone else: not ours to undo
+	}
+	if _, err := p.patch(ctx, a, map[string]any{reservation.AnnotationKey: nil, kube.BindTimeAnnotation: nil}); err != nil {
+		p.log.Warn("removing the record of a pod whose binding failed", "pod", a.Namespace+"/"+a.Name, "err", err)
+	}
+	return false
+}
+
+// samePlacements reports whether the record have holds the entries of
+// want, runtime identities aside.
+func samePlacements(have, want string) bool {
+	h, err := reservation.DecodeString(have)
+	if err != nil {
+		return false
+	}
+	w, err := reservation.DecodeString(want)
+	if err != nil || len(h) != len(w) {
+		return false
+	}
+	for i := range h {
+		if h[i].Scheduled() != w[i].Scheduled() {
+			return false
+		}
+	}
+	return true
+}
+
+// PreBindPreFlight skips PreBind for pods the ledger does not place. The
+// record's patch is conditioned on the pod's resourceVersion, so PreBind
+// does not run beside other plugins' PreBind.
+func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if s := readState(cs); s == nil || !s.mig || s.as == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{AllowParallel: false}, nil
+}
+
+// PreBind reads the node's pods consistently (unless
+// [Options.SkipFreshNodeRead]), decides the placements again against what
+// it read, and writes the hami.io/vgpu-mig-allocations record and the bind
+// time to the pod.
+func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
+	s := readState(cs)
+	if s == nil || !s.mig || s.as == nil {
+		return nil
+	}
+	uid := string(pod.UID)
+	if !p.opts.SkipFreshNodeRead {
+		if err := p.readNode(ctx, node); err != nil {
+			return fwk.AsStatus(fmt.Errorf("schedplugin: read the pods of node %s: %w", node, err))
+		}
+		if who := p.blocker(ctx, node, uid, &s.req, false); who != "" {
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who))
+		}
+		// Decide again, against what the read added: the node's claim
+		// keeps every other decision of this scheduler off the node.
+		p.view.Forget(uid)
+		as, err := p.view.Reserve(node, pod, &s.req)
+		if err != nil {
+			s.as = nil
+			p.release(node, uid)
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("schedplugin: reserve on %s after reading its pods: %v", node, err))
+		}
+		s.as = as
+	}
+	// The scheduler's copy of the pod may lag behind its own status
+	// writes: read the pod, and write the record to that version only if
+	// it still asks for what was decided.
+	cur, err := p.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("schedplugin: read pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	if cur.UID != pod.UID || cur.Spec.NodeName != "" {
+		return fwk.AsStatus(fmt.Errorf("%w: pod %s/%s is another pod now, or bound to %q", ErrPodChanged, pod.Namespace, pod.Name, cur.Spec.NodeName))
+	}
+	if req, err := kube.ParseRequestFor(cur, p.opts.Resource); err != nil || !reflect.DeepEqual(req, s.req) {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: pod %s/%s changed its MIG request", ErrPodChanged, pod.Namespace, pod.Name))
+	}
+	s.value = reservation.EncodeString(schedule.Allocations(s.as))
+	annotated, err := p.patch(ctx, cur, map[string]any{
+		reservation.AnnotationKey: s.value,
+		kube.BindTimeAnnotation:   strconv.FormatInt(p.opts.Clock.Now().Unix(), 10),
+	})
+	if err != nil {
+		// Even if the patch was applied, an unbound pod's record occupies
+		// nothing, and the next binding overwrites it.
+		if apierrors.IsConflict(err) {
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: %v", ErrPodChanged, err))
+		}
+		return fwk.AsStatus(fmt.Errorf("schedplugin: write the reservation record of pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	s.annotated = annotated
+	return nil
+}
+
+// readNode applies a consistent listing of the pods bound to node to the
+// view.
+func (p *Plugin) readNode(ctx context.Context, node string) error {
+	return p.view.ObservePods(ctx, func(ctx context.Context) ([]corev1.Pod, error) {
+		list, err := p.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != node }), nil
+	})
+}
+
+// patch merges annotations into pod, conditioned on its resourceVersion
+// and UID.
+func (p *Plugin) patch(ctx context.Context, pod *corev1.Pod, annotations map[string]any) (*corev1.Pod, error) {
+	meta := map[string]any{"annotations": annotations}
+	if pod.ResourceVersion != "" {
+		meta["resourceVersion"] = pod.ResourceVersion
+	}
+	if pod.UID != "" {
+		meta["uid"] = pod.UID
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return nil, err
+	}
+	return p.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
+}
+
+// PostBind records the bind in the view, where the pod holds the node's
+// claim until the device plugin realizes it, and releases the binding
+// claim.
+func (p *Plugin) PostBind(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) {
+	s := readState(cs)
+	if s == nil || !s.mig || s.as == nil {
+		return
+	}
+	p.view.Bound(pod, node, s.as)
+	p.release(node, string(pod.UID))
+	p.log.Info("bound MIG pod", "pod", pod.Namespace+"/"+pod.Name, "node", node, "reservation", s.value)
+}
