@@ -194,11 +194,12 @@ type DesiredSet struct {
 	// respect (never destroyed under), not reservations to realize or
 	// grant.
 	Withheld []Entry
-	// Untrusted are the [*PodError] values of entries of otherwise valid
-	// records that are withheld without withholding authorisation: first
-	// those that fail the trust rule, each matching [ErrInvalid] and
-	// [ErrNotRequested], in pod listing order (at most [MaxProblems] per
-	// pod); then those that lose a conflict to another record (see
+	// Untrusted are the [*PodError] values of entries that are withheld
+	// without withholding authorisation: first, in pod listing order and
+	// at most [MaxProblems] per pod, those that fail the trust rule, each
+	// matching [ErrInvalid] and [ErrNotRequested], preceded, for a pod
+	// that requests no MIG device, by the problems of its record that
+	// name no entry (Index -1: a [*DecodeError], a [*LegacyError]); then those that lose a conflict to another record (see
 	// [Desired]), each wrapping a [*ConflictError] whose Second is the
 	// entry and that matches [ErrLaterConflict], exactly one per losing
 	// entry (not capped, so that callers can map them back to entries),
@@ -216,8 +217,11 @@ type DesiredSet struct {
 // are ignored; a deleting pod whose containers may still run keeps its
 // reservations. Each remaining pod's hami.io/vgpu-mig-allocations value is
 // decoded strictly and validated; legacy v2.9 identifiers in
-// hami.io/vgpu-devices-allocated are refused as not adoptable. A pod whose
-// record fails goes to Unknown and its problems to Reasons; other pods'
+// hami.io/vgpu-devices-allocated are refused as not adoptable. A pod that
+// requests a MIG device and whose record fails goes to Unknown and its
+// problems to Reasons. A pod that requests none owns nothing, whatever its
+// record says: its decodable entries go to Withheld and its problems to
+// Untrusted, and it withholds nothing. Other pods'
 // reservations stay in Active. Two valid pods claiming overlapping
 // placements on one GPU, the same MIG UUID or the same GPU instance both
 // go to Unknown. Any reason, or an incomplete listing, withholds
@@ -286,6 +290,15 @@ func Desired(snap Snapshot) DesiredSet {
 			continue
 		}
 		allocs, entries, reasons := podEntries(pod)
+		if len(reasons) > 0 && !pod.RequestsDevices() && listed[pod.UID] == 1 && pod.UID != "" {
+			// A pod that requests no MIG device owns none: whatever its
+			// record holds is untrusted, never a reason to withhold
+			// authorisation (see the package's trust rule).
+			withheld, untrusted := untrustedRecord(pod, entries, reasons)
+			set.Withheld = append(set.Withheld, withheld...)
+			set.Untrusted = append(set.Untrusted, untrusted...)
+			continue
+		}
 		if listed[pod.UID] > 1 || pod.UID == "" {
 			reasons = append(reasons, &PodError{Pod: pod.Ref(), Index: -1, Err: ErrPodIdentity})
 		}
@@ -397,6 +410,40 @@ func applyTrustRule(pod *Pod, allocs []Allocation, entries []Entry) (kept, withh
 		}
 	}
 	return kept, withheld, errs
+}
+
+// untrustedRecord reports the record of a pod that requests no MIG device
+// and that fails decoding, validation or carries legacy identifiers: its
+// decodable entries are withheld, each with its trust rule error; the
+// problems that name no withheld entry (a record that does not decode,
+// legacy identifiers) are reported once each for the whole record (Index
+// -1). At most [MaxProblems] errors are returned.
+func untrustedRecord(pod *Pod, entries []Entry, problems []error) (withheld []Entry, untrusted []error) {
+	for _, p := range problems {
+		var pe *PodError
+		if errors.As(p, &pe) && (errors.Is(pe.Err, ErrMalformed) || errors.As(pe.Err, new(*LegacyError))) {
+			untrusted = append(untrusted, &PodError{Pod: pe.Pod, Index: -1, Err: pe.Err})
+		}
+	}
+	for i := range entries {
+		if len(untrusted) >= MaxProblems {
+			break
+		}
+		untrusted = append(untrusted, &PodError{Pod: pod.Ref(), Index: i, Err: &ValidationError{Index: i, Other: -1,
+			Field: "containerIndex", Problem: ErrNotRequested, Detail: "the pod requests no MIG device"}})
+	}
+	return entries, untrusted[:min(len(untrusted), MaxProblems)]
+}
+
+// RequestsDevices reports whether any container of the pod requests a MIG
+// device ([Pod.DeviceRequests]).
+func (p *Pod) RequestsDevices() bool {
+	for _, n := range p.DeviceRequests {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // podEntries decodes and validates one active pod's record.
