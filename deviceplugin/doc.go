@@ -13,15 +13,21 @@
 // kubelet itself orders admission:
 //
 //   - a candidate is a container of a pod bound to this node that is not
-//     terminal, that requests the plugin's resource with a limit equal to
-//     the number of device IDs in the request, and that is neither
-//     realized (every entry carries a runtime identity, and the kubelet
-//     has created the container or the manager manages an instance under
-//     each of those identities for it: the pod's creator can write the
-//     identities; when nothing confirms them the Allocate fails with
-//     [ErrAmbiguous]) nor being realized by a concurrent call; a pod
-//     requesting none of the resource is never a candidate, whatever its
-//     annotations say;
+//     terminal and that the kubelet has not admitted yet, that requests
+//     the plugin's resource with a limit equal to the number of device IDs
+//     in the request, and that is neither realized (every entry carries a
+//     runtime identity and the manager manages an instance under each of
+//     those identities for it: the pod's creator can write the identities;
+//     when nothing confirms them the Allocate fails with [ErrAmbiguous])
+//     nor being realized by a concurrent call; a pod requesting none of
+//     the resource is never a candidate, whatever its annotations say;
+//   - a pod is admitted when its status, which only the kubelet writes,
+//     says the pod is Running or any of its containers was created, runs,
+//     ran or started: the kubelet allocates the devices of all of a pod's
+//     containers when it admits the pod, before creating any, so no
+//     container of an admitted pod is a candidate, whatever its record
+//     says (an owner who strips the runtime identities from a running
+//     pod's record cannot make it look pending);
 //   - the kubelet admits pods in creation-timestamp order, so the earliest
 //     created candidate pod wins, and in it the first candidate container
 //     (init containers first);
