@@ -293,7 +293,7 @@ func claimOf(value string) string {
 // observe records pod's claim as seen at now unless it was seen before.
 // A claim is scheduled only when it is on the pod at the store's first
 // sight of the pod and the pod is bound (podBound): a scheduler extender
-// writes the record before it binds the pod, so a claim that appears or
+// writes the record in the binding itself, so a claim that appears or
 // changes on a pod the node already holds is never a scheduler's. The
 // caller holds r.mu.
 func (r *records) observe(pod *corev1.Pod, now time.Time) {

@@ -154,11 +154,12 @@ type NodePodSourceOptions struct {
 // has its status cleared on create and gets the condition only when the
 // kubelet first writes its status, after admission, and a pod's creator
 // cannot write status. A claim added to or changed on a pod the source
-// already holds is never scheduled: a scheduler extender writes a pod's
-// record before it binds the pod. reservation.Desired keeps a scheduled
-// record over an overlapping one that is not, whatever their times. This
-// closes the window between an extender's record write and its bind, in
-// which a pod created with the node preset and a copy of the record
+// already holds is never scheduled: the extender writes a pod's record in
+// the binding itself (the API server copies the Binding's annotations onto
+// the pod in the write that binds it), so the claim a bound pod carries
+// when the source first sees it is the binder's. reservation.Desired keeps
+// a scheduled record over an overlapping one that is not, whatever their
+// times, such as a copy in a pod created with the node preset that
 // reaches the node first. One gap remains: a copy that the source first
 // sees only after the kubelet wrote its status (the source was not
 // watching when it was created) carries the condition too, and then the

@@ -239,13 +239,13 @@ type DesiredSet struct {
 // the other's goes to Withheld, its [*PodError] (wrapping a
 // [*ConflictError] that matches [ErrLaterConflict] and
 // [ErrUnscheduledConflict]) to Untrusted. A scheduler extender writes a
-// pod's record and then binds the pod, and the binding sets the
+// pod's record in the binding that binds the pod, and the binding sets the
 // PodScheduled condition, which the pod's creator cannot write: a pod
-// created with spec.nodeName preset and a copy of that record reaches the
-// node between the two calls, before the pod it copies, but without the
-// condition (its status is cleared on create, and the kubelet writes it
-// only after admission); a record copied into a pod the node already
-// holds is a changed claim, never scheduled. So this rule comes first.
+// created with spec.nodeName preset and a copy of that record may reach
+// the node before the pod it copies, but without the condition (its
+// status is cleared on create, and the kubelet writes it only after
+// admission); a record copied into a pod the node already holds is a
+// changed claim, never scheduled. So this rule comes first.
 // Otherwise (both or neither scheduled) the earlier record wins:
 //
 // When both pods carry a [Pod.RecordSeen] that is not zero and one is
