@@ -2,6 +2,8 @@ package deviceplugin_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/kube/kubetest"
@@ -110,46 +113,67 @@ func stripRuntime(t *testing.T, client *fake.Clientset, name string) {
 // write it into A's record).
 func TestStrippedIdentityNeverRedirectsAnAllocate(t *testing.T) {
 	for _, restartAt := range []string{"never", "before the strip", "after the strip", "both"} {
-		t.Run("restart "+restartAt, func(t *testing.T) {
-			ctx := context.Background()
-			hw := fakehal.MustNew(fakehal.Options{})
-			gpu := gpuOf(t, hw, 0).UUID
-			at := func(start uint32) reservation.Allocation {
-				return reservation.Allocation{GPUUUID: gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: start, Size: 1}}
+		for _, kept := range []bool{true, false} {
+			if restartAt == "never" && !kept {
+				continue
 			}
-			client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("a", at(0)))
-			r := start(t, client, hw)
-			migA := admit(t, r)
-			runningStatus(t, client, "a")
-			restart := func() {
-				require.NoError(t, r.stop())
-				r = start(t, client, hw)
+			name := "restart " + restartAt
+			if restartAt != "never" {
+				name += map[bool]string{true: ", checkpoint kept", false: ", checkpoint lost"}[kept]
 			}
-			if restartAt == "before the strip" || restartAt == "both" {
-				restart()
-			}
-			stripRuntime(t, client, "a")
-			if restartAt == "after the strip" || restartAt == "both" {
-				restart()
-			}
-			_, err := client.CoreV1().Pods("default").Create(ctx, boundPod("v", at(1)), metav1.CreateOptions{})
-			require.NoError(t, err)
-
-			migV := admit(t, r)
-			assert.NotEqual(t, migA, migV)
-			assert.Equal(t, migV, runtimeMIG(t, client, "v"), "V's own reservation is realized")
-			assert.ElementsMatch(t, []string{migA, migV}, liveMIGs(hw), "A's instance is untouched")
-			allocs, err := kube.PodAllocations(getPod(t, client, "a"))
-			require.NoError(t, err)
-			_, realized := allocs[0].Runtime()
-			assert.False(t, realized, "the plugin wrote nothing into A's record")
-			require.NoError(t, hw.Check())
-
-			// Nothing else is pending: A is never a candidate again.
-			_, err = allocate(ctx, r.client, "id")
-			assert.Equal(t, codes.NotFound, status.Code(err), "%v", err)
-		})
+			t.Run(name, func(t *testing.T) { strippedIdentity(t, restartAt, kept) })
+		}
 	}
+}
+
+func strippedIdentity(t *testing.T, restartAt string, kept bool) {
+	ctx := context.Background()
+	hw := fakehal.MustNew(fakehal.Options{})
+	gpu := gpuOf(t, hw, 0).UUID
+	at := func(start uint32) reservation.Allocation {
+		return reservation.Allocation{GPUUUID: gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: start, Size: 1}}
+	}
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("a", at(0)))
+	ckpt := filepath.Join(t.TempDir(), "checkpoint.json")
+	withCheckpoint := func(c *deviceplugin.Config) { c.Checkpoint = ckpt }
+	r := start(t, client, hw, withCheckpoint)
+	migA := admit(t, r)
+	runningStatus(t, client, "a")
+	restart := func() {
+		require.NoError(t, r.stop())
+		if !kept {
+			require.NoError(t, os.Remove(ckpt))
+		}
+		r = start(t, client, hw, withCheckpoint)
+		if kept {
+			managed := r.p.Manager().Managed()
+			require.Len(t, managed, 1, "the checkpoint names A's instance: adopted whatever A's record says")
+			assert.Equal(t, migA, managed[0].Runtime.MIGUUID)
+		}
+	}
+	if restartAt == "before the strip" || restartAt == "both" {
+		restart()
+	}
+	stripRuntime(t, client, "a")
+	if restartAt == "after the strip" || restartAt == "both" {
+		restart()
+	}
+	_, err := client.CoreV1().Pods("default").Create(ctx, boundPod("v", at(1)), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	migV := admit(t, r)
+	assert.NotEqual(t, migA, migV)
+	assert.Equal(t, migV, runtimeMIG(t, client, "v"), "V's own reservation is realized")
+	assert.ElementsMatch(t, []string{migA, migV}, liveMIGs(hw), "A's instance is untouched")
+	allocs, err := kube.PodAllocations(getPod(t, client, "a"))
+	require.NoError(t, err)
+	_, realized := allocs[0].Runtime()
+	assert.False(t, realized, "the plugin wrote nothing into A's record")
+	require.NoError(t, hw.Check())
+
+	// Nothing else is pending: A is never a candidate again.
+	_, err = allocate(ctx, r.client, "id")
+	assert.Equal(t, codes.NotFound, status.Code(err), "%v", err)
 }
 
 // The kubelet allocates every container of a pod at admission: once an

@@ -106,7 +106,7 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 	if admitted(pod) {
 		return candidate{}, false
 	}
-	view := p.source.View(pod)
+	view := p.view(pod)
 	allocs, err := reservation.DecodeString(view.Annotations[reservation.AnnotationKey])
 	trusted := err == nil && reservation.Validate(allocs) == nil
 	var managed map[managedRef]string // the manager's instances, read when needed
@@ -114,7 +114,7 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 		if want != n {
 			continue
 		}
-		if _, claimed := p.claims[target{pod.UID, c}]; claimed {
+		if _, claimed := p.claims[target{pod.UID, c}]; claimed || p.record.handed(pod.UID, c) {
 			continue
 		}
 		entries, realized := 0, 0
