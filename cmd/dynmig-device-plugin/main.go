@@ -33,6 +33,8 @@ func main() {
 	backendName := flag.String("backend", "fake", "MIG backend: "+strings.Join(backend.Names(), ", "))
 	fakeGPUs := flag.String("fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 	socketDir := flag.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
+	checkpoint := flag.String("checkpoint", "", `the plugin's checkpoint file (what it observed and handed out, kept across restarts); "" means `+
+		deviceplugin.CheckpointDir+"/"+deviceplugin.CheckpointFile+` under -socket-dir (a directory: the kubelet removes plain files there)`)
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
 	schedulers := flag.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := flag.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
@@ -46,7 +48,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, open, deviceplugin.Config{
-		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir,
+		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir, Checkpoint: *checkpoint,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, Logger: log,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
