@@ -97,8 +97,11 @@ func TestDecodeCheckpointRefuses(t *testing.T) {
 	// Two devices may not name one MIG UUID, one GPU instance or
 	// overlapping placements.
 	for name, mutate := range map[string]func(*deviceplugin.HandedDevice){
-		"same MIG UUID":     func(d *deviceplugin.HandedDevice) { d.Placement.Start = 4 },
-		"same GPU instance": func(d *deviceplugin.HandedDevice) { d.Placement.Start = 4; d.Runtime.MIGUUID = "MIG-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee" },
+		"same MIG UUID": func(d *deviceplugin.HandedDevice) { d.Placement.Start = 4 },
+		"same GPU instance": func(d *deviceplugin.HandedDevice) {
+			d.Placement.Start = 4
+			d.Runtime.MIGUUID = "MIG-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
+		},
 		"overlap": func(d *deviceplugin.HandedDevice) {
 			d.Runtime = reservation.RuntimeIdentity{MIGUUID: "MIG-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee", GPUInstanceID: 9}
 		},

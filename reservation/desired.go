@@ -238,38 +238,19 @@ type DesiredSet struct {
 // two pods has [Pod.RecordScheduled], that pod's entry stays in Active and
 // the other's goes to Withheld, its [*PodError] (wrapping a
 // [*ConflictError] that matches [ErrLaterConflict] and
-// [ErrUnscheduledConflict]) to Untrusted. A scheduler extender writes a
-// pod's record in the binding that binds the pod, and the binding sets the
-// PodScheduled condition, which the pod's creator cannot write: a pod
-// created with spec.nodeName preset and a copy of that record may reach
-// the node before the pod it copies, but without the condition (its
-// status is cleared on create, and the kubelet writes it only after
-// admission); a record copied into a pod the node already holds is a
-// changed claim, never scheduled. So this rule comes first.
-// Otherwise (both or neither scheduled) the earlier record wins:
-//
-// When both pods carry a [Pod.RecordSeen] that is not zero and one is
-// strictly earlier, the earlier pod's entry stays in Active and the later
-// pod's entry goes to Withheld, its [*PodError] (wrapping a
-// [*ConflictError] that matches [ErrLaterConflict]) to Untrusted; neither
-// pod goes to Unknown for that pair and authorisation is not withheld. An
-// entry withheld by either rule takes part in no other conflict: it is
-// never realized, so a record that lost cannot make others untrusted.
-// Whatever it names or overlaps is still never destroyed
-// ([DesiredSet.Claimed]). A scheduler that counts every pod with a record that requests the resource never places a pod over
-// slots another pod of the node already claims, so of two overlapping
-// records the one that appeared on the node later can only be forged or
-// stale. RecordSeen is the observer's own clock, never data the pod's
-// creator can write (a bind-time annotation, a creation timestamp set
-// long before the pod reached the node). Without it (zero, as after a
-// device plugin restart, when the plugin has no history: every pod it
-// lists at start shares one time) or with equal times, both pods go to
-// Unknown as above. After a device plugin restart the pods of its first
-// listing that the kubelet already runs all carry PodScheduled, whoever
-// set it, so a conflict between two of them stays unresolved. Conflicts
-// over one MIG UUID or one GPU instance ID are never resolved by either
-// rule: neither dates runtime identities, which the device plugin writes
-// after scheduling.
+// [ErrUnscheduledConflict]) to Untrusted. Otherwise, when both pods carry
+// a [Pod.RecordSeen] that is not zero and one is strictly earlier, the
+// earlier pod's entry stays in Active and the later one is withheld the
+// same way (matching [ErrLaterConflict]). Neither pod goes to Unknown for
+// that pair and authorisation is not withheld. An entry withheld by
+// either rule takes part in no other conflict: it is never realized, so a
+// record that lost cannot make others untrusted. Whatever it names or
+// overlaps is still never destroyed ([DesiredSet.Claimed]). Without both
+// times, or with equal ones, both pods go to Unknown. Conflicts over one
+// MIG UUID or one GPU instance ID are never resolved here: the observer
+// resolves them from its own record of who was handed the instance before
+// building the snapshot. See the package documentation for the facts
+// these rules rely on.
 func Desired(snap Snapshot) DesiredSet {
 	var set DesiredSet
 	if !snap.Complete {
