@@ -13,15 +13,21 @@
 // kubelet itself orders admission:
 //
 //   - a candidate is a container of a pod bound to this node that is not
-//     terminal, that requests the plugin's resource with a limit equal to
-//     the number of device IDs in the request, and that is neither
-//     realized (every entry carries a runtime identity, and the kubelet
-//     has created the container or the manager manages an instance under
-//     each of those identities for it: the pod's creator can write the
-//     identities; when nothing confirms them the Allocate fails with
-//     [ErrAmbiguous]) nor being realized by a concurrent call; a pod
-//     requesting none of the resource is never a candidate, whatever its
-//     annotations say;
+//     terminal and that the kubelet has not admitted yet, that requests
+//     the plugin's resource with a limit equal to the number of device IDs
+//     in the request, and that is neither realized (every entry carries a
+//     runtime identity and the manager manages an instance under each of
+//     those identities for it: the pod's creator can write the identities;
+//     when nothing confirms them the Allocate fails with [ErrAmbiguous])
+//     nor being realized by a concurrent call; a pod requesting none of
+//     the resource is never a candidate, whatever its annotations say;
+//   - a pod is admitted when its status, which only the kubelet writes,
+//     says the pod is Running or any of its containers was created, runs,
+//     ran or started: the kubelet allocates the devices of all of a pod's
+//     containers when it admits the pod, before creating any, so no
+//     container of an admitted pod is a candidate, whatever its record
+//     says (an owner who strips the runtime identities from a running
+//     pod's record cannot make it look pending);
 //   - the kubelet admits pods in creation-timestamp order, so the earliest
 //     created candidate pod wins, and in it the first candidate container
 //     (init containers first);
@@ -50,6 +56,42 @@
 // Allocation (a DRA driver is told the claim and pod it prepares), or
 // admitting at most one unrealized MIG pod per node at a time, which the
 // scheduler extender enforces.
+//
+// # Checkpoint
+//
+// Who owns a MIG instance is recorded, never inferred: the plugin keeps a
+// durable node-local checkpoint ([Config.Checkpoint]; by default
+// [CheckpointDir]/[CheckpointFile] under the kubelet's device plugin
+// directory, a directory because a starting kubelet removes every plain
+// file there but its own) of what it observed and did, in the spirit of
+// the kubelet's device manager checkpoint:
+//
+//   - per pod UID, the first observation of its claim: the scheduled
+//     fields of its record, when the plugin first saw them and whether
+//     they arrived with the binding of a scheduler whose extender writes
+//     records (reservation.Pod.RecordSeen and RecordScheduled;
+//     kube.NodePodSourceOptions.Observations);
+//   - per container device, the instance the plugin created or adopted
+//     for it: GPU, profile, placement, GPU and compute instance IDs, MIG
+//     UUID. An Allocate records them before the kubelet receives them.
+//
+// It is rewritten on every change, atomically (a temporary file, fsync,
+// rename, directory fsync) and decoded strictly (versioned, unknown fields
+// refused). A checkpoint that cannot be read or trusted makes [New] fail
+// with a [*CheckpointError]: the plugin destroys nothing rather than guess.
+//
+// The realization manager and the container selection see each record
+// with the runtime identities the checkpoint gives it: an entry names the
+// instance the plugin handed to (or adopted for) exactly that container
+// device, and nothing else, whatever the pod's annotation says. So after a
+// restart the plugin resolves conflicts, container choice and identity
+// claims exactly as before it; a MIG UUID or GPU instance ID copied into
+// another pod's record names nothing there, and one deleted from its
+// owner's record is still its owner's. Only a plugin that starts without a
+// checkpoint (first installation, or the file was removed) falls back to
+// the records: the pods it lists before it serves its first Allocate are
+// inherited, their annotated runtime identities trusted and adopted, and
+// the checkpoint holds them from then on.
 //
 // # Failure semantics
 //

@@ -58,6 +58,12 @@ type Config struct {
 	// SocketDir and SocketName locate the plugin's gRPC socket; ""
 	// means v1beta1.DevicePluginPath and "dynmig-mig.sock".
 	SocketDir, SocketName string
+	// Checkpoint is the path of the plugin's checkpoint (see the package
+	// documentation, "Checkpoint"); "" means [CheckpointDir]/[CheckpointFile]
+	// under SocketDir. Its directory is created when missing. A file that
+	// cannot be read or trusted makes [New] fail with a
+	// [*CheckpointError].
+	Checkpoint string
 	// KubeletSocket is the kubelet registration socket; "" skips
 	// registration (tests drive the plugin's socket directly).
 	KubeletSocket string
@@ -119,6 +125,8 @@ type Plugin struct {
 
 	verify *verifier // what was realized for which device IDs
 
+	record *nodeRecord // the checkpoint
+
 	health healthTracker // GPU health from the backend (health.go)
 }
 
@@ -168,6 +176,9 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.SocketName == "" {
 		cfg.SocketName = "dynmig-mig.sock"
 	}
+	if cfg.Checkpoint == "" {
+		cfg.Checkpoint = filepath.Join(cfg.SocketDir, CheckpointDir, CheckpointFile)
+	}
 	if cfg.Allowlist == nil {
 		cfg.Allowlist = capability.DefaultAllowlist()
 	}
@@ -184,6 +195,16 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Manager.Logger == nil {
 		cfg.Manager.Logger = log
 	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Checkpoint), 0o700); err != nil {
+		return nil, &CheckpointError{Path: cfg.Checkpoint, Pod: -1, Device: -1, Err: err}
+	}
+	ckpt, exists, err := ReadCheckpoint(cfg.Checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		log.Warn("no checkpoint: the pods listed at startup are inherited, their records' runtime identities trusted", "path", cfg.Checkpoint)
+	}
 	p := &Plugin{
 		cfg:       cfg,
 		log:       log,
@@ -195,13 +216,15 @@ func New(cfg Config) (*Plugin, error) {
 		ready:     make(chan struct{}),
 		claims:    map[target]claim{},
 		verify:    newVerifier(),
+		record:    newNodeRecord(cfg.Checkpoint, ckpt, exists, log),
 	}
 	// A deleted or finished pod triggers a reconcile pass at once.
 	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
 		Logger: log, OnInactive: func(pod reservation.Pod) { p.runner.PodInactive(pod) },
 		Resource: corev1.ResourceName(cfg.ResourceName), Clock: cfg.Clock, SchedulerNames: cfg.SchedulerNames,
+		Observations: p.record.observations(), OnObservations: p.record.setObservations,
 	})
-	p.runner = kube.NewReconcileRunner(p.source, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
+	p.runner = kube.NewReconcileRunner(snapshotter{p}, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
 		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,
 	})
 	return p, nil
@@ -264,7 +287,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	// The first maintenance pass adopts live instances before the socket
 	// is served; later passes (the runner's) adopt again until adoption
 	// settles, reconcile and collect leaks.
-	rep, err := p.manager.Maintain(ctx, p.source.Snapshot())
+	snap := p.snapshot()
+	rep, err := p.manager.Maintain(ctx, snap)
+	p.record.sync(p.manager.Managed(), snap)
 	if rep.Adopt != nil {
 		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
 			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
@@ -272,6 +297,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { _ = p.runner.Run(ctx) })
 
+	p.record.serving()
 	srv, err := p.serve(&wg)
 	if err != nil {
 		return err
@@ -362,6 +388,7 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 		return err
 	}
 	rep, err := p.manager.Maintain(ctx, snap)
+	p.record.sync(p.manager.Managed(), snap)
 	level := slog.LevelDebug
 	if len(rep.Reconcile.Released)+len(rep.Reconcile.Kept)+len(rep.Reconcile.Vanished) > 0 || !rep.Reconcile.Authorized || !rep.Settled {
 		level = slog.LevelInfo
@@ -490,7 +517,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 		return nil, err
 	}
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
-		Pod: c.view, ContainerIndex: ci, Snapshot: p.source.Snapshot(),
+		Pod: c.view, ContainerIndex: ci, Snapshot: p.snapshot(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
@@ -504,6 +531,11 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	if _, err := p.writer.WriteRuntime(ctx, pod, entries); err != nil {
 		return nil, err
 	}
+	// Recorded before the kubelet gets them: who was handed an instance
+	// is never inferred.
+	if err := p.record.handOut(pod.UID, res.Devices); err != nil {
+		return nil, fmt.Errorf("plugin: pod %s/%s container %d: write the checkpoint: %w", pod.Namespace, pod.Name, ci, err)
+	}
 	name := ""
 	if cont := kube.ContainerAt(pod, ci); cont != nil {
 		name = cont.Name
@@ -513,6 +545,29 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids, "device_ids", ids)
 	return uuids, nil
 }
+
+// snapshot is the source's snapshot with every record's runtime
+// identities as the checkpoint says ([nodeRecord.overlay]).
+func (p *Plugin) snapshot() reservation.Snapshot {
+	snap := p.source.Snapshot()
+	for i := range snap.Pods {
+		p.record.overlay(&snap.Pods[i])
+	}
+	return snap
+}
+
+// view is the source's view of pod with its record's runtime identities as
+// the checkpoint says.
+func (p *Plugin) view(pod *corev1.Pod) reservation.Pod {
+	v := p.source.View(pod)
+	p.record.overlay(&v)
+	return v
+}
+
+// snapshotter is the reconcile runner's snapshot source.
+type snapshotter struct{ p *Plugin }
+
+func (s snapshotter) Snapshot() reservation.Snapshot { return s.p.snapshot() }
 
 // resolve finds the container the kubelet is admitting: from the cache,
 // then from a direct listing. The caller holds p.mu.

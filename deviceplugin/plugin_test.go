@@ -249,9 +249,12 @@ func TestPluginKeepsInstancesWhileARecordIsInvalid(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{})
 	uuid := gpuOf(t, hw, 0).UUID
 	a := reservation.Allocation{GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
-	broken := boundPod("broken")
+	admitted := boundPod("p", a) // created first: the kubelet admits it first
+	// broken requests a device, so what its unreadable record claims may
+	// be its own (a pod that requests none owns nothing).
+	broken := boundPod("broken", reservation.Allocation{GPUUUID: uuid, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}})
 	broken.Annotations[reservation.AnnotationKey] = `[{"containerIndex":0}]`
-	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("p", a), broken)
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, admitted, broken)
 	r := start(t, client, hw, func(c *deviceplugin.Config) { c.Manager.AbsentPodGrace = -1 })
 	ctx := context.Background()
 	_, err := allocate(ctx, r.client, "id")

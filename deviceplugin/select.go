@@ -100,9 +100,13 @@ func (p *Plugin) choose(pods []*corev1.Pod, n int) (candidate, bool, error) {
 // firstPending returns the pod's first container, in kubelet's order (init
 // containers, then regular containers), that requests exactly n devices of
 // the plugin's resource and that this plugin has neither realized nor is
-// realizing, and that is not done ([Plugin.done]).
+// realizing, and that is not done ([Plugin.done]). A pod the kubelet has
+// already admitted ([admitted]) has none, whatever its record says.
 func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
-	view := p.source.View(pod)
+	if admitted(pod) {
+		return candidate{}, false
+	}
+	view := p.view(pod)
 	allocs, err := reservation.DecodeString(view.Annotations[reservation.AnnotationKey])
 	trusted := err == nil && reservation.Validate(allocs) == nil
 	var managed map[managedRef]string // the manager's instances, read when needed
@@ -110,7 +114,7 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 		if want != n {
 			continue
 		}
-		if _, claimed := p.claims[target{pod.UID, c}]; claimed {
+		if _, claimed := p.claims[target{pod.UID, c}]; claimed || p.record.handed(pod.UID, c) {
 			continue
 		}
 		entries, realized := 0, 0
@@ -152,15 +156,12 @@ func requestOnly(c, n int) []int {
 	return out
 }
 
-// done reports whether container c, whose record names a runtime identity
-// for each of its devices, is realized. The pod's creator can write such a
-// record, so it counts only when the kubelet already created the container
-// or the manager manages an instance under each named identity for it.
+// done reports whether container c of a pod the kubelet has not admitted,
+// whose record names a runtime identity for each of its devices, is
+// realized. The pod's creator can write such a record, so it counts only
+// when the manager manages an instance under each named identity for it.
 // managed caches the manager's instances across calls.
 func (p *Plugin) done(pod *corev1.Pod, c int, allocs []reservation.Allocation, managed *map[managedRef]string) bool {
-	if started(pod, c) {
-		return true
-	}
 	if *managed == nil {
 		*managed = p.managedFor()
 	}
@@ -189,20 +190,25 @@ func (p *Plugin) managedFor() map[managedRef]string {
 	return out
 }
 
-// started reports whether the kubelet has created container c of the pod:
-// its status, which only the kubelet writes, names a container ID.
-func started(pod *corev1.Pod, c int) bool {
-	cont := kube.ContainerAt(pod, c)
-	if cont == nil {
-		return false
+// admitted reports whether the kubelet has already admitted the pod, from
+// its status alone, which only the kubelet writes (a pod's creator cannot):
+// the pod is Running, or a container of any kind has been created, runs,
+// has run or has started. The kubelet allocates every container's devices
+// (init containers and regular ones) when it admits the pod, before it
+// creates any container, so no container of such a pod is ever allocated
+// again: none of them is a candidate, whatever its record says (a record
+// whose runtime identities were stripped looks unrealized).
+func admitted(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodRunning {
+		return true
 	}
-	statuses := pod.Status.ContainerStatuses
-	if c < len(pod.Spec.InitContainers) {
-		statuses = pod.Status.InitContainerStatuses
-	}
-	for _, st := range statuses {
-		if st.Name == cont.Name {
-			return st.ContainerID != ""
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for i := range list {
+			st := &list[i]
+			if st.ContainerID != "" || st.State.Running != nil || st.State.Terminated != nil ||
+				st.LastTerminationState.Terminated != nil || st.Started != nil && *st.Started {
+				return true
+			}
 		}
 	}
 	return false

@@ -2,7 +2,6 @@ package extender_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -28,14 +27,12 @@ var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 // the fake API server. Its reactors use the tracker, not the client: the
 // fake holds its lock while a reactor runs.
 type faults struct {
-	applyBind   bool         // the binding is applied before the call fails
-	failGets    atomic.Int32 // pod reads that fail, armed when the binding call fails
-	getsAfter   int32        // failGets armed by the failed binding call
-	failRemoval bool         // the annotation's removal fails
-	touch       bool         // another writer updates the pod (annotation unchanged) before the call fails
+	applyBind bool         // the binding is applied before the call fails
+	failGets  atomic.Int32 // pod reads that fail, armed when the binding call fails
+	getsAfter int32        // failGets armed by the failed binding call
 
 	mu       sync.Mutex
-	removals []map[string]any // metadata of the removal patches
+	bindings []*corev1.Binding // the binding calls seen
 }
 
 func (f *faults) install(client *fake.Clientset) {
@@ -44,26 +41,24 @@ func (f *faults) install(client *fake.Clientset) {
 		if !ok || ca.GetSubresource() != "binding" {
 			return false, nil, nil
 		}
+		b := ca.GetObject().(*corev1.Binding)
+		f.mu.Lock()
+		f.bindings = append(f.bindings, b.DeepCopy())
+		f.mu.Unlock()
 		if f.applyBind {
-			b := ca.GetObject().(*corev1.Binding)
+			// As the API server does: node name and annotations in one write.
 			obj, err := client.Tracker().Get(podsGVR, b.Namespace, b.Name)
 			if err != nil {
 				return true, nil, err
 			}
 			pod := obj.(*corev1.Pod).DeepCopy()
 			pod.Spec.NodeName = b.Target.Name
-			pod.ResourceVersion = bumped(pod.ResourceVersion)
-			if err := client.Tracker().Update(podsGVR, pod, pod.Namespace); err != nil {
-				return true, nil, err
+			if pod.Annotations == nil {
+				pod.Annotations = map[string]string{}
 			}
-		}
-		if f.touch {
-			b := ca.GetObject().(*corev1.Binding)
-			obj, err := client.Tracker().Get(podsGVR, b.Namespace, b.Name)
-			if err != nil {
-				return true, nil, err
+			for k, v := range b.Annotations {
+				pod.Annotations[k] = v
 			}
-			pod := obj.(*corev1.Pod).DeepCopy()
 			pod.ResourceVersion = bumped(pod.ResourceVersion)
 			if err := client.Tracker().Update(podsGVR, pod, pod.Namespace); err != nil {
 				return true, nil, err
@@ -79,52 +74,24 @@ func (f *faults) install(client *fake.Clientset) {
 		}
 		return false, nil, nil
 	})
-	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		var body struct {
-			Metadata map[string]any `json:"metadata"`
-		}
-		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &body); err != nil {
-			return true, nil, apierrors.NewBadRequest(err.Error())
-		}
-		ann, _ := body.Metadata["annotations"].(map[string]any)
-		if v, ok := ann[reservation.AnnotationKey]; !ok || v != nil {
-			return false, nil, nil // not a removal
-		}
-		f.mu.Lock()
-		f.removals = append(f.removals, body.Metadata)
-		f.mu.Unlock()
-		if f.failRemoval {
-			return true, nil, apierrors.NewServiceUnavailable("no answer")
-		}
-		return false, nil, nil
-	})
 }
 
 // A binding call can fail after the API server applied it. Bind reads the
-// pod again: bound to the node, it is bound (the ledger keeps it and the
-// pod holds the node's lock); not bound, the annotation is removed only
-// from the version read, and only then is the reservation forgotten. No
-// bound pod loses its annotation, and the ledger never forgets one.
+// pod again: bound to the node with its record, it is bound (the ledger
+// keeps it and the pod holds the node's lock); otherwise the reservation
+// is forgotten. The binding is the only write, so a pod that is not bound
+// carries no record, and a bound one always carries the binder's.
 func TestBindErrorAfterCommit(t *testing.T) {
 	tests := []struct {
-		name        string
-		faults      *faults
-		wantBound   bool // the pod ends up bound to n1
-		wantErr     bool // Bind fails
-		wantRemoved int  // removal patches sent
+		name      string
+		faults    *faults
+		wantBound bool // the pod ends up bound to n1
+		wantErr   bool // Bind fails
 	}{
 		{name: "applied", faults: &faults{applyBind: true}, wantBound: true},
-		{name: "applied, first read fails", faults: &faults{applyBind: true, getsAfter: 1},
-			wantBound: true, wantRemoved: 1}, // refused: the bind changed the version
-		{name: "not applied", faults: &faults{}, wantErr: true, wantRemoved: 1},
-		{name: "not applied, read fails", faults: &faults{getsAfter: 1}, wantErr: true, wantRemoved: 1},
-		{name: "applied, read and removal fail", faults: &faults{applyBind: true, getsAfter: 100, failRemoval: true},
-			wantBound: true, wantErr: true, wantRemoved: 1},
-		{name: "not applied, read and removal fail", faults: &faults{getsAfter: 100, failRemoval: true},
-			wantErr: true, wantRemoved: 1},
-		// A new leader's extender annotated the pod again, with the same
-		// value, for its own Bind: the annotation is not ours to remove.
-		{name: "not applied, written again meanwhile", faults: &faults{touch: true}, wantErr: true},
+		{name: "applied, read fails", faults: &faults{applyBind: true, getsAfter: 100}, wantBound: true, wantErr: true},
+		{name: "not applied", faults: &faults{}, wantErr: true},
+		{name: "not applied, read fails", faults: &faults{getsAfter: 100}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,18 +111,10 @@ func TestBindErrorAfterCommit(t *testing.T) {
 			annotated := after.Annotations[reservation.AnnotationKey] != ""
 			if tt.wantBound {
 				assert.Equal(t, "n1", after.Spec.NodeName)
-				assert.True(t, annotated, "a bound pod keeps its annotation")
+				assert.True(t, annotated, "a bound pod carries the binder's record")
 			} else {
 				assert.Empty(t, after.Spec.NodeName)
-				assert.Equal(t, tt.faults.failRemoval || tt.faults.touch, annotated, "the annotation is removed when the removal gets through, and only the version Bind wrote")
-			}
-			tt.faults.mu.Lock()
-			removals := tt.faults.removals
-			tt.faults.mu.Unlock()
-			assert.Len(t, removals, tt.wantRemoved)
-			for _, meta := range removals {
-				assert.Equal(t, string(pod.UID), meta["uid"], "the removal is conditioned on the UID")
-				assert.NotEmpty(t, meta["resourceVersion"], "and on the version read")
+				assert.False(t, annotated, "nothing is written to a pod that is not bound")
 			}
 
 			rs, assumed, held := ext.Ledger().Pod("uid-a")
@@ -188,7 +147,7 @@ func TestBindAfterUnknownBindCountsTheBoundPod(t *testing.T) {
 	gate := newWatchGate()
 	ext := startGated(t, client, gate, extender.Options{})
 	a := create(t, client, migPod("a", ""))
-	f := &faults{applyBind: true, getsAfter: 100, failRemoval: true}
+	f := &faults{applyBind: true, getsAfter: 100}
 	f.install(client)
 	require.Error(t, ext.Bind(ctx, bindArgs(a, "n1")))
 	f.failGets.Store(0)
@@ -203,24 +162,27 @@ func TestBindAfterUnknownBindCountsTheBoundPod(t *testing.T) {
 	assert.True(t, held)
 }
 
-// The removal patch carries its preconditions in metadata, as a merge
-// patch must (checked here on the wire format, which the fake API server
-// does not enforce for uid).
-func TestRemovalPatchShape(t *testing.T) {
+// The binding carries the record and the bind time in its annotations and
+// is conditioned on the UID and the resourceVersion of the pod read (the
+// API server's binding storage takes both as preconditions), so that
+// "bound by this extender" proves "carries the record this extender
+// wrote". The wire format is checked here; the fake API server enforces
+// both preconditions and copies the annotations too (package kubetest).
+func TestBindingShape(t *testing.T) {
 	client := cluster(t)
 	ext := start(t, client, extender.Options{})
 	pod := create(t, client, migPod("a", "9000"))
 	f := &faults{}
 	f.install(client)
 	require.Error(t, ext.Bind(context.Background(), bindArgs(pod, "n1")))
-	require.Len(t, f.removals, 1)
-	meta := f.removals[0]
-	assert.Equal(t, "uid-a", meta["uid"])
-	rv, _ := meta["resourceVersion"].(string)
-	assert.Equal(t, bumped(pod.ResourceVersion), rv, "the version the annotation left")
-	ann := meta["annotations"].(map[string]any)
-	for k, v := range ann {
-		assert.Nil(t, v, k)
-		assert.Contains(t, []string{reservation.AnnotationKey, kube.BindTimeAnnotation}, k)
-	}
+	require.Len(t, f.bindings, 1)
+	b := f.bindings[0]
+	assert.Equal(t, pod.UID, b.UID)
+	assert.Equal(t, pod.ResourceVersion, b.ResourceVersion, "the version read")
+	require.Contains(t, b.Annotations, reservation.AnnotationKey)
+	allocs, err := reservation.DecodeString(b.Annotations[reservation.AnnotationKey])
+	require.NoError(t, err)
+	assert.Len(t, allocs, 1)
+	assert.Contains(t, b.Annotations, kube.BindTimeAnnotation)
+	assert.Len(t, b.Annotations, 2)
 }

@@ -2,8 +2,27 @@
 // dynmig's placement ledger. It follows node
 // registrations and pods through shared informers ([kube.SchedulerView]),
 // answers the kube-scheduler extender's filter, prioritize and bind calls,
-// reserves placements in a [placement.Ledger] before binding, writes the
-// hami.io/vgpu-mig-allocations annotation and binds the pod.
+// reserves placements in a [placement.Ledger] before binding, and binds
+// the pod with its hami.io/vgpu-mig-allocations record in one write.
+//
+// # The binding carries the record
+//
+// Bind writes nothing but one pods/binding call. Its metadata carries the
+// pod's UID and the resourceVersion of the pod Bind read, which the API
+// server's binding storage checks as preconditions (a Conflict when the
+// pod changed since, or is another pod of the same name), and the record
+// and bind time as annotations, which it merges into the pod in the same
+// write that sets spec.nodeName and the PodScheduled condition. A pod
+// bound by this extender therefore carries, at the moment it is bound,
+// exactly the record the extender wrote, whatever its owner wrote before
+// (the binding replaces it); an owner who changes the pod between Bind's
+// read and the binding makes the binding fail, and the scheduler retries.
+// Pods that ask for no MIG device are bound the same way, without
+// annotations: the version read carries no record ([ErrForeignRecord]
+// otherwise), so neither does the bound pod. A pod that requests the
+// device plugin's resource without opting in to MIG is refused on every
+// node with dynmig's registration ([ErrNotOptedIn]): the device plugin
+// there serves the resource only as reserved MIG devices.
 //
 // # Failure semantics
 //
@@ -32,20 +51,16 @@
 //     reason saying so, and Bind with an error wrapping [ErrNoMIGGPUs].
 //   - A reservation the node's profile table no longer describes keeps its
 //     slots and is reported by [placement.Ledger.Conflicts].
-//   - If writing the annotation fails, the assumption is forgotten and the
-//     bind fails; the scheduler retries the pod later (an annotation on an
-//     unbound pod occupies nothing and is overwritten by the next bind). A
-//     binding call can fail after the API server applied it (a timeout
-//     after the commit), so after a failed one Bind reads the pod again,
-//     for up to [CleanupTimeout] even when its context is done: bound to
-//     the node with the same UID and placements, it is recorded as bound
-//     and Bind succeeds. Otherwise the annotation is removed on the
-//     condition that the pod is still the version read (resourceVersion and
-//     UID in the merge patch), so a pod bound meanwhile keeps it, and only
-//     then is the assumption forgotten. If neither the read nor that write
-//     gets through, the assumption is forgotten with the annotation left
-//     in place: a bound pod counts again as soon as the informer, or the
-//     next Bind's listing of the node, shows it.
+//   - If the binding fails, the assumption is forgotten and the bind
+//     fails; the scheduler retries the pod later. A binding call can fail
+//     after the API server applied it (a timeout after the commit), so
+//     after a failed one Bind reads the pod again, for up to
+//     [CleanupTimeout] even when its context is done: bound to the node
+//     with the same UID and placements, it is recorded as bound and Bind
+//     succeeds. If the read does not get through, the assumption is
+//     forgotten: a bound pod counts again as soon as the informer, or the
+//     next Bind's listing of the node, shows it. Nothing is ever left to
+//     undo: a binding that failed wrote nothing.
 //   - One unrealized MIG pod per node: a node is locked by a bound pod whose
 //     reservation is not realized, if the extender bound it or it provably
 //     requests the MIG resource with trusted entries all on the node's GPUs
@@ -113,9 +128,9 @@
 // covered by any read: its request is cancelled when the old
 // kube-scheduler exits or the call times out, so the gap leader election
 // leaves between two leaders (leaseDuration minus renewDeadline) must be
-// at least the extender's httpTimeout; see the deploy configuration. Writes Bind makes after
-// its context is done ([CleanupTimeout]) only remove an annotation from a
-// pod that is still unbound and unchanged, which never occupies slots.
+// at least the extender's httpTimeout; see the deploy configuration. After
+// its context is done Bind only reads ([CleanupTimeout]); it writes
+// nothing.
 //
 // # Model and units
 //

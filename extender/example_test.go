@@ -7,12 +7,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -20,7 +20,9 @@ import (
 // that fits, and the pod carries its reservation.
 func ExampleExtender() {
 	ctx := context.Background()
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node"}},
+	// A fake API server whose binding writes the Binding's annotations
+	// onto the pod, as the real one does.
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-node"}})
 	// The device plugin of gpu-node publishes one fake A100-SXM4-40GB.
 	gpus, _, err := capability.Discover(ctx, fakehal.MustNew(fakehal.Options{}), capability.DefaultAllowlist())

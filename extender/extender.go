@@ -106,6 +106,13 @@ var (
 	// record as this scheduler's (the device plugin believes a record that
 	// arrived with this scheduler's binding over an overlapping one).
 	ErrForeignRecord = errors.New("extender: pod not asking for MIG carries a reservation record")
+	// ErrNotOptedIn: the pod requests the device plugin's resource without
+	// opting in to MIG (hami.io/vgpu-mode: mig), and the node runs dynmig's
+	// device plugin, which serves that resource only as MIG devices
+	// reserved by this extender. Filter fails such nodes for good and Bind
+	// refuses them, rather than bind a pod the plugin could never admit
+	// without a record.
+	ErrNotOptedIn = errors.New("extender: pod requests MIG devices without opting in to MIG")
 )
 
 // New returns an extender over client. It reads nodes and pods through
@@ -188,6 +195,32 @@ func (e *Extender) parse(pod *corev1.Pod) (placement.Request, error) {
 	return kube.ParseRequestFor(pod, e.opts.Resource)
 }
 
+// notOptedIn returns an error wrapping [ErrNotOptedIn] when pod requests
+// the device plugin's resource without opting in to MIG and node runs
+// dynmig's device plugin (it has a registration), [ErrNotSynced] when the
+// view cannot tell yet, and nil otherwise.
+func (e *Extender) notOptedIn(pod *corev1.Pod, node string) error {
+	if !slices.ContainsFunc(kube.DeviceRequests(pod, e.resource()), func(n int) bool { return n > 0 }) {
+		return nil
+	}
+	if err := e.synced(); err != nil {
+		return err
+	}
+	if gpus, annotated := e.view.RegisteredGPUs(node); gpus == 0 && !annotated {
+		return nil
+	}
+	return fmt.Errorf("%w: pod %s/%s requests %s on node %s, whose device plugin serves it only as MIG devices; annotate the pod %s: %s",
+		ErrNotOptedIn, pod.Namespace, pod.Name, e.resource(), node, kube.VGPUModeAnnotation, kube.VGPUModeMIG)
+}
+
+// resource is the device plugin's extended resource.
+func (e *Extender) resource() corev1.ResourceName {
+	if e.opts.Resource == "" {
+		return kube.ResourceGPU
+	}
+	return e.opts.Resource
+}
+
 // noMIG returns an error wrapping [ErrNoMIGGPUs] when the view knows the
 // node but it publishes no MIG GPUs, and nil otherwise.
 func (e *Extender) noMIG(node string) error {
@@ -243,7 +276,7 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 	names := args.names()
 	req, err := e.parse(args.Pod)
 	if errors.Is(err, kube.ErrNotMIG) || (err == nil && req.DeviceCount() == 0) {
-		return FilterResult{NodeNames: &names, Nodes: args.Nodes}
+		return e.filterPlain(args, names)
 	}
 	if err != nil {
 		// A malformed request fits no node, and retrying cannot help.
@@ -281,6 +314,40 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 		res.Nodes = &corev1.NodeList{}
 		for _, n := range args.Nodes.Items {
 			if _, failed := res.FailedNodes[n.Name]; !failed {
+				res.Nodes.Items = append(res.Nodes.Items, n)
+			}
+		}
+	}
+	return res
+}
+
+// filterPlain filters a pod that asks for no MIG device: every node
+// passes, but for the nodes that refuse it for good because it requests
+// the device plugin's resource without opting in ([ErrNotOptedIn]).
+func (e *Extender) filterPlain(args Args, names []string) FilterResult {
+	res := FilterResult{NodeNames: &names, Nodes: args.Nodes}
+	if !slices.ContainsFunc(kube.DeviceRequests(args.Pod, e.resource()), func(n int) bool { return n > 0 }) {
+		return res
+	}
+	if err := e.synced(); err != nil {
+		return FilterResult{Error: err.Error()}
+	}
+	kept := []string{}
+	for _, name := range names {
+		if err := e.notOptedIn(args.Pod, name); err != nil {
+			if res.FailedAndUnresolvableNodes == nil {
+				res.FailedAndUnresolvableNodes = map[string]string{}
+			}
+			res.FailedAndUnresolvableNodes[name] = err.Error()
+			continue
+		}
+		kept = append(kept, name)
+	}
+	res.NodeNames = &kept
+	if args.Nodes != nil {
+		res.Nodes = &corev1.NodeList{}
+		for _, n := range args.Nodes.Items {
+			if _, failed := res.FailedAndUnresolvableNodes[n.Name]; !failed {
 				res.Nodes.Items = append(res.Nodes.Items, n)
 			}
 		}
@@ -441,7 +508,7 @@ func (e *Extender) Prioritize(ctx context.Context, args Args) ([]HostPriority, e
 }
 
 // Bind reserves the pod's placements on the node against the current
-// view, writes its allocation annotation and binds it. See the package
+// view and binds it with its allocation record in one write. See the package
 // documentation for what happens on each failure.
 func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 	pod, err := e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
@@ -463,7 +530,12 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 		if _, ok := pod.Annotations[reservation.AnnotationKey]; ok {
 			return fmt.Errorf("%w: pod %s/%s", ErrForeignRecord, pod.Namespace, pod.Name)
 		}
-		return e.bind(ctx, pod, args.Node)
+		if err := e.notOptedIn(pod, args.Node); err != nil {
+			return err
+		}
+		// The version read, which carries no record: a record added
+		// since makes the binding fail.
+		return e.bind(ctx, pod, args.Node, nil)
 	}
 	if err != nil {
 		return err
@@ -479,21 +551,18 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 		return err
 	}
 	defer release()
-	uid := string(pod.UID)
 	as, err := e.view.Reserve(args.Node, pod, &req)
 	if err != nil {
 		return fmt.Errorf("extender: reserve pod %s/%s on %s: %w", pod.Namespace, pod.Name, args.Node, err)
 	}
 	value := reservation.EncodeString(schedule.Allocations(as))
-	annotated, err := e.annotate(ctx, pod, value)
+	// One write binds the pod and sets its record, on the version read.
+	err = e.bind(ctx, pod, args.Node, map[string]string{
+		reservation.AnnotationKey: value,
+		kube.BindTimeAnnotation:   strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
+	})
 	if err != nil {
-		// Even if the patch was applied, an unbound pod's annotation
-		// occupies nothing, and the next bind overwrites it.
-		e.view.Forget(uid)
-		return fmt.Errorf("extender: annotate pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	if err := e.bind(ctx, pod, args.Node); err != nil {
-		return e.bindFailed(ctx, annotated, args.Node, value, as, err)
+		return e.bindFailed(ctx, pod, args.Node, value, as, err)
 	}
 	// Recorded before the node claim is released: the pod holds the
 	// node's lock until the device plugin realized it.
@@ -508,67 +577,31 @@ func (e *Extender) Bind(ctx context.Context, args BindingArgs) error {
 // CleanupTimeout after its context ended.
 const CleanupTimeout = 5 * time.Second
 
-// bindFailed settles a binding call that failed with berr after the pod
-// was annotated with value (annotated is the pod the annotation patch
-// returned). The call may have failed after the API server applied it (a
-// timeout after the commit), so the pod is read again: bound to node,
-// with the same UID and the same placements, it is recorded as bound and
-// the bind succeeds. Otherwise the annotation is removed on the condition
-// that the pod is still the version the patch left (resourceVersion and
-// UID), so that a pod bound meanwhile keeps it, and so does a pod another
-// writer (a new leader's extender, for its own Bind) annotated again, even
-// with an equal value; only then is the reservation forgotten. When neither the read nor the conditional removal gets
-// through, whether the bind was applied is unknown: the reservation is
-// forgotten, the annotation stays, and the pod counts again as soon as the
-// informer or the next Bind's read of the node shows it bound.
-func (e *Extender) bindFailed(ctx context.Context, annotated *corev1.Pod, node, value string, as []placement.Assignment, berr error) error {
+// bindFailed settles a binding call that failed with berr for pod (the
+// version read) and the record value. The binding wrote nothing, or, when
+// it failed after the API server applied it (a timeout after the commit),
+// everything: so the pod is read again, for up to [CleanupTimeout] even
+// when the call's context is done. Bound to node with the same UID and the
+// same placements, it is recorded as bound and the bind succeeds;
+// otherwise, or when it cannot be read, the reservation is forgotten (a
+// bound pod counts again as soon as the informer, or the next Bind's
+// listing of the node, shows it).
+func (e *Extender) bindFailed(ctx context.Context, pod *corev1.Pod, node, value string, as []placement.Assignment, berr error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 	defer cancel()
-	uid, ref := string(annotated.UID), annotated.Namespace+"/"+annotated.Name
-	const attempts = 3
-	for range attempts {
-		cur, err := e.client.CoreV1().Pods(annotated.Namespace).Get(ctx, annotated.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err) || err == nil && cur.UID != annotated.UID:
-			e.view.Forget(uid) // deleted: it holds nothing
-			return berr
-		case err != nil:
-			// Unreadable: try to remove the annotation from the version
-			// the patch left, which a bind applied meanwhile has changed.
-			cur = annotated
-		case cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], value):
-			e.view.Bound(annotated, node, as)
-			e.log.Warn("bound MIG pod although the binding call failed", "pod", ref, "node", node, "reservation", value, "err", berr)
-			return nil
-		case cur.Spec.NodeName != "" || cur.Annotations[reservation.AnnotationKey] != value:
-			// Bound or annotated by someone else: nothing to remove; the
-			// view learns what it holds from the informer.
-			e.view.Forget(uid)
-			return fmt.Errorf("%w (pod %s is now bound to %q with another reservation)", berr, ref, cur.Spec.NodeName)
-		}
-		if cur.ResourceVersion != annotated.ResourceVersion {
-			// Written since our patch, although unbound and with an equal
-			// value: a new leader's extender may have annotated it for its
-			// own Bind. Only the version our patch left is ours to undo;
-			// an annotation on an unbound pod claims nothing, and the
-			// pod's next Bind replaces it.
-			e.view.Forget(uid)
-			return berr
-		}
-		uerr := e.unannotate(ctx, annotated)
-		if uerr == nil {
-			e.view.Forget(uid)
-			return berr
-		}
-		if !apierrors.IsConflict(uerr) && !apierrors.IsInvalid(uerr) {
-			e.view.Forget(uid)
-			e.log.Error("bind failed and the pod could not be read again: whether it is bound is unknown", "pod", ref, "node", node, "err", uerr)
-			return errors.Join(berr, fmt.Errorf("extender: remove the annotation again: %w", uerr))
-		}
-		// The pod changed since it was read: read it again.
+	uid, ref := string(pod.UID), pod.Namespace+"/"+pod.Name
+	cur, err := e.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err == nil && cur.UID == pod.UID && cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], value) {
+		e.view.Bound(pod, node, as)
+		e.log.Warn("bound MIG pod although the binding call failed", "pod", ref, "node", node, "reservation", value, "err", berr)
+		return nil
 	}
 	e.view.Forget(uid)
-	return errors.Join(berr, fmt.Errorf("extender: pod %s changed %d times while the annotation was being removed", ref, attempts))
+	if err != nil && !apierrors.IsNotFound(err) {
+		e.log.Error("bind failed and the pod could not be read again: whether it is bound is unknown", "pod", ref, "node", node, "err", err)
+		return errors.Join(berr, fmt.Errorf("extender: read the pod again: %w", err))
+	}
+	return berr
 }
 
 // samePlacements reports whether the annotation have holds the entries of
@@ -591,46 +624,17 @@ func samePlacements(have, want string) bool {
 	return true
 }
 
-// annotate writes the allocation and bind time, conditioned on the pod's
-// resourceVersion and UID: a pod changed meanwhile fails the bind rather
-// than being annotated blindly. It returns the pod the patch left.
-func (e *Extender) annotate(ctx context.Context, pod *corev1.Pod, value string) (*corev1.Pod, error) {
-	return e.patch(ctx, pod, map[string]any{
-		reservation.AnnotationKey: value,
-		kube.BindTimeAnnotation:   strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
-	})
-}
-
-// unannotate removes the allocation and bind time from pod, conditioned on
-// its resourceVersion and UID: a pod bound (or otherwise changed) since it
-// was read keeps them.
-func (e *Extender) unannotate(ctx context.Context, pod *corev1.Pod) error {
-	_, err := e.patch(ctx, pod, map[string]any{reservation.AnnotationKey: nil, kube.BindTimeAnnotation: nil})
-	return err
-}
-
-// patch merges annotations into pod, conditioned on its resourceVersion
-// (a Conflict when it changed) and UID (refused when the name is now
-// another pod's).
-func (e *Extender) patch(ctx context.Context, pod *corev1.Pod, annotations map[string]any) (*corev1.Pod, error) {
-	meta := map[string]any{"annotations": annotations}
-	if pod.ResourceVersion != "" {
-		meta["resourceVersion"] = pod.ResourceVersion
-	}
-	if pod.UID != "" {
-		meta["uid"] = pod.UID
-	}
-	body, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return nil, err
-	}
-	return e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
-}
-
-func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error {
+// bind binds pod to node with one pods/binding call whose metadata carries
+// the pod's UID and resourceVersion as preconditions (the binding fails
+// with a Conflict when the pod changed since it was read, or is another
+// pod of the same name) and annotations, which the API server merges into
+// the pod in the same write that sets spec.nodeName and the PodScheduled
+// condition.
+func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string, annotations map[string]string) error {
 	b := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			ResourceVersion: pod.ResourceVersion, Annotations: annotations},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("extender: bind pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)

@@ -277,8 +277,11 @@ func TestBindFailuresForget(t *testing.T) {
 		reactor k8stesting.ReactionFunc
 		verb    string
 	}{
-		{name: "annotation conflict", verb: "patch", reactor: func(a k8stesting.Action) (bool, runtime.Object, error) {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "a", errors.New("changed"))
+		{name: "binding conflict", verb: "create", reactor: func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() == "binding" {
+				return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods/binding"}, "a", errors.New("changed"))
+			}
+			return false, nil, nil
 		}},
 		{name: "binding fails", verb: "create", reactor: func(a k8stesting.Action) (bool, runtime.Object, error) {
 			if a.GetSubresource() == "binding" {

@@ -243,7 +243,8 @@ func TestDeletingPodKeepsSlotsUntilReleased(t *testing.T) {
 	require.NoError(t, ext.Bind(ctx, bindArgs(z, "n1")))
 }
 
-// hookedClient calls patched with the pod's name before each pod patch.
+// hookedClient calls patched with the pod's name before each pod patch
+// and binding.
 type hookedClient struct {
 	*fake.Clientset
 	patched func(name string)
@@ -265,6 +266,11 @@ func (c hookedCore) Pods(namespace string) corev1client.PodInterface {
 type hookedPods struct {
 	corev1client.PodInterface
 	patched func(name string)
+}
+
+func (p hookedPods) Bind(ctx context.Context, b *corev1.Binding, opts metav1.CreateOptions) error {
+	p.patched(b.Name)
+	return p.PodInterface.Bind(ctx, b, opts)
 }
 
 func (p hookedPods) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*corev1.Pod, error) {

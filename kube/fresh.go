@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,9 +244,55 @@ type podStore struct {
 
 var _ cache.ReflectorStore = (*podStore)(nil)
 
-func newPodStore(fresh *freshness, clk clock.PassiveClock, node string, schedulers []string) *podStore {
+func newPodStore(fresh *freshness, clk clock.PassiveClock, node string, schedulers []string,
+	initial map[types.UID]Observation, onChange func(map[types.UID]Observation)) *podStore {
+	seen := make(map[types.UID]recordSeen, len(initial))
+	for uid, o := range initial {
+		seen[uid] = recordSeen{claim: o.Claim, at: o.At, scheduled: o.Scheduled, restored: true}
+	}
 	return &podStore{pods: cache.NewStore(cache.MetaNamespaceKeyFunc), fresh: fresh,
-		records: &records{clock: clk, node: node, schedulers: slices.Clone(schedulers), seen: make(map[types.UID]recordSeen)}}
+		records: &records{clock: clk, node: node, schedulers: slices.Clone(schedulers), seen: seen, onChange: onChange}}
+}
+
+// Observation is the first observation of one pod's reservation claim, as
+// a [NodePodSource] dates it (see its "First observations of records"),
+// in a form a caller can keep across restarts
+// (NodePodSourceOptions.Observations).
+type Observation struct {
+	// Claim is the claim observed: the scheduled fields of the pod's
+	// record, in the source's own comparable form ([ClaimOf]); "" for a
+	// pod observed without a record.
+	Claim string
+	// At is when the claim was first observed.
+	At time.Time
+	// Scheduled reports that the claim arrived with the binding of one of
+	// the configured schedulers (reservation.Pod.RecordScheduled).
+	Scheduled bool
+}
+
+// ClaimOf returns the claim an annotation value makes, in the comparable
+// form of [Observation.Claim]: the record's scheduled fields, runtime
+// identities left out, re-encoded; a value that does not decode is
+// claimed as it is. "" claims nothing.
+func ClaimOf(value string) string {
+	if value == "" {
+		return ""
+	}
+	return claimOf(value)
+}
+
+// ValidClaim reports whether claim is one [ClaimOf] can return.
+func ValidClaim(claim string) bool {
+	switch {
+	case claim == "":
+		return true
+	case strings.HasPrefix(claim, "raw:"):
+		_, err := reservation.DecodeString(claim[len("raw:"):])
+		return claim != "raw:" && err != nil
+	case strings.HasPrefix(claim, "scheduled:"):
+		return ClaimOf(claim[len("scheduled:"):]) == claim
+	}
+	return false
 }
 
 // recordSeen is the first observation of one pod's reservation claim: the
@@ -261,6 +308,9 @@ type recordSeen struct {
 	// scheduled: the claim was on the pod when the store first saw the
 	// pod, and the pod then carried PodScheduled=True (see podBound).
 	scheduled bool
+	// restored: the entry comes from NodePodSourceOptions.Observations and
+	// the store has not seen the pod since; value is unknown.
+	restored bool
 }
 
 // records dates the claims of the pods the store holds. Every pod of one
@@ -274,8 +324,25 @@ type records struct {
 	// scheduled (NodePodSourceOptions.SchedulerNames).
 	schedulers []string
 
+	// onChange, when set, is called with every observation after each
+	// change of a claim, its time or its scheduled mark, and after a pod
+	// is forgotten; the caller holds mu.
+	onChange func(map[types.UID]Observation)
+
 	mu   sync.Mutex
 	seen map[types.UID]recordSeen
+}
+
+// changed reports the observations to onChange.
+func (r *records) changed() {
+	if r.onChange == nil {
+		return
+	}
+	out := make(map[types.UID]Observation, len(r.seen))
+	for uid, e := range r.seen {
+		out[uid] = Observation{Claim: e.claim, At: e.at, Scheduled: e.scheduled}
+	}
+	r.onChange(out)
 }
 
 // claimOf returns the part of an annotation value that claims hardware.
@@ -293,30 +360,36 @@ func claimOf(value string) string {
 // observe records pod's claim as seen at now unless it was seen before.
 // A claim is scheduled only when it is on the pod at the store's first
 // sight of the pod and the pod is bound (podBound): a scheduler extender
-// writes the record before it binds the pod, so a claim that appears or
+// writes the record in the binding itself, so a claim that appears or
 // changes on a pod the node already holds is never a scheduler's. The
 // caller holds r.mu.
-func (r *records) observe(pod *corev1.Pod, now time.Time) {
+//
+// A restored entry (NodePodSourceOptions.Observations) stands for the
+// store's own earlier sight of the pod: the same claim keeps its time and
+// mark, another one is a changed claim. It reports whether the claim, its
+// time or its mark changed.
+func (r *records) observe(pod *corev1.Pod, now time.Time) bool {
+	old, ok := r.seen[pod.UID]
 	if pod.Spec.NodeName != r.node {
 		delete(r.seen, pod.UID)
-		return
+		return ok
 	}
 	value := pod.Annotations[reservation.AnnotationKey]
-	old, ok := r.seen[pod.UID]
 	if value == "" {
-		r.seen[pod.UID] = recordSeen{}
-		return
+		r.seen[pod.UID] = recordSeen{at: now}
+		return !ok || old.claim != ""
 	}
-	if ok && old.value == value {
-		return
+	if ok && !old.restored && old.value == value {
+		return false
 	}
 	claim := claimOf(value)
 	if ok && old.claim == claim {
-		old.value = value
+		old.value, old.restored = value, false
 		r.seen[pod.UID] = old
-		return
+		return false
 	}
 	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now, scheduled: !ok && r.byOurScheduler(pod)}
+	return true
 }
 
 // byOurScheduler reports whether pod names one of r.schedulers and was
@@ -348,7 +421,9 @@ func (r *records) update(pod *corev1.Pod) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.observe(pod, r.clock.Now())
+	if r.observe(pod, r.clock.Now()) {
+		r.changed()
+	}
 }
 
 func (r *records) forget(pod *corev1.Pod) {
@@ -357,7 +432,10 @@ func (r *records) forget(pod *corev1.Pod) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.seen, pod.UID)
+	if _, ok := r.seen[pod.UID]; ok {
+		delete(r.seen, pod.UID)
+		r.changed()
+	}
 }
 
 // replace observes a listing at one time and forgets the pods it lacks.
@@ -366,16 +444,21 @@ func (r *records) replace(items []any) {
 	defer r.mu.Unlock()
 	now := r.clock.Now()
 	listed := make(map[types.UID]bool, len(items))
+	changed := false
 	for _, it := range items {
 		if p, ok := it.(*corev1.Pod); ok {
 			listed[p.UID] = true
-			r.observe(p, now)
+			changed = r.observe(p, now) || changed
 		}
 	}
 	for uid := range r.seen {
 		if !listed[uid] {
 			delete(r.seen, uid)
+			changed = true
 		}
+	}
+	if changed {
+		r.changed()
 	}
 }
 
@@ -390,7 +473,7 @@ func (r *records) at(pod *corev1.Pod) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.seen[pod.UID]
-	if !ok || e.value == "" || e.value != pod.Annotations[reservation.AnnotationKey] {
+	if !ok || e.restored || e.value == "" || e.value != pod.Annotations[reservation.AnnotationKey] {
 		return time.Time{}, false
 	}
 	return e.at, e.scheduled

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -81,6 +82,21 @@ type NodePodSourceOptions struct {
 	// wrote. Empty: no record is scheduled, and conflicts are resolved by
 	// first observation alone.
 	SchedulerNames []string
+	// Observations, when not nil, are first observations of claims kept
+	// across restarts (a device plugin's checkpoint, fed by
+	// OnObservations): the source starts from them as if it had made them
+	// itself, so that a restart dates no claim anew. A listed pod whose
+	// claim equals its observation's keeps that time and scheduled mark;
+	// one with another claim has a changed claim (dated by the listing,
+	// never scheduled); a pod without an observation is judged by the
+	// listing as usual.
+	Observations map[types.UID]Observation
+	// OnObservations, when set, is called with all of the source's
+	// observations each time one is made, changes or is dropped (its pod
+	// left the node's listing), on the goroutine of [NodePodSource.Run],
+	// before the cache reflects the change. It persists them; it must not
+	// block for long nor call the source.
+	OnObservations func(map[types.UID]Observation)
 }
 
 // NodePodSource is a cache of the pods scheduled to one node (field
@@ -154,11 +170,12 @@ type NodePodSourceOptions struct {
 // has its status cleared on create and gets the condition only when the
 // kubelet first writes its status, after admission, and a pod's creator
 // cannot write status. A claim added to or changed on a pod the source
-// already holds is never scheduled: a scheduler extender writes a pod's
-// record before it binds the pod. reservation.Desired keeps a scheduled
-// record over an overlapping one that is not, whatever their times. This
-// closes the window between an extender's record write and its bind, in
-// which a pod created with the node preset and a copy of the record
+// already holds is never scheduled: the extender writes a pod's record in
+// the binding itself (the API server copies the Binding's annotations onto
+// the pod in the write that binds it), so the claim a bound pod carries
+// when the source first sees it is the binder's. reservation.Desired keeps
+// a scheduled record over an overlapping one that is not, whatever their
+// times, such as a copy in a pod created with the node preset that
 // reaches the node first. One gap remains: a copy that the source first
 // sees only after the kubelet wrote its status (the source was not
 // watching when it was created) carries the condition too, and then the
@@ -208,7 +225,7 @@ func NewNodePodSource(client kubernetes.Interface, node string, opts NodePodSour
 	s := &NodePodSource{node: node, resource: opts.Resource, clock: opts.Clock, log: log}
 	fresh := newFreshness()
 	s.lw = &trackingListWatch{client: client, node: node, log: log, fresh: fresh}
-	s.store = newPodStore(fresh, opts.Clock, node, opts.SchedulerNames)
+	s.store = newPodStore(fresh, opts.Clock, node, opts.SchedulerNames, opts.Observations, opts.OnObservations)
 	if fn := opts.OnInactive; fn != nil {
 		s.store.onChange = func(old, cur *corev1.Pod) { s.notifyInactive(fn, old, cur) }
 	}

@@ -164,10 +164,10 @@ func TestAdoptCleansNothingWithoutTrust(t *testing.T) {
 	}{
 		{"incomplete listing", func(f *fixture) { f.incomplete = true }, reservation.ErrIncompleteSnapshot},
 		{"legacy pod", func(f *fixture) {
-			f.schedule("legacy").Annotations[reservation.LegacyDevicesAnnotationKey] = f.gpuUUID(1) + "[2-1],NVIDIA,9856,29:;"
+			requesting(f.schedule("legacy")).Annotations[reservation.LegacyDevicesAnnotationKey] = f.gpuUUID(1) + "[2-1],NVIDIA,9856,29:;"
 		}, reservation.ErrLegacyIdentifier},
 		{"malformed record", func(f *fixture) {
-			f.schedule("bad").Annotations[reservation.AnnotationKey] = `[{"containerIndex":-1}]`
+			requesting(f.schedule("bad")).Annotations[reservation.AnnotationKey] = `[{"containerIndex":-1}]`
 		}, reservation.ErrMalformed},
 	}
 	for _, tt := range tests {

@@ -125,7 +125,7 @@ func PodDemand(snap reservation.Snapshot) Demand {
 		if !h.Released {
 			if errs := recordErrs[p.UID]; len(errs) > 0 {
 				h.Err = errors.Join(errs...)
-			} else if decodeErr != nil {
+			} else if decodeErr != nil && p.RequestsDevices() {
 				h.Err = decodeErr
 			}
 		}
@@ -222,7 +222,7 @@ func demandSet(d Demand) desiredSet {
 		if h.UID == "" || count[h.UID] > 1 {
 			reasons = append(reasons, &reservation.PodError{Pod: ref, Index: -1, Err: reservation.ErrPodIdentity})
 		}
-		if err := reservation.Validate(allocs); err != nil {
+		if err := reservation.Validate(allocs); err != nil && !allUntrusted(h.Devices) {
 			for _, e := range flattenJoin(err) {
 				index := -1
 				var ve *reservation.ValidationError
@@ -272,6 +272,18 @@ func demandSet(d Demand) desiredSet {
 	set.Authorized = len(set.Reasons) == 0
 	out.DesiredSet = set
 	return out
+}
+
+// allUntrusted reports whether devs are all untrusted: none of them is
+// ever realized, so the shape of the record that holds them cannot
+// withhold authorisation.
+func allUntrusted(devs []Want) bool {
+	for i := range devs {
+		if devs[i].Untrusted == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // holder returns the first listed holder with the UID.

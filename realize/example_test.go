@@ -105,7 +105,7 @@ func ExampleManager_Maintain() {
 
 	// The plugin restarts while another pod's record is malformed.
 	broken := reservation.Pod{UID: "uid-b", Namespace: "default", Name: "broken", Phase: reservation.PodRunning,
-		Annotations: map[string]string{reservation.AnnotationKey: `[{`}}
+		Annotations: map[string]string{reservation.AnnotationKey: `[{`}, DeviceRequests: []int{1}}
 	m := realize.NewManager(node, realize.Options{})
 	for _, pods := range [][]reservation.Pod{{pod, broken}, {pod}} {
 		rep, _ := m.Maintain(ctx, reservation.Snapshot{Pods: pods, Complete: true})

@@ -31,7 +31,10 @@ func DesiredDiff(snap reservation.Snapshot) string {
 	slots := func(errs []error) []string {
 		var out []string
 		for _, e := range errs {
-			if pe, ok := e.(*reservation.PodError); ok {
+			// A record problem that names no entry (Index -1: an
+			// undecodable record or legacy identifiers of a pod that
+			// requests no device) has no device to travel on in a Demand.
+			if pe, ok := e.(*reservation.PodError); ok && pe.Index >= 0 {
 				out = append(out, fmt.Sprintf("%s/%d", pe.Pod.UID, pe.Index))
 			}
 		}

@@ -85,6 +85,14 @@ func (f *fixture) schedule(uid string, entries ...reservation.Allocation) *reser
 	return p
 }
 
+// requesting makes p's first container request one device, so that a
+// record p is given afterwards, whatever its shape, is one that could own
+// hardware (a pod requesting none owns nothing and withholds nothing).
+func requesting(p *reservation.Pod) *reservation.Pod {
+	p.DeviceRequests = []int{1}
+	return p
+}
+
 // requestsOf returns the device requests under which every entry passes
 // the trust rule: per container, its number of entries.
 func requestsOf(entries []reservation.Allocation) []int {

@@ -82,7 +82,7 @@ func TestReconcile(t *testing.T) {
 			name: "malformed record elsewhere",
 			change: func(f *fixture) {
 				f.terminate("a")
-				f.schedule("bad").Annotations[reservation.AnnotationKey] = `{"not":"an array"}`
+				requesting(f.schedule("bad")).Annotations[reservation.AnnotationKey] = `{"not":"an array"}`
 			},
 			wantLive: 2, wantReason: reservation.ErrMalformed,
 		},
@@ -90,7 +90,7 @@ func TestReconcile(t *testing.T) {
 			name: "partial runtime identity elsewhere",
 			change: func(f *fixture) {
 				f.terminate("a")
-				f.schedule("bad").Annotations[reservation.AnnotationKey] = `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.5gb","placement":{"start":5,"size":1},"migUUID":"MIG-00000000-0000-0000-0000-000000000000"}]`
+				requesting(f.schedule("bad")).Annotations[reservation.AnnotationKey] = `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.5gb","placement":{"start":5,"size":1},"migUUID":"MIG-00000000-0000-0000-0000-000000000000"}]`
 			},
 			wantLive: 2, wantReason: reservation.ErrPartialRuntime,
 		},
@@ -98,7 +98,7 @@ func TestReconcile(t *testing.T) {
 			name: "legacy identifiers elsewhere",
 			change: func(f *fixture) {
 				f.terminate("a")
-				f.schedule("legacy").Annotations[reservation.LegacyDevicesAnnotationKey] = f.gpuUUID(0) + "[1-0],NVIDIA,4864,14:;"
+				requesting(f.schedule("legacy")).Annotations[reservation.LegacyDevicesAnnotationKey] = f.gpuUUID(0) + "[1-0],NVIDIA,4864,14:;"
 			},
 			wantLive: 2, wantReason: reservation.ErrLegacyIdentifier,
 		},

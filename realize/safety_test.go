@@ -157,7 +157,7 @@ func TestMaintainAdoptsAfterAnUnauthorisedStartAndReclaims(t *testing.T) {
 	f.schedule("leaky", ent(0, 0, f.gpuUUID(0), "1g.5gb", 3, 1))
 	f.mustAllocate("leaky", 0)
 	f.pods = f.pods[:1] // leaky's pod is gone from the API; its instance is a leak
-	f.schedule("broken").Annotations[reservation.AnnotationKey] = `[{"containerIndex":"0"}]`
+	requesting(f.schedule("broken")).Annotations[reservation.AnnotationKey] = `[{"containerIndex":"0"}]`
 	f.restart()
 	ctx := context.Background()
 

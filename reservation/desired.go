@@ -194,11 +194,12 @@ type DesiredSet struct {
 	// respect (never destroyed under), not reservations to realize or
 	// grant.
 	Withheld []Entry
-	// Untrusted are the [*PodError] values of entries of otherwise valid
-	// records that are withheld without withholding authorisation: first
-	// those that fail the trust rule, each matching [ErrInvalid] and
-	// [ErrNotRequested], in pod listing order (at most [MaxProblems] per
-	// pod); then those that lose a conflict to another record (see
+	// Untrusted are the [*PodError] values of entries that are withheld
+	// without withholding authorisation: first, in pod listing order and
+	// at most [MaxProblems] per pod, those that fail the trust rule, each
+	// matching [ErrInvalid] and [ErrNotRequested], preceded, for a pod
+	// that requests no MIG device, by the problems of its record that
+	// name no entry (Index -1: a [*DecodeError], a [*LegacyError]); then those that lose a conflict to another record (see
 	// [Desired]), each wrapping a [*ConflictError] whose Second is the
 	// entry and that matches [ErrLaterConflict], exactly one per losing
 	// entry (not capped, so that callers can map them back to entries),
@@ -216,8 +217,11 @@ type DesiredSet struct {
 // are ignored; a deleting pod whose containers may still run keeps its
 // reservations. Each remaining pod's hami.io/vgpu-mig-allocations value is
 // decoded strictly and validated; legacy v2.9 identifiers in
-// hami.io/vgpu-devices-allocated are refused as not adoptable. A pod whose
-// record fails goes to Unknown and its problems to Reasons; other pods'
+// hami.io/vgpu-devices-allocated are refused as not adoptable. A pod that
+// requests a MIG device and whose record fails goes to Unknown and its
+// problems to Reasons. A pod that requests none owns nothing, whatever its
+// record says: its decodable entries go to Withheld and its problems to
+// Untrusted, and it withholds nothing. Other pods'
 // reservations stay in Active. Two valid pods claiming overlapping
 // placements on one GPU, the same MIG UUID or the same GPU instance both
 // go to Unknown. Any reason, or an incomplete listing, withholds
@@ -234,38 +238,19 @@ type DesiredSet struct {
 // two pods has [Pod.RecordScheduled], that pod's entry stays in Active and
 // the other's goes to Withheld, its [*PodError] (wrapping a
 // [*ConflictError] that matches [ErrLaterConflict] and
-// [ErrUnscheduledConflict]) to Untrusted. A scheduler extender writes a
-// pod's record and then binds the pod, and the binding sets the
-// PodScheduled condition, which the pod's creator cannot write: a pod
-// created with spec.nodeName preset and a copy of that record reaches the
-// node between the two calls, before the pod it copies, but without the
-// condition (its status is cleared on create, and the kubelet writes it
-// only after admission); a record copied into a pod the node already
-// holds is a changed claim, never scheduled. So this rule comes first.
-// Otherwise (both or neither scheduled) the earlier record wins:
-//
-// When both pods carry a [Pod.RecordSeen] that is not zero and one is
-// strictly earlier, the earlier pod's entry stays in Active and the later
-// pod's entry goes to Withheld, its [*PodError] (wrapping a
-// [*ConflictError] that matches [ErrLaterConflict]) to Untrusted; neither
-// pod goes to Unknown for that pair and authorisation is not withheld. An
-// entry withheld by either rule takes part in no other conflict: it is
-// never realized, so a record that lost cannot make others untrusted.
-// Whatever it names or overlaps is still never destroyed
-// ([DesiredSet.Claimed]). A scheduler that counts every pod with a record that requests the resource never places a pod over
-// slots another pod of the node already claims, so of two overlapping
-// records the one that appeared on the node later can only be forged or
-// stale. RecordSeen is the observer's own clock, never data the pod's
-// creator can write (a bind-time annotation, a creation timestamp set
-// long before the pod reached the node). Without it (zero, as after a
-// device plugin restart, when the plugin has no history: every pod it
-// lists at start shares one time) or with equal times, both pods go to
-// Unknown as above. After a device plugin restart the pods of its first
-// listing that the kubelet already runs all carry PodScheduled, whoever
-// set it, so a conflict between two of them stays unresolved. Conflicts
-// over one MIG UUID or one GPU instance ID are never resolved by either
-// rule: neither dates runtime identities, which the device plugin writes
-// after scheduling.
+// [ErrUnscheduledConflict]) to Untrusted. Otherwise, when both pods carry
+// a [Pod.RecordSeen] that is not zero and one is strictly earlier, the
+// earlier pod's entry stays in Active and the later one is withheld the
+// same way (matching [ErrLaterConflict]). Neither pod goes to Unknown for
+// that pair and authorisation is not withheld. An entry withheld by
+// either rule takes part in no other conflict: it is never realized, so a
+// record that lost cannot make others untrusted. Whatever it names or
+// overlaps is still never destroyed ([DesiredSet.Claimed]). Without both
+// times, or with equal ones, both pods go to Unknown. Conflicts over one
+// MIG UUID or one GPU instance ID are never resolved here: the observer
+// resolves them from its own record of who was handed the instance before
+// building the snapshot. See the package documentation for the facts
+// these rules rely on.
 func Desired(snap Snapshot) DesiredSet {
 	var set DesiredSet
 	if !snap.Complete {
@@ -286,6 +271,15 @@ func Desired(snap Snapshot) DesiredSet {
 			continue
 		}
 		allocs, entries, reasons := podEntries(pod)
+		if len(reasons) > 0 && !pod.RequestsDevices() && listed[pod.UID] == 1 && pod.UID != "" {
+			// A pod that requests no MIG device owns none: whatever its
+			// record holds is untrusted, never a reason to withhold
+			// authorisation (see the package's trust rule).
+			withheld, untrusted := untrustedRecord(pod, entries, reasons)
+			set.Withheld = append(set.Withheld, withheld...)
+			set.Untrusted = append(set.Untrusted, untrusted...)
+			continue
+		}
 		if listed[pod.UID] > 1 || pod.UID == "" {
 			reasons = append(reasons, &PodError{Pod: pod.Ref(), Index: -1, Err: ErrPodIdentity})
 		}
@@ -397,6 +391,40 @@ func applyTrustRule(pod *Pod, allocs []Allocation, entries []Entry) (kept, withh
 		}
 	}
 	return kept, withheld, errs
+}
+
+// untrustedRecord reports the record of a pod that requests no MIG device
+// and that fails decoding, validation or carries legacy identifiers: its
+// decodable entries are withheld, each with its trust rule error; the
+// problems that name no withheld entry (a record that does not decode,
+// legacy identifiers) are reported once each for the whole record (Index
+// -1). At most [MaxProblems] errors are returned.
+func untrustedRecord(pod *Pod, entries []Entry, problems []error) (withheld []Entry, untrusted []error) {
+	for _, p := range problems {
+		var pe *PodError
+		if errors.As(p, &pe) && (errors.Is(pe.Err, ErrMalformed) || errors.As(pe.Err, new(*LegacyError))) {
+			untrusted = append(untrusted, &PodError{Pod: pe.Pod, Index: -1, Err: pe.Err})
+		}
+	}
+	for i := range entries {
+		if len(untrusted) >= MaxProblems {
+			break
+		}
+		untrusted = append(untrusted, &PodError{Pod: pod.Ref(), Index: i, Err: &ValidationError{Index: i, Other: -1,
+			Field: "containerIndex", Problem: ErrNotRequested, Detail: "the pod requests no MIG device"}})
+	}
+	return entries, untrusted[:min(len(untrusted), MaxProblems)]
+}
+
+// RequestsDevices reports whether any container of the pod requests a MIG
+// device ([Pod.DeviceRequests]).
+func (p *Pod) RequestsDevices() bool {
+	for _, n := range p.DeviceRequests {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // podEntries decodes and validates one active pod's record.

@@ -122,7 +122,7 @@ func TestDesiredWithholds(t *testing.T) {
 	}{
 		{
 			name:        "malformed record",
-			pods:        []reservation.Pod{good, rawPod("bad", reservation.PodRunning, `[{"containerIndex":0,`)},
+			pods:        []reservation.Pod{good, requesting(rawPod("bad", reservation.PodRunning, `[{"containerIndex":0,`), 1)},
 			wantReason:  reservation.ErrMalformed,
 			wantUnknown: []string{"bad"}, wantActive: []string{"good"}, wantIndex: 0,
 		},
@@ -160,7 +160,7 @@ func TestDesiredWithholds(t *testing.T) {
 		},
 		{
 			name: "legacy identifiers",
-			pods: []reservation.Pod{good, {UID: "old", Namespace: "ns", Name: "v29", Phase: reservation.PodRunning,
+			pods: []reservation.Pod{good, {UID: "old", Namespace: "ns", Name: "v29", Phase: reservation.PodRunning, DeviceRequests: []int{1},
 				Annotations: map[string]string{reservation.LegacyDevicesAnnotationKey: gpuB + "[1-3],NVIDIA,4864,0:;"}}},
 			wantReason:  reservation.ErrLegacyIdentifier,
 			wantUnknown: []string{"old"}, wantActive: []string{"good"}, wantIndex: -1,
@@ -219,6 +219,79 @@ func TestDesiredWithholds(t *testing.T) {
 			}
 			t.Fatalf("no reason matches %v: %v", tt.wantReason, set.Reasons)
 		})
+	}
+}
+
+// requesting returns p with its first container requesting n devices.
+func requesting(p reservation.Pod, n int) reservation.Pod {
+	p.DeviceRequests = []int{n}
+	return p
+}
+
+// A pod that requests no MIG device owns none: an undecodable, invalid or
+// legacy record of such a pod (one created with spec.nodeName preset, say)
+// is untrusted and withholds no authorisation, so it cannot stop
+// reclamation on its node. Its decodable entries are still respected.
+func TestDesiredNoRequestCannotWithhold(t *testing.T) {
+	good := pod("good", reservation.PodRunning, realized(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 3, 0))
+	noRequest := func(uid, value string, legacy string) reservation.Pod {
+		p := rawPod(uid, reservation.PodRunning, value)
+		p.DeviceRequests = nil
+		if legacy != "" {
+			p.Annotations[reservation.LegacyDevicesAnnotationKey] = legacy
+		}
+		return p
+	}
+	tests := []struct {
+		name         string
+		pod          reservation.Pod
+		wantErr      error
+		wantIndex    int // of the first Untrusted error
+		wantWithheld []string
+	}{
+		{"undecodable", noRequest("x", `[{"containerIndex":0,`, ""), reservation.ErrMalformed, -1, nil},
+		{"invalid", noRequest("x", reservation.EncodeString([]reservation.Allocation{alloc(0, 0, gpuB, "1g.5gb", 0, 0)}), ""),
+			reservation.ErrNotRequested, 0, []string{"x"}},
+		{"copy of another's realized record", noRequest("x", reservation.EncodeString([]reservation.Allocation{
+			realized(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 3, 0), realized(alloc(0, 0, gpuA, "2g.10gb", 0, 2), migA, 3, 0)}), ""),
+			reservation.ErrNotRequested, 0, []string{"x", "x"}},
+		{"legacy identifiers", noRequest("x", "", gpuB+"[1-3],NVIDIA,4864,0:;"), reservation.ErrLegacyIdentifier, -1, nil},
+		{"legacy and undecodable", noRequest("x", "{", gpuB+"[1-3],NVIDIA,4864,0:;"), reservation.ErrLegacyIdentifier, -1, nil},
+		{"requests zero devices", func() reservation.Pod {
+			p := noRequest("x", "{", "")
+			p.DeviceRequests = []int{0, 0}
+			return p
+		}(), reservation.ErrMalformed, -1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: []reservation.Pod{good, tt.pod}})
+			if !set.Authorized || set.Verdict() != nil {
+				t.Fatalf("Verdict = %v, want authorised", set.Verdict())
+			}
+			if len(set.Unknown) != 0 {
+				t.Errorf("unknown = %v, want none", set.Unknown)
+			}
+			if got := uids(set.Active); !slices.Equal(got, []string{"good"}) {
+				t.Errorf("active = %v, want good's", got)
+			}
+			if got := uids(set.Withheld); !slices.Equal(got, tt.wantWithheld) {
+				t.Errorf("withheld = %v, want %v", got, tt.wantWithheld)
+			}
+			if len(set.Untrusted) == 0 {
+				t.Fatal("nothing reported untrusted")
+			}
+			var pe *reservation.PodError
+			if !errors.As(set.Untrusted[0], &pe) || pe.Pod.UID != "x" || pe.Index != tt.wantIndex || !errors.Is(pe, tt.wantErr) {
+				t.Errorf("Untrusted[0] = %v, want x's entry %d matching %v", set.Untrusted[0], tt.wantIndex, tt.wantErr)
+			}
+		})
+	}
+	// A pod that requests a device still withholds with the same record.
+	bad := rawPod("x", reservation.PodRunning, "{")
+	bad.DeviceRequests = []int{1}
+	if set := reservation.Desired(reservation.Snapshot{Complete: true, Pods: []reservation.Pod{good, bad}}); set.Authorized || !errors.Is(set.Verdict(), reservation.ErrMalformed) {
+		t.Fatalf("Verdict = %v, want ErrMalformed", set.Verdict())
 	}
 }
 

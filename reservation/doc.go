@@ -33,32 +33,50 @@
 //
 // # Trust rule
 //
-// The annotation is writable by anyone allowed to update the pod; the
-// containers' resource limits are part of the immutable pod spec. An entry
-// therefore counts only for a container that requests the MIG resource
-// (nvidia.com/gpu by default) with the matching device count: a container
-// c with [Pod.DeviceRequests][c] == n > 0 must have exactly n entries,
-// device indexes 0..n-1. Every other entry fails [ValidateRequests] with
-// [ErrNotRequested]. Schedulers ignore such entries; device plugins never
-// realize or grant them. [Desired] puts them in [DesiredSet.Withheld]
-// (claims that are still respected: nothing they name or overlap is
-// destroyed) and reports them in [DesiredSet.Untrusted], without
-// withholding authorisation.
+// Who owns what is decided from facts a pod's creator cannot write, never
+// inferred from what it can. The rule relies on these facts alone:
 //
-// # Conflict rule
+//  1. Server-set fields: a container's resource limits (immutable spec),
+//     the pod's UID and creation time, its phase, deletion timestamp and
+//     container statuses (written by the API server and the kubelet), and
+//     the PodScheduled condition, which the API server sets when it binds
+//     a pod and a pod created with spec.nodeName preset lacks until its
+//     kubelet admits it.
+//  2. The binder's own write: the scheduler extender writes the record in
+//     the binding itself (the API server copies the Binding's annotations
+//     onto the pod in the write that binds it, conditioned on the version
+//     the extender read), so a record that arrives on the node with a
+//     binding of that scheduler is the binder's ([Pod.RecordScheduled]).
+//  3. The node-local record: the observer's own first observation of each
+//     claim ([Pod.RecordSeen], [Pod.RecordScheduled]) and which instance
+//     it handed to which container, kept across restarts (the device
+//     plugin's checkpoint); runtime identities count only as that record
+//     gives them.
 //
-// Two valid records that claim the same hardware make both pods untrusted
-// and withhold authorisation, with one exception for overlapping
-// placements, which [Desired] resolves by what the observer listing the
-// pods saw, never by what a pod's creator can write: a record that arrived
-// on the node with a scheduler's binding ([Pod.RecordScheduled], the
-// PodScheduled condition the API server sets on binding) wins over one
-// that did not ([ErrUnscheduledConflict]); otherwise a record first seen
-// earlier ([Pod.RecordSeen]) wins over a later one. The losing entry is
-// withheld like an entry failing the trust rule, and its error, matching
-// [ErrLaterConflict], goes to [DesiredSet.Untrusted]. Conflicts over
-// runtime identities, and ties (as for the pods of a device plugin's first
-// listing after a restart), stay unresolved.
+// From them:
+//
+//   - An entry counts only for a container that requests the MIG resource
+//     (nvidia.com/gpu by default) with the matching device count: a
+//     container c with [Pod.DeviceRequests][c] == n > 0 must have exactly
+//     n entries, device indexes 0..n-1 ([ValidateRequests], otherwise
+//     [ErrNotRequested]).
+//   - A pod that requests no MIG device owns none: whatever its record
+//     holds, undecodable, invalid or legacy, is untrusted and withholds
+//     nothing.
+//   - Of two valid records whose placements overlap, the one that arrived
+//     with a scheduler's binding wins over one that did not
+//     ([ErrUnscheduledConflict]); otherwise the one first seen earlier
+//     wins ([ErrLaterConflict]).
+//
+// Untrusted and losing entries go to [DesiredSet.Withheld] (claims still
+// respected: nothing they name or overlap is destroyed) and are reported in
+// [DesiredSet.Untrusted], without withholding authorisation. What the
+// facts cannot decide withholds authorisation and makes the pods
+// [DesiredSet.Unknown]: a record that cannot be read of a pod that requests
+// a device, two records both scheduled or neither and first seen at the
+// same time, and two records naming one MIG UUID or GPU instance (which
+// the node-local record resolves before [Desired] sees them: an identity
+// counts only for the container that was handed the instance).
 //
 // # Release rule
 //

@@ -94,7 +94,7 @@ func ExampleDesired() {
 
 		{UID: "u2", Namespace: "ml", Name: "broken", Phase: reservation.PodRunning, Annotations: map[string]string{
 			reservation.AnnotationKey: `[{"containerIndex":"0"}]`,
-		}},
+		}, DeviceRequests: []int{1}}, // requests a device: what it owns is unknown
 		{UID: "u3", Namespace: "ml", Name: "finished", Phase: reservation.PodSucceeded, Annotations: map[string]string{
 			reservation.AnnotationKey: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"3g.20gb","placement":{"start":0,"size":4}}]`,
 		}},

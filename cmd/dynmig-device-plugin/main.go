@@ -53,6 +53,8 @@ func main() {
 	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", "))
 	fs.StringVar(&o.fakeGPUs, "fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 	socketDir := fs.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
+	checkpoint := fs.String("checkpoint", "", `the plugin's checkpoint file (what it observed and handed out, kept across restarts); "" means `+
+		deviceplugin.CheckpointDir+"/"+deviceplugin.CheckpointFile+` under -socket-dir (a directory: the kubelet removes plain files there)`)
 	resource := fs.String("resource", "nvidia.com/gpu", "extended resource name")
 	schedulers := fs.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
@@ -83,7 +85,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, deviceplugin.Config{
-		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir,
+		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir, Checkpoint: *checkpoint,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"path"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,17 +160,23 @@ func (i interfering) RoundTrip(r *http.Request) (*http.Response, error) {
 	return i.rt.RoundTrip(r)
 }
 
-// TestExtenderBindConflict: the extender writes a pod's reservation with a
-// resourceVersion precondition, so that a pod changed since it was read
-// is not annotated blindly. Here another writer labels the pod between the
-// extender's read and its annotation patch, and the real API server
-// answers 409.
+// forgedRecord is a record the extender never wrote: a placement on a GPU
+// no node has.
+const forgedRecord = `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-00000000-0000-4000-8000-000000000000","profile":"1g.5gb","placement":{"start":6,"size":1}}]`
+
+// TestExtenderBindConflict: the extender binds a pod with its reservation
+// record in the Binding's annotations and the resourceVersion it read as
+// the binding's precondition, so that a pod changed since it was read is
+// neither bound nor annotated. Here the pod's owner swaps in a forged
+// record (and a label) between the extender's read and its binding, and
+// the real API server answers 409.
 //
-// Claims: that Bind fails and leaves the pod unbound and without a
-// reservation record, keeping the other writer's label; the next Bind
-// succeeds; and the pod is then admitted and realized at the placement
-// its record names, the node holding exactly its device (nothing of the
-// failed attempt stays reserved or realized).
+// Claims: that Bind fails and leaves the pod unbound, keeping the owner's
+// label; the next Bind succeeds and the binding replaces the forged record
+// with the extender's, in the write that binds the pod; and the pod is
+// then admitted and realized at the placement the extender chose, the
+// node holding exactly its device (nothing of the failed attempt stays
+// reserved or realized).
 func TestExtenderBindConflict(t *testing.T) {
 	var armed atomic.Bool
 	var conflicts atomic.Int64
@@ -179,11 +186,11 @@ func TestExtenderBindConflict(t *testing.T) {
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 			counted := conflictCounter{rt: rt, conflicts: &conflicts}
 			return interfering{rt: counted, before: func(r *http.Request) {
-				if r.Method != http.MethodPatch || !armed.CompareAndSwap(true, false) {
+				if r.Method != http.MethodPost || path.Base(r.URL.Path) != "binding" || !armed.CompareAndSwap(true, false) {
 					return
 				}
-				name := path.Base(r.URL.Path)
-				body := []byte(`{"metadata":{"labels":{"raced":"yes"}}}`)
+				name := path.Base(path.Dir(r.URL.Path))
+				body := []byte(`{"metadata":{"labels":{"raced":"yes"},"annotations":{"` + reservation.AnnotationKey + `":` + strconv.Quote(forgedRecord) + `}}}`)
 				if _, err := admin.CoreV1().Pods(namespace).Patch(r.Context(), name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
 					t.Errorf("the other writer's patch of %s: %v", name, err)
 				}
@@ -206,7 +213,7 @@ func TestExtenderBindConflict(t *testing.T) {
 	armed.Store(true)
 	err = e.ext.Bind(e.ctx, extender.BindingArgs{PodName: pod.Name, PodNamespace: namespace, PodUID: pod.UID, Node: nodeName})
 	if err == nil {
-		t.Fatal("Bind succeeded although the pod changed between its read and its annotation")
+		t.Fatal("Bind succeeded although the pod changed between its read and its binding")
 	}
 	t.Logf("Bind refused: %v", err)
 	if got := conflicts.Load(); got != 1 {
@@ -216,14 +223,14 @@ func TestExtenderBindConflict(t *testing.T) {
 	if got.Spec.NodeName != "" {
 		t.Errorf("pod bound to %q after the failed Bind", got.Spec.NodeName)
 	}
-	if v, ok := got.Annotations[reservation.AnnotationKey]; ok {
-		t.Errorf("pod carries a reservation record %q after the failed Bind", v)
-	}
 	if got.Labels["raced"] != "yes" {
 		t.Errorf("the other writer's label is gone: %v", got.Labels)
 	}
 
 	e.bind(got)
+	if v := e.get(pod.Name).Annotations[reservation.AnnotationKey]; v == forgedRecord {
+		t.Errorf("the pod was bound with the forged record %s", v)
+	}
 	e.mustAdmit(pod.Name)
 	e.waitPasses(3)
 	e.finalCheck()

@@ -112,7 +112,7 @@ func DRADriver(ctx context.Context, hw realize.Realizer, logger *slog.Logger, cl
 
 // Scheduler is README's "In a scheduler": the ledger learns node and the
 // bound pods, then reserves a placement for pod, the one being scheduled.
-// It returns the annotation value to write before binding.
+// It returns the annotation value to bind the pod with.
 func Scheduler(node *corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) (string, error) {
 	// readme:begin scheduler
 	ledger := placement.NewLedger(placement.LedgerOptions{})
@@ -146,7 +146,8 @@ func Scheduler(node *corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) (string,
 		return "", err
 	}
 	value := reservation.EncodeString(schedule.Allocations(as))
-	// write value as hami.io/vgpu-mig-allocations, then bind;
+	// bind with value as the Binding's hami.io/vgpu-mig-allocations annotation,
+	// conditioned on the pod's UID and resourceVersion, in that one write;
 	// on any failure ledger.Forget(string(pod.UID))
 	// readme:end
 	return value, nil

@@ -21,9 +21,12 @@
 //     from a stale cached pod cannot silently overwrite a newer one or
 //     land on a pod recreated under the same name; a pod that does not
 //     exist is NotFound (404);
-//   - creating the pods/binding subresource sets spec.nodeName and the
-//     PodScheduled=True status condition; binding a
-//     pod that is already bound or is being deleted is a Conflict;
+//   - creating the pods/binding subresource sets spec.nodeName, merges the
+//     Binding's metadata.annotations into the pod's (each replacing the
+//     pod's value under its key) and sets the PodScheduled=True status
+//     condition, all in one write, as the API server's binding storage
+//     does; binding a pod that is already bound or is being deleted is a
+//     Conflict;
 //   - deleting a pod is graceful: it stays, with metadata.deletionTimestamp
 //     set to the end of its grace period and
 //     metadata.deletionGracePeriodSeconds, and gets a new resourceVersion

@@ -249,8 +249,9 @@ func (s *Server) mergePatchPod(a k8stesting.Action) (bool, runtime.Object, error
 }
 
 // bindPod makes pods/binding set spec.nodeName of the pod the Binding
-// names, honouring its UID and resourceVersion preconditions; a pod that
-// is bound or being deleted is a Conflict.
+// names and merge the Binding's annotations into the pod's, honouring its
+// UID and resourceVersion preconditions; a pod that is bound or being
+// deleted is a Conflict.
 func (s *Server) bindPod(ca k8stesting.CreateAction) (bool, runtime.Object, error) {
 	b, ok := ca.GetObject().(*corev1.Binding)
 	if !ok {
@@ -275,6 +276,14 @@ func (s *Server) bindPod(ca k8stesting.CreateAction) (bool, runtime.Object, erro
 		return true, nil, apierrors.NewConflict(bindings, b.Name, fmt.Errorf("pod %s is already assigned to node %q", b.Name, pod.Spec.NodeName))
 	}
 	pod.Spec.NodeName = b.Target.Name
+	// The Binding's annotations are merged into the pod's in the same
+	// write, each replacing the pod's value under its key.
+	if len(b.Annotations) > 0 && pod.Annotations == nil {
+		pod.Annotations = make(map[string]string, len(b.Annotations))
+	}
+	for k, v := range b.Annotations {
+		pod.Annotations[k] = v
+	}
 	// The API server's binding also marks the pod scheduled in its status,
 	// which a pod created with spec.nodeName preset lacks until its kubelet
 	// writes status (kube.NodePodSource tells the two apart by it).

@@ -206,6 +206,34 @@ func TestBindingPreconditions(t *testing.T) {
 	}
 }
 
+// The binding merges its annotations into the pod in the same write that
+// binds it, replacing the pod's values under the same keys, and a
+// conflicting binding writes none of them.
+func TestBindingCopiesAnnotations(t *testing.T) {
+	ctx := context.Background()
+	p := pod("3")
+	p.Annotations = map[string]string{"keep": "old", "replace": "forged"}
+	c := kubetest.NewClientset(p)
+	bind := func(rv string) error {
+		return c.CoreV1().Pods("ns").Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ResourceVersion: rv,
+				Annotations: map[string]string{"replace": "binder", "new": "binder"}},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "n1"},
+		}, metav1.CreateOptions{})
+	}
+	err := bind("2")
+	assert.True(t, apierrors.IsConflict(err), "stale version: got %v, want a conflict", err)
+	got, err := c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"keep": "old", "replace": "forged"}, got.Annotations, "a refused binding writes nothing")
+
+	require.NoError(t, bind("3"))
+	got, err = c.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "n1", got.Spec.NodeName)
+	assert.Equal(t, map[string]string{"keep": "old", "replace": "binder", "new": "binder"}, got.Annotations)
+}
+
 func int64p(n int64) *int64 { return &n }
 
 func TestGracefulDelete(t *testing.T) {

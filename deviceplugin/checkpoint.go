@@ -1,0 +1,245 @@
+package deviceplugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/internal/atomicfile"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// CheckpointDir and CheckpointFile locate the default checkpoint under
+// Config.SocketDir: a directory, because a starting kubelet removes every
+// file but its own from its device plugin directory, and keeps
+// directories.
+const (
+	CheckpointDir  = "dynmig"
+	CheckpointFile = "checkpoint.json"
+)
+
+// checkpointVersion is the only version DecodeCheckpoint accepts.
+const checkpointVersion = 1
+
+// Checkpoint is the plugin's durable node-local record of what it observed
+// and did; see the package documentation ("Checkpoint"). The zero value is
+// an empty checkpoint.
+type Checkpoint struct {
+	// Pods are the first observations of the node's pods' claims, by UID
+	// (kube.NodePodSourceOptions.Observations).
+	Pods []PodObservation
+	// Devices are the MIG devices the plugin created or adopted for a
+	// container and has not reclaimed.
+	Devices []HandedDevice
+}
+
+// PodObservation is the first observation of one pod's claim.
+type PodObservation struct {
+	UID string
+	kube.Observation
+	// Inherited marks a pod the plugin first observed before it served
+	// its first Allocate after starting without a checkpoint: what its
+	// record says was realized may have been realized by an earlier
+	// plugin whose checkpoint is lost, so its runtime identities are read
+	// from its record.
+	Inherited bool
+}
+
+// HandedDevice is one MIG device the plugin handed to (or adopted for) one
+// container: its owner, reservation and the instance's identity.
+type HandedDevice struct {
+	PodUID                      string
+	ContainerIndex, DeviceIndex int
+	GPUUUID                     string
+	Profile                     string
+	Placement                   capability.Placement
+	Runtime                     reservation.RuntimeIdentity
+	// Adopted is true when the plugin adopted an instance it found rather
+	// than created it.
+	Adopted bool
+}
+
+// allocation returns the device as a reservation entry.
+func (d HandedDevice) allocation() reservation.Allocation {
+	return reservation.Allocation{ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex, GPUUUID: d.GPUUUID,
+		Profile: d.Profile, Placement: d.Placement}.WithRuntime(d.Runtime)
+}
+
+// ErrCheckpoint is matched by every [*CheckpointError].
+var ErrCheckpoint = errors.New("plugin: unreadable checkpoint")
+
+// CheckpointError reports a checkpoint that cannot be read or trusted. The
+// plugin refuses to start on one rather than forget what it handed out:
+// remove the file only after checking that no MIG device of the node is in
+// use, or accept that the plugin then falls back to the pods' records.
+type CheckpointError struct {
+	Path   string
+	Pod    int // index of the offending pod, or -1
+	Device int // index of the offending device, or -1
+	Err    error
+}
+
+func (e *CheckpointError) Error() string {
+	msg := "plugin: checkpoint " + e.Path
+	if e.Pod >= 0 {
+		msg += fmt.Sprintf(" pods[%d]", e.Pod)
+	}
+	if e.Device >= 0 {
+		msg += fmt.Sprintf(" devices[%d]", e.Device)
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+// Unwrap returns [ErrCheckpoint] and the cause.
+func (e *CheckpointError) Unwrap() []error { return []error{ErrCheckpoint, e.Err} }
+
+// Wire forms, with explicit JSON names so that the format does not follow
+// Go renames.
+type checkpointJSON struct {
+	Version int          `json:"version"`
+	Pods    []podJSON    `json:"pods"`
+	Devices []deviceJSON `json:"devices"`
+}
+
+type podJSON struct {
+	UID       string    `json:"uid"`
+	Claim     string    `json:"claim"`
+	FirstSeen time.Time `json:"firstSeen"`
+	Scheduled bool      `json:"scheduled"`
+	Inherited bool      `json:"inherited"`
+}
+
+type deviceJSON struct {
+	PodUID         string               `json:"podUID"`
+	ContainerIndex int                  `json:"containerIndex"`
+	DeviceIndex    int                  `json:"deviceIndex"`
+	GPUUUID        string               `json:"gpuUUID"`
+	Profile        string               `json:"profile"`
+	Placement      capability.Placement `json:"placement"`
+	MIGUUID        string               `json:"migUUID"`
+	GIID           uint32               `json:"gpuInstanceID"`
+	CIID           uint32               `json:"computeInstanceID"`
+	Adopted        bool                 `json:"adopted"`
+}
+
+// EncodeCheckpoint returns the checkpoint's file content, pods ordered by
+// UID and devices by owner, so that equal checkpoints encode equally.
+func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
+	out := checkpointJSON{Version: checkpointVersion, Pods: []podJSON{}, Devices: []deviceJSON{}}
+	for _, p := range c.Pods {
+		out.Pods = append(out.Pods, podJSON{UID: p.UID, Claim: p.Claim, FirstSeen: p.At.UTC(), Scheduled: p.Scheduled, Inherited: p.Inherited})
+	}
+	for _, d := range c.Devices {
+		out.Devices = append(out.Devices, deviceJSON{PodUID: d.PodUID, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex,
+			GPUUUID: d.GPUUUID, Profile: d.Profile, Placement: d.Placement,
+			MIGUUID: d.Runtime.MIGUUID, GIID: d.Runtime.GPUInstanceID, CIID: d.Runtime.ComputeInstanceID, Adopted: d.Adopted})
+	}
+	slices.SortFunc(out.Pods, func(a, b podJSON) int { return strings.Compare(a.UID, b.UID) })
+	slices.SortFunc(out.Devices, func(a, b deviceJSON) int {
+		if c := strings.Compare(a.PodUID, b.PodUID); c != 0 {
+			return c
+		}
+		if a.ContainerIndex != b.ContainerIndex {
+			return a.ContainerIndex - b.ContainerIndex
+		}
+		return a.DeviceIndex - b.DeviceIndex
+	})
+	return json.MarshalIndent(out, "", "  ")
+}
+
+// DecodeCheckpoint parses a checkpoint file's content strictly: unknown
+// fields, trailing data, a version other than 1, an empty or repeated pod
+// UID, a claim kube.ValidClaim refuses, a missing first observation time,
+// a device without owner, with negative or repeated indexes, whose
+// reservation and identity reservation.Validate refuses, or that names a
+// MIG UUID or GPU instance another device names, or overlaps another
+// device's placement on its GPU, are each a [*CheckpointError] naming the
+// pod or device; path only labels them.
+func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
+	bad := func(pod, dev int, err error) (Checkpoint, error) {
+		return Checkpoint{}, &CheckpointError{Path: path, Pod: pod, Device: dev, Err: err}
+	}
+	var in checkpointJSON
+	if err := atomicfile.DecodeJSON(data, &in); err != nil {
+		return bad(-1, -1, err)
+	}
+	if in.Version != checkpointVersion {
+		return bad(-1, -1, fmt.Errorf("version %d, want %d", in.Version, checkpointVersion))
+	}
+	var out Checkpoint
+	seen := map[string]bool{}
+	for i, p := range in.Pods {
+		switch {
+		case p.UID == "" || seen[p.UID]:
+			return bad(i, -1, errors.New("empty or repeated pod UID"))
+		case !kube.ValidClaim(p.Claim):
+			return bad(i, -1, errors.New("claim is not one the pod source makes"))
+		case p.FirstSeen.IsZero():
+			return bad(i, -1, errors.New("no first observation time"))
+		}
+		seen[p.UID] = true
+		out.Pods = append(out.Pods, PodObservation{UID: p.UID, Inherited: p.Inherited,
+			Observation: kube.Observation{Claim: p.Claim, At: p.FirstSeen, Scheduled: p.Scheduled}})
+	}
+	owners := map[managedRef]bool{}
+	migs := map[string]bool{}
+	gis := map[string]bool{}
+	for j, d := range in.Devices {
+		h := HandedDevice{PodUID: d.PodUID, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex, GPUUUID: d.GPUUUID,
+			Profile: d.Profile, Placement: d.Placement, Adopted: d.Adopted,
+			Runtime: reservation.RuntimeIdentity{MIGUUID: d.MIGUUID, GPUInstanceID: d.GIID, ComputeInstanceID: d.CIID}}
+		owner := managedRef{types.UID(d.PodUID), d.ContainerIndex, d.DeviceIndex}
+		if d.PodUID == "" || owners[owner] {
+			return bad(-1, j, errors.New("empty or repeated owner"))
+		}
+		owners[owner] = true
+		if err := reservation.Validate([]reservation.Allocation{h.allocation()}); err != nil {
+			return bad(-1, j, err)
+		}
+		gi := d.GPUUUID + "/" + fmt.Sprint(d.GIID)
+		if migs[d.MIGUUID] || gis[gi] {
+			return bad(-1, j, errors.New("MIG UUID or GPU instance named by another device"))
+		}
+		migs[d.MIGUUID], gis[gi] = true, true
+		for _, o := range out.Devices {
+			if o.GPUUUID == h.GPUUUID && o.Placement.Overlaps(h.Placement) {
+				return bad(-1, j, fmt.Errorf("placement %v overlaps another device's %v on %s", h.Placement, o.Placement, h.GPUUUID))
+			}
+		}
+		out.Devices = append(out.Devices, h)
+	}
+	return out, nil
+}
+
+// ReadCheckpoint reads the checkpoint at path. A missing file is reported
+// by exists false and an empty checkpoint; anything else that fails is a
+// [*CheckpointError].
+func ReadCheckpoint(path string) (c Checkpoint, exists bool, err error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return Checkpoint{}, true, &CheckpointError{Path: path, Pod: -1, Device: -1, Err: err}
+	}
+	c, err = DecodeCheckpoint(path, data)
+	return c, true, err
+}
+
+// WriteCheckpoint replaces the checkpoint at path atomically and durably
+// (internal/atomicfile): a crash leaves the old or the new content.
+func WriteCheckpoint(path string, c Checkpoint) error {
+	data, err := EncodeCheckpoint(c)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data, 0o600)
+}
