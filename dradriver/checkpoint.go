@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/dynmig/dynmig/internal/atomicfile"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -292,50 +292,15 @@ func ReadCheckpoint(path string) (Checkpoint, error) {
 	return DecodeCheckpoint(path, data)
 }
 
-// WriteCheckpoint replaces the checkpoint at path atomically: it writes a
-// temporary file in the same directory, syncs it, renames it over path
-// and syncs the directory, so a crash leaves the old or the new content,
-// never a mix.
+// WriteCheckpoint replaces the checkpoint at path atomically and durably:
+// a crash leaves the old or the new content, never a mix
+// (internal/atomicfile).
 func WriteCheckpoint(path string, c Checkpoint) error {
 	data, err := EncodeCheckpoint(c)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, data, 0o600)
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), perm)
-	}
-	if err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(path, data, 0o600)
 }
 
 // sortClaims orders claims by UID, so equal checkpoints encode equally.
