@@ -103,7 +103,7 @@ func (p *Plugin) choose(pods []*corev1.Pod, n int) (candidate, bool, error) {
 // realizing, and that is not done ([Plugin.done]). A pod the kubelet has
 // already admitted ([admitted]) has none, whatever its record says.
 func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
-	if admitted(pod) {
+	if kube.Admitted(pod) {
 		return candidate{}, false
 	}
 	view := p.view(pod)
@@ -188,28 +188,4 @@ func (p *Plugin) managedFor() map[managedRef]string {
 		out[managedRef{types.UID(in.Owner.PodUID), in.Owner.ContainerIndex, in.Owner.DeviceIndex}] = in.Runtime.MIGUUID
 	}
 	return out
-}
-
-// admitted reports whether the kubelet has already admitted the pod, from
-// its status alone, which only the kubelet writes (a pod's creator cannot):
-// the pod is Running, or a container of any kind has been created, runs,
-// has run or has started. The kubelet allocates every container's devices
-// (init containers and regular ones) when it admits the pod, before it
-// creates any container, so no container of such a pod is ever allocated
-// again: none of them is a candidate, whatever its record says (a record
-// whose runtime identities were stripped looks unrealized).
-func admitted(pod *corev1.Pod) bool {
-	if pod.Status.Phase == corev1.PodRunning {
-		return true
-	}
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for i := range list {
-			st := &list[i]
-			if st.ContainerID != "" || st.State.Running != nil || st.State.Terminated != nil ||
-				st.LastTerminationState.Terminated != nil || st.Started != nil && *st.Started {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -236,3 +236,29 @@ func BindTime(pod *corev1.Pod) time.Time {
 	}
 	return pod.CreationTimestamp.Time
 }
+
+// Admitted reports whether the kubelet has already admitted the pod, from
+// its status alone, which only the kubelet writes (a pod's creator cannot):
+// the pod is Running, or a container of any kind has been created, runs,
+// has run or has started. The kubelet allocates every container's devices
+// (init containers and regular ones) when it admits the pod, before it
+// creates any container, so no container of such a pod is ever allocated
+// again: its devices were handed out, whatever its record says (a record
+// whose runtime identities were stripped looks unrealized). The device
+// plugin never offers such a pod's containers to Allocate, and a
+// [SchedulerView] counts no claim of it on its node.
+func Admitted(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodRunning {
+		return true
+	}
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for i := range list {
+			st := &list[i]
+			if st.ContainerID != "" || st.State.Running != nil || st.State.Terminated != nil ||
+				st.LastTerminationState.Terminated != nil || st.Started != nil && *st.Started {
+				return true
+			}
+		}
+	}
+	return false
+}

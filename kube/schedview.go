@@ -127,6 +127,7 @@ type viewPod struct {
 	indexed  string      // node it is indexed under in byNode
 	entries  []reservation.Allocation
 	untrust  bool // some entries failed the trust rule
+	admitted bool // the kubelet admitted the pod ([Admitted]): it holds no claim
 }
 
 type viewNode struct {
@@ -369,12 +370,13 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	if p == nil {
 		p = &viewPod{}
 	}
-	if p.node != pod.Spec.NodeName || len(kept) > 0 && unrealizedCounts(kept) == nil {
+	admitted := Admitted(pod)
+	if p.node != pod.Spec.NodeName || len(kept) > 0 && unrealizedCounts(kept) == nil || admitted {
 		p.since = time.Time{}
 	}
 	p.ref, p.node, p.created, p.version = view.Ref(), pod.Spec.NodeName, view.Created, version
-	p.state, p.entries, p.untrust = notBinding, kept, untrusted != nil
-	if p.since.IsZero() && unrealizedCounts(kept) != nil {
+	p.state, p.entries, p.untrust, p.admitted = notBinding, kept, untrusted != nil, admitted
+	if p.since.IsZero() && unrealizedCounts(kept) != nil && !admitted {
 		p.since = now
 	}
 	p.deleting = time.Time{}
@@ -551,7 +553,7 @@ func (v *SchedulerView) Unrealized(uid string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p := v.pods[uid]
-	return p != nil && p.state != binding && unrealizedCounts(p.entries) != nil
+	return p != nil && p.state != binding && !p.admitted && unrealizedCounts(p.entries) != nil
 }
 
 // RegisteredGPUs returns how many GPUs of the node's registration the view
@@ -705,8 +707,11 @@ type NodeClaim struct {
 // pods bound through [SchedulerView.Bound], and pods that provably request
 // the MIG resource with entries on the node's GPUs (trusted entries only,
 // every one on a GPU of the node's registration), whose reservation is not
-// realized and that are not released. Pods with entries the trust rule
-// rejects claim nothing by those entries, whatever their annotations say.
+// realized and that are not released. A pod the kubelet admitted
+// ([Admitted]) claims nothing: its devices were handed out, so an owner
+// who strips the runtime identity from its record cannot lock the node.
+// Pods with entries the trust rule rejects claim nothing by those entries,
+// whatever their annotations say.
 func (v *SchedulerView) Claims(node string) []NodeClaim {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -717,7 +722,7 @@ func (v *SchedulerView) Claims(node string) []NodeClaim {
 			continue
 		}
 		pending := unrealizedCounts(p.entries)
-		if pending == nil || !p.ours && !onNode(p.entries, gpus) {
+		if pending == nil || p.admitted || !p.ours && !onNode(p.entries, gpus) {
 			continue
 		}
 		out = append(out, NodeClaim{Pod: p.ref, Created: p.created, Since: p.since, Pending: pending, Ours: p.ours})

@@ -363,3 +363,35 @@ func TestSchedulerViewOlderNodeEventIgnored(t *testing.T) {
 	assert.False(t, annotated)
 	assert.Zero(t, gpus)
 }
+
+// A pod the kubelet admitted holds no claim on its node, whatever its
+// record says: an owner who strips the runtime identity from a running
+// pod's record cannot lock the node against later pods.
+func TestSchedulerViewAdmittedPodClaimsNothing(t *testing.T) {
+	v, pods, gpu := newView(t, clocktesting.NewFakePassiveClock(time.Unix(1000, 0)))
+	p := reserved(gpuPod("p", 1, 1), "n1", 2, alloc(gpu, "1g.5gb", 0, 1))
+	pods.OnAdd(p, false)
+	require.Equal(t, []string{"p"}, claimed(v), "bound, not yet admitted: it claims the node")
+	tests := []struct {
+		name  string
+		admit func(*corev1.Pod)
+	}{
+		{name: "running", admit: func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }},
+		{name: "container created", admit: func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://abc"}}
+		}},
+		{name: "init container ran", admit: func(p *corev1.Pod) {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stripped := reserved(p, "n1", 3+i, alloc(gpu, "1g.5gb", 0, 1))
+			tt.admit(stripped)
+			require.True(t, kube.Admitted(stripped))
+			pods.OnUpdate(p, stripped)
+			assert.Empty(t, claimed(v), "an admitted pod claims nothing")
+			assert.False(t, v.Unrealized("uid-p"))
+		})
+	}
+}
