@@ -70,9 +70,18 @@ type healthTracker struct {
 	held map[string]holder
 
 	// recorded are the UUIDs in the node's health record as last read or
-	// written (healthrecord.go). Not guarded by mu: only Run's startup
-	// and then the health loop use it.
+	// written (healthrecord.go), guarded by recMu, which also serialises
+	// the record's sync: the health loop and SetAllowlist's publish both
+	// run it.
+	recMu    sync.Mutex
 	recorded map[string]bool
+}
+
+// anyRecorded reports whether the node's health record names a GPU.
+func (h *healthTracker) anyRecorded() bool {
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	return len(h.recorded) > 0
 }
 
 // watch returns a channel closed at the next transition.
@@ -263,7 +272,7 @@ func (p *Plugin) watchHealth(ctx context.Context, w realize.HealthWatch) {
 		case errors.Is(err, context.DeadlineExceeded): // time to retry the publish, prune or check the record
 			p.pruneMIGHealth(ctx)
 			p.refreshHolders(ctx)
-			if !unpublished && len(p.health.recorded) == 0 {
+			if !unpublished && !p.health.anyRecorded() {
 				continue
 			}
 		case err != nil:
@@ -295,7 +304,7 @@ func (p *Plugin) nextHealth(ctx context.Context, w realize.HealthWatch, unpublis
 	if p.health.anyBadMIG() {
 		wait = pruneInterval
 	}
-	if len(p.health.recorded) > 0 && (wait == 0 || recordInterval < wait) {
+	if p.health.anyRecorded() && (wait == 0 || recordInterval < wait) {
 		wait = recordInterval
 	}
 	if unpublished && (wait == 0 || publishRetry < wait) {

@@ -169,7 +169,9 @@ func (p *Plugin) restoreHealth(ctx context.Context) error {
 			p.recordHealthEvent(ctx, e)
 		}
 	}
+	p.health.recMu.Lock()
 	p.health.recorded = recorded
+	p.health.recMu.Unlock()
 	return nil
 }
 
@@ -195,8 +197,10 @@ func (p *Plugin) healthRecord(boot string) HealthRecord {
 // readable record was cleared by an operator: it is made healthy
 // ([realize.CauseCleared]) first, and an Event says so. Then the record is
 // written when it differs (removed when no GPU is left). It runs in one
-// goroutine at a time: Run's startup, then the health loop.
+// goroutine at a time (healthTracker.recMu).
 func (p *Plugin) syncHealthRecord(ctx context.Context) error {
+	p.health.recMu.Lock()
+	defer p.health.recMu.Unlock()
 	node, err := p.cfg.Client.CoreV1().Nodes().Get(ctx, p.cfg.Node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("plugin: read node %q for its GPU health record: %w", p.cfg.Node, err)
