@@ -28,7 +28,8 @@ import (
 // TestDeployConfig loads deploy/kube-scheduler-config.yaml with
 // kube-scheduler's own loader and validation and builds the scheduler from
 // it, with DynMIG registered as cmd/kube-scheduler registers it: the
-// profile enables DynMIG at every extension point, its args decode, and
+// profile enables DynMIG at every extension point, first among the
+// binders, its args decode, and
 // NodeResourcesFit ignores the device and memory resources.
 func TestDeployConfig(t *testing.T) {
 	cfg, err := options.LoadConfigFromFile(klog.Background(), "deploy/kube-scheduler-config.yaml")
@@ -65,6 +66,8 @@ func TestDeployConfig(t *testing.T) {
 		assert.True(t, slices.ContainsFunc(set.Enabled, func(p config.Plugin) bool { return p.Name == schedplugin.Name }),
 			"DynMIG not enabled at %s", point)
 	}
+	require.NotEmpty(t, plugins.Bind.Enabled)
+	assert.Equal(t, schedplugin.Name, plugins.Bind.Enabled[0].Name, "DynMIG binds MIG pods before DefaultBinder: %v", plugins.Bind.Enabled)
 	for _, fwk := range sched.Profiles {
 		_ = fwk.Close()
 	}

@@ -3,8 +3,9 @@
 // the extender package does beside it. It reads the scheduler's own node and
 // pod informers ([kube.SchedulerView]), writes the same
 // hami.io/vgpu-mig-allocations record and hami.io/bind-time annotation as
-// the extender, and leaves binding to the profile's binder, so the device
-// plugin and the deployed HAMi pair need no change. It lives in its own
+// the extender, and binds MIG pods as the extender does, with the record
+// in the binding, so the device plugin and the deployed HAMi pair need no
+// change. It lives in its own
 // module so that the library keeps no dependency on k8s.io/kubernetes;
 // cmd/kube-scheduler is the upstream scheduler with the plugin registered.
 //
@@ -25,9 +26,15 @@
 //     second placement search runs.
 //   - Reserve claims the node and assumes the placements in the ledger.
 //   - PreBind reads the node's pods consistently, decides again against
-//     that read, reads the pod (the scheduler's copy may lag behind its own
-//     status writes) and, if it still asks for what was decided, writes the
-//     record with a merge patch conditioned on that resourceVersion and UID.
+//     that read, and reads the pod (the scheduler's copy may lag behind its
+//     own status writes); it writes nothing.
+//   - Bind, for a MIG pod, makes one pods/binding call whose Binding
+//     carries the record and the bind time as annotations, with the UID
+//     and resourceVersion PreBind read as preconditions: the API server
+//     merges them into the pod atomically with nodeName and PodScheduled,
+//     so a pod that arrives scheduled carries the record this plugin
+//     decided, never one its owner wrote in between. Other pods are left
+//     to DefaultBinder.
 //   - PostBind records the bind in the view and releases the node claim.
 //
 // # Failure semantics
@@ -39,12 +46,12 @@
 // [StaleClaimReason] event and then blocks only pods the device plugin
 // could confuse with it; only entries the trust rule keeps occupy slots.
 //
-// A binding cycle that fails after PreBind wrote the record calls
+// A binding cycle that fails after Bind called the API server calls
 // Unreserve, which reads the pod again for up to [CleanupTimeout] even when
-// the cycle's context is done: bound to the node with the record's
-// placements, the pod is recorded as bound. Otherwise the record is removed
-// on the condition that the pod is still the version the patch left, and
-// the assumption is forgotten.
+// the cycle's context is done (the binding may have been applied although
+// its answer was lost): bound to the node with the record's placements,
+// the pod is recorded as bound. Otherwise the assumption is forgotten; a
+// binding that was not applied wrote nothing, so nothing is undone.
 //
 // # High availability
 //
@@ -77,8 +84,10 @@
 //
 // # Scheduler configuration
 //
-// The profile enables DynMIG at preFilter, filter, preScore, score,
-// reserve, preBind and postBind, and configures NodeResourcesFit with
+// The profile enables DynMIG at bind ahead of DefaultBinder (an explicit
+// bind entry: multiPoint alone would order it after the default binder),
+// at preFilter, filter, preScore, score, reserve, preBind and postBind,
+// and configures NodeResourcesFit with
 // ignoredResources listing the device resource, nvidia.com/gpumem and
 // nvidia.com/gpumem-percentage: the plugin checks the device count itself,
 // and upstream's NodeResourcesFit queueing hint checks a node change

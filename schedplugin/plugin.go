@@ -136,6 +136,7 @@ var (
 	_ fwk.ScorePlugin       = (*Plugin)(nil)
 	_ fwk.ReservePlugin     = (*Plugin)(nil)
 	_ fwk.PreBindPlugin     = (*Plugin)(nil)
+	_ fwk.BindPlugin        = (*Plugin)(nil)
 	_ fwk.PostBindPlugin    = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
 )
@@ -239,10 +240,12 @@ type cycleState struct {
 	index  map[string]int
 	scores []atomic.Int64
 
-	// Written by Reserve and PreBind, which run one after the other.
-	as        []placement.Assignment
-	value     string      // the record PreBind wrote
-	annotated *corev1.Pod // the pod the record's patch returned
+	// Written by Reserve, PreBind and Bind, which run one after the other.
+	as       []placement.Assignment
+	value    string      // the record Bind writes
+	bindTime string      // the hami.io/bind-time Bind writes
+	read     *corev1.Pod // the pod PreBind read: Bind is conditioned on its version
+	tried    bool        // Bind called the API server
 }
 
 // Clone shares the state: the nodes' scores are only ever written for the
@@ -513,7 +516,7 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	}
 	uid := string(pod.UID)
 	defer p.release(node, uid)
-	if s.annotated == nil {
+	if !s.tried {
 		p.view.Forget(uid)
 		return
 	}
@@ -528,27 +531,22 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	p.view.Forget(uid)
 }
 
-// settle reads the pod again after a failed binding with the record
-// written. It reports true when the pod is bound to node with the
-// record's placements; otherwise it removes the record from the version
-// its patch left, if the pod is still that version.
+// settle reads the pod again after a binding call that failed: the API
+// server may have applied it although the answer was lost. It reports
+// true when the pod is bound to node with the record's placements. A
+// binding that was not applied wrote nothing, so nothing is undone.
 func (p *Plugin) settle(ctx context.Context, s *cycleState, node string) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 	defer cancel()
-	a := s.annotated
+	a := s.read
 	cur, err := p.client.CoreV1().Pods(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && cur.UID != a.UID:
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			p.log.Warn("reading a pod whose binding failed", "pod", a.Namespace+"/"+a.Name, "err", err)
+		}
 		return false
-	case err == nil && cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], s.value):
-		return true
-	case err == nil && (cur.Spec.NodeName != "" || cur.ResourceVersion != a.ResourceVersion):
-		return false // bound or written by someone else: not ours to undo
 	}
-	if _, err := p.patch(ctx, a, map[string]any{reservation.AnnotationKey: nil, kube.BindTimeAnnotation: nil}); err != nil {
-		p.log.Warn("removing the record of a pod whose binding failed", "pod", a.Namespace+"/"+a.Name, "err", err)
-	}
-	return false
+	return cur.UID == a.UID && cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], s.value)
 }
 
 // samePlacements reports whether the record have holds the entries of
@@ -582,8 +580,8 @@ func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev
 
 // PreBind reads the node's pods consistently (unless
 // [Options.SkipFreshNodeRead]), decides the placements again against what
-// it read, and writes the hami.io/vgpu-mig-allocations record and the bind
-// time to the pod.
+// it read, and reads the pod: [Plugin.Bind] writes the record with the
+// binding, conditioned on that version.
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
 	s := readState(cs)
 	if s == nil || !s.mig || s.as == nil {
@@ -609,8 +607,8 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		s.as = as
 	}
 	// The scheduler's copy of the pod may lag behind its own status
-	// writes: read the pod, and write the record to that version only if
-	// it still asks for what was decided.
+	// writes: read the pod, and bind that version only if it still asks
+	// for what was decided.
 	cur, err := p.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("schedplugin: read pod %s/%s: %w", pod.Namespace, pod.Name, err))
@@ -622,19 +620,37 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: pod %s/%s changed its MIG request", ErrPodChanged, pod.Namespace, pod.Name))
 	}
 	s.value = reservation.EncodeString(schedule.Allocations(s.as))
-	annotated, err := p.patch(ctx, cur, map[string]any{
-		reservation.AnnotationKey: s.value,
-		kube.BindTimeAnnotation:   strconv.FormatInt(p.opts.Clock.Now().Unix(), 10),
-	})
-	if err != nil {
-		// Even if the patch was applied, an unbound pod's record occupies
-		// nothing, and the next binding overwrites it.
+	s.bindTime = strconv.FormatInt(p.opts.Clock.Now().Unix(), 10)
+	s.read = cur
+	return nil
+}
+
+// Bind binds a MIG pod with its record in one write: a pods/binding call
+// whose Binding carries the hami.io/vgpu-mig-allocations record and the
+// bind time as annotations, with the UID and resourceVersion PreBind read
+// as preconditions. The API server merges the annotations into the pod
+// atomically with nodeName and PodScheduled, so a pod that arrives on the
+// node scheduled carries the record this plugin decided, not one its
+// owner wrote meanwhile (the extender binds the same way). Other pods are
+// left to the profile's next binder.
+func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
+	s := readState(cs)
+	if s == nil || !s.mig || s.as == nil || s.read == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.read.Namespace, Name: s.read.Name, UID: s.read.UID,
+			ResourceVersion: s.read.ResourceVersion,
+			Annotations:     map[string]string{reservation.AnnotationKey: s.value, kube.BindTimeAnnotation: s.bindTime}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	s.tried = true
+	if err := p.client.CoreV1().Pods(b.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
 		if apierrors.IsConflict(err) {
 			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: %v", ErrPodChanged, err))
 		}
-		return fwk.AsStatus(fmt.Errorf("schedplugin: write the reservation record of pod %s/%s: %w", pod.Namespace, pod.Name, err))
+		return fwk.AsStatus(fmt.Errorf("schedplugin: bind pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err))
 	}
-	s.annotated = annotated
 	return nil
 }
 
@@ -650,23 +666,6 @@ func (p *Plugin) readNode(ctx context.Context, node string) error {
 		}
 		return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != node }), nil
 	})
-}
-
-// patch merges annotations into pod, conditioned on its resourceVersion
-// and UID.
-func (p *Plugin) patch(ctx context.Context, pod *corev1.Pod, annotations map[string]any) (*corev1.Pod, error) {
-	meta := map[string]any{"annotations": annotations}
-	if pod.ResourceVersion != "" {
-		meta["resourceVersion"] = pod.ResourceVersion
-	}
-	if pod.UID != "" {
-		meta["uid"] = pod.UID
-	}
-	body, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return nil, err
-	}
-	return p.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
 }
 
 // PostBind records the bind in the view, where the pod holds the node's

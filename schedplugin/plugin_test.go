@@ -163,8 +163,8 @@ func (e *env) cycle(t *testing.T, pod *corev1.Pod, nodes ...string) (fwk.CycleSt
 	return cs, kept, statuses
 }
 
-// schedule runs a whole cycle and binding cycle of pod onto node, binding
-// through the API as the default binder does.
+// schedule runs a whole cycle and binding cycle of pod onto node; the
+// plugin binds.
 func (e *env) schedule(t *testing.T, pod *corev1.Pod, node string) *corev1.Pod {
 	t.Helper()
 	cs, kept, statuses := e.cycle(t, pod, node)
@@ -173,10 +173,7 @@ func (e *env) schedule(t *testing.T, pod *corev1.Pod, node string) *corev1.Pod {
 	_, st := e.pl.PreBindPreFlight(e.ctx, cs, pod, node)
 	require.True(t, st.IsSuccess())
 	require.True(t, e.pl.PreBind(e.ctx, cs, pod, node).IsSuccess())
-	require.NoError(t, e.client.CoreV1().Pods(pod.Namespace).Bind(e.ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
-	}, metav1.CreateOptions{}))
+	require.True(t, e.pl.Bind(e.ctx, cs, pod, node).IsSuccess())
 	e.pl.PostBind(e.ctx, cs, pod, node)
 	out, err := e.client.CoreV1().Pods(pod.Namespace).Get(e.ctx, pod.Name, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -289,10 +286,7 @@ func TestHintPodDelete(t *testing.T) {
 	require.Contains(t, kept, "n1")
 	require.True(t, e.pl.Reserve(e.ctx, cs, whole, "n1").IsSuccess())
 	require.True(t, e.pl.PreBind(e.ctx, cs, whole, "n1").IsSuccess())
-	require.NoError(t, e.client.CoreV1().Pods("default").Bind(e.ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "whole", UID: whole.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: "n1"},
-	}, metav1.CreateOptions{}))
+	require.True(t, e.pl.Bind(e.ctx, cs, whole, "n1").IsSuccess())
 	e.pl.Unreserve(e.ctx, cs, whole, "n1") // the binding cycle failed, but the bind applied
 	assumed := whole.DeepCopy()
 	assumed.Spec.NodeName = "n1"
@@ -397,19 +391,18 @@ func TestHintNodeChange(t *testing.T) {
 	}
 }
 
-// Unreserve after PreBind wrote the record removes the record (the pod is
-// still the version the patch left) and forgets the assumption; the node
-// is free again.
-func TestUnreserveRemovesRecord(t *testing.T) {
+// PreBind writes nothing: Unreserve after it forgets the assumption, the
+// pod carries no record, and the node is free again.
+func TestUnreserveAfterPreBind(t *testing.T) {
 	e := newEnv(t, schedplugin.Options{})
 	pod := e.create(t, migPod("a", "4000"))
 	cs, kept, _ := e.cycle(t, pod, "n1")
 	require.Contains(t, kept, "n1")
 	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
 	require.True(t, e.pl.PreBind(e.ctx, cs, pod, "n1").IsSuccess())
-	annotated, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+	read, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
 	require.NoError(t, err)
-	require.Contains(t, annotated.Annotations, reservation.AnnotationKey)
+	require.NotContains(t, read.Annotations, reservation.AnnotationKey, "the record goes with the binding")
 
 	e.pl.Unreserve(e.ctx, cs, pod, "n1")
 	cur, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
@@ -429,10 +422,7 @@ func TestUnreserveKeepsAppliedBind(t *testing.T) {
 	cs, _, _ := e.cycle(t, pod, "n1")
 	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
 	require.True(t, e.pl.PreBind(e.ctx, cs, pod, "n1").IsSuccess())
-	require.NoError(t, e.client.CoreV1().Pods("default").Bind(e.ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a", UID: pod.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: "n1"},
-	}, metav1.CreateOptions{}))
+	require.True(t, e.pl.Bind(e.ctx, cs, pod, "n1").IsSuccess()) // applied; the cycle fails later
 
 	e.pl.Unreserve(e.ctx, cs, pod, "n1")
 	cur, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
@@ -548,6 +538,9 @@ func TestPreBindReadsThePod(t *testing.T) {
 
 			st := e.pl.PreBind(e.ctx, cs, pod, "n1")
 			assert.Equal(t, tc.want, st.Code(), "%v", st)
+			if st.IsSuccess() {
+				require.True(t, e.pl.Bind(e.ctx, cs, pod, "n1").IsSuccess(), "bound on the version PreBind read")
+			}
 			got, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
 			require.NoError(t, err)
 			_, written := got.Annotations[reservation.AnnotationKey]
@@ -584,4 +577,38 @@ func TestHintPodReleased(t *testing.T) {
 	got, err = hint(klog.Background(), b, deleting, ended)
 	require.NoError(t, err)
 	assert.Equal(t, fwk.Queue, got, "released")
+}
+
+// The binding carries the record: an owner who writes the pod between
+// PreBind and Bind (here a forged record) makes the binding fail on its
+// version, so the pod never arrives scheduled with a record the plugin did
+// not write; Unreserve then forgets the assumption.
+func TestBindCarriesTheRecord(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pod := e.create(t, migPod("a", "4000"))
+	cs, kept, _ := e.cycle(t, pod, "n1")
+	require.Contains(t, kept, "n1")
+	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
+	require.True(t, e.pl.PreBind(e.ctx, cs, pod, "n1").IsSuccess())
+
+	cur, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+	require.NoError(t, err)
+	forged := `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-00000000-0000-4000-8000-000000000000","profile":"1g.5gb","placement":{"start":0,"size":1}}]`
+	cur.Annotations[reservation.AnnotationKey] = forged
+	_, err = e.client.CoreV1().Pods("default").Update(e.ctx, cur, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	st := e.pl.Bind(e.ctx, cs, pod, "n1")
+	assert.Equal(t, fwk.Unschedulable, st.Code(), "%v", st)
+	e.pl.Unreserve(e.ctx, cs, pod, "n1")
+	got, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, got.Spec.NodeName, "not bound with the forged record")
+	_, _, held := e.pl.View().Ledger().Pod("uid-a")
+	assert.False(t, held)
+
+	// A non-MIG pod is left to the next binder.
+	plain := e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "uid-p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}})
+	assert.Equal(t, fwk.Skip, e.pl.Bind(e.ctx, framework.NewCycleState(), plain, "n1").Code())
 }
