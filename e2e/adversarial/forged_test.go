@@ -1,7 +1,10 @@
 package adversarial_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -55,9 +58,8 @@ func scheduledOnly(record []reservation.Allocation) []reservation.Allocation {
 //   - a pod whose record is v's reservation without the identity;
 //   - a pod with nodeName and an old bind-time but no record;
 //   - and a pod created after a second victim w with w's reservation and
-//     a bind-time older than w's, in the window between the extender's
-//     two calls for w: after it wrote w's record and before it bound w,
-//     so that the copy reaches the node (and the device plugin's pod
+//     a bind-time older than w's, while the extender's binding of w (which
+//     carries w's record) is on its way, so that the copy reaches the node (and the device plugin's pod
 //     source) before w does; it is admitted after w, as the kubelet
 //     orders admission (creation time).
 //
@@ -80,7 +82,8 @@ func scheduledOnly(record []reservation.Allocation) []reservation.Allocation {
 // time, and neither is realized.
 func TestForgedRecordsCaptureNothing(t *testing.T) {
 	// The forger acts inside the extender's Bind: before the extender's
-	// pods/binding call for victim-w, the forger reads w's record, creates
+	// pods/binding call for victim-w, the forger takes w's record from it
+	// (w itself carries none until the binding lands), creates
 	// ahead-of-w with it and the node preset, and waits until the device
 	// plugin has run maintenance passes (so its pod source holds the copy)
 	// before the binding goes on.
@@ -97,14 +100,30 @@ func TestForgedRecordsCaptureNothing(t *testing.T) {
 				if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/pods/victim-w/binding") || !armed.CompareAndSwap(true, false) {
 					return
 				}
-				w, err := e.admin.CoreV1().Pods(namespace).Get(r.Context(), "victim-w", metav1.GetOptions{})
-				if err != nil || w.Annotations[reservation.AnnotationKey] == "" || w.Spec.NodeName != "" {
-					forgeErr.Store("victim-w is not annotated and unbound before its binding")
+				// The record travels in the binding itself, so no read of
+				// w shows it before w is bound: the forger here knows it
+				// anyway (as one who predicted the extender's placement
+				// would), from the binding request on its way.
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					forgeErr.Store("reading w's binding request: " + err.Error())
 					return
 				}
-				allocs, err := kube.PodAllocations(w)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+				var binding corev1.Binding
+				if err := json.Unmarshal(body, &binding); err != nil {
+					forgeErr.Store("w's binding request is not JSON: " + err.Error())
+					return
+				}
+				w, err := e.admin.CoreV1().Pods(namespace).Get(r.Context(), "victim-w", metav1.GetOptions{})
+				if err != nil || w.Spec.NodeName != "" || w.Annotations[reservation.AnnotationKey] != "" {
+					forgeErr.Store("victim-w is bound, or carries a record, before its binding")
+					return
+				}
+				allocs, err := reservation.DecodeString(binding.Annotations[reservation.AnnotationKey])
 				if err != nil {
-					forgeErr.Store("victim-w's record: " + err.Error())
+					forgeErr.Store("the record in w's binding: " + err.Error())
 					return
 				}
 				forge("ahead-of-w", scheduledOnly(allocs))
