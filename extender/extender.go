@@ -356,13 +356,9 @@ func (e *Extender) filterPlain(args Args, names []string) FilterResult {
 }
 
 // blocker returns the pod (namespace/name, or UID for a bind in flight)
-// that keeps the pod uid with request req off node, or "". A claim younger
-// than the lock timeout blocks every other MIG pod; an older one is
-// reported once and blocks only pods the device plugin could confuse with
-// it: pods with a container requesting as many devices as one of the
-// claim's unrealized containers holds, since the device plugin matches an
-// Allocate to the earliest-created pod's unrealized container of that
-// size (by resource limit; creation time is server-set).
+// that keeps the pod uid with request req off node, or "": a MIG pod being
+// bound there, or a claim [kube.Blocking] finds (a stale one is reported
+// once).
 func (e *Extender) blocker(ctx context.Context, node, uid string, req *placement.Request) string {
 	e.mu.Lock()
 	inflight := e.binding[node]
@@ -370,29 +366,11 @@ func (e *Extender) blocker(ctx context.Context, node, uid string, req *placement
 	if inflight != "" && inflight != uid {
 		return "pod " + inflight + " (being bound)"
 	}
-	now := e.opts.Clock.Now()
-	for _, c := range e.view.Claims(node) {
-		if c.Pod.UID == uid {
-			continue
-		}
-		if now.Sub(c.Since) < e.opts.LockTimeout {
-			return c.Pod.String()
-		}
-		e.reportStale(ctx, node, c)
-		if confusable(c.Pending, req) {
-			return c.Pod.String()
-		}
+	stale := func(c kube.NodeClaim) { e.reportStale(ctx, node, c) }
+	if c, ok := kube.Blocking(e.view.Claims(node), uid, req, e.opts.Clock.Now(), e.opts.LockTimeout, stale); ok {
+		return c.Pod.String()
 	}
 	return ""
-}
-
-func confusable(pending []int, req *placement.Request) bool {
-	for _, c := range req.Containers {
-		if c.Devices > 0 && slices.Contains(pending, c.Devices) {
-			return true
-		}
-	}
-	return false
 }
 
 // reportStale reports a claim past the lock timeout once: a warning event

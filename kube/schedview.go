@@ -703,6 +703,44 @@ type NodeClaim struct {
 	Ours bool
 }
 
+// Blocking returns the claim among a node's claims ([SchedulerView.Claims])
+// that keeps the pod uid, asking for req, off the node, and whether there
+// is one: a claim younger than timeout blocks every other MIG pod; an
+// older one is stale, handed to stale (when not nil), and blocks only a
+// pod the device plugin could confuse with it: one with a container
+// requesting as many devices as one of the claim's unrealized containers
+// holds, since the device plugin matches an Allocate to the
+// earliest-created pod's unrealized container of that size. The pod's own
+// claim never blocks it.
+func Blocking(claims []NodeClaim, uid string, req *placement.Request, now time.Time, timeout time.Duration, stale func(NodeClaim)) (NodeClaim, bool) {
+	for _, c := range claims {
+		if c.Pod.UID == uid {
+			continue
+		}
+		if now.Sub(c.Since) < timeout {
+			return c, true
+		}
+		if stale != nil {
+			stale(c)
+		}
+		if c.confusable(req) {
+			return c, true
+		}
+	}
+	return NodeClaim{}, false
+}
+
+// confusable reports whether the device plugin could match an Allocate of
+// req's pod to one of the claim's unrealized containers.
+func (c NodeClaim) confusable(req *placement.Request) bool {
+	for _, rc := range req.Containers {
+		if rc.Devices > 0 && slices.Contains(c.Pending, rc.Devices) {
+			return true
+		}
+	}
+	return false
+}
+
 // Claims returns the node's claims, earliest created first (then by UID):
 // pods bound through [SchedulerView.Bound], and pods that provably request
 // the MIG resource with entries on the node's GPUs (trusted entries only,

@@ -395,3 +395,44 @@ func TestSchedulerViewAdmittedPodClaimsNothing(t *testing.T) {
 		})
 	}
 }
+
+// Blocking: a young claim blocks every other pod; a stale one is reported
+// and blocks only a pod with a container of one of its pending sizes; the
+// pod's own claim never blocks it.
+func TestBlocking(t *testing.T) {
+	now := time.Unix(1000, 0)
+	young := kube.NodeClaim{Pod: reservation.PodRef{UID: "young"}, Since: now.Add(-time.Second), Pending: []int{1}}
+	old := kube.NodeClaim{Pod: reservation.PodRef{UID: "old"}, Since: now.Add(-time.Hour), Pending: []int{2}}
+	req := func(devices ...int) *placement.Request {
+		r := &placement.Request{}
+		for _, d := range devices {
+			r.Containers = append(r.Containers, placement.ContainerRequest{Devices: d})
+		}
+		return r
+	}
+	tests := []struct {
+		name   string
+		claims []kube.NodeClaim
+		uid    string
+		req    *placement.Request
+		want   string // UID of the blocking claim, "" for none
+		stale  []string
+	}{
+		{name: "none", req: req(1)},
+		{name: "young blocks all", claims: []kube.NodeClaim{young}, uid: "p", req: req(3), want: "young"},
+		{name: "own claim", claims: []kube.NodeClaim{young}, uid: "young", req: req(1)},
+		{name: "stale, other size", claims: []kube.NodeClaim{old}, uid: "p", req: req(1, 3), stale: []string{"old"}},
+		{name: "stale, confusable", claims: []kube.NodeClaim{old}, uid: "p", req: req(1, 2), want: "old", stale: []string{"old"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stale []string
+			c, ok := kube.Blocking(tt.claims, tt.uid, tt.req, now, time.Minute, func(c kube.NodeClaim) { stale = append(stale, c.Pod.UID) })
+			assert.Equal(t, tt.want != "", ok)
+			assert.Equal(t, tt.want, c.Pod.UID)
+			assert.Equal(t, tt.stale, stale)
+		})
+	}
+	_, ok := kube.Blocking([]kube.NodeClaim{old}, "p", req(2), now, time.Minute, nil)
+	assert.True(t, ok, "a nil stale reporter is allowed")
+}

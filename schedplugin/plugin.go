@@ -369,35 +369,14 @@ func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.R
 	if inflight != "" && inflight != uid {
 		return "pod " + inflight + " (being bound)"
 	}
-	claims := p.view.Claims(node)
-	if len(claims) == 0 {
-		return ""
+	var stale func(kube.NodeClaim)
+	if report {
+		stale = func(c kube.NodeClaim) { p.reportStale(ctx, node, c) }
 	}
-	now := p.opts.Clock.Now()
-	for _, c := range claims {
-		if c.Pod.UID == uid {
-			continue
-		}
-		if now.Sub(c.Since) < p.opts.LockTimeout {
-			return c.Pod.String()
-		}
-		if report {
-			p.reportStale(ctx, node, c)
-		}
-		if confusable(c.Pending, req) {
-			return c.Pod.String()
-		}
+	if c, ok := kube.Blocking(p.view.Claims(node), uid, req, p.opts.Clock.Now(), p.opts.LockTimeout, stale); ok {
+		return c.Pod.String()
 	}
 	return ""
-}
-
-func confusable(pending []int, req *placement.Request) bool {
-	for _, c := range req.Containers {
-		if c.Devices > 0 && slices.Contains(pending, c.Devices) {
-			return true
-		}
-	}
-	return false
 }
 
 // reportStale records a warning event on a claim's pod the first time it
