@@ -10,7 +10,7 @@ import (
 
 // ErrNotRunning: [Plugin.SetAllowlist] was called before the plugin was
 // ready ([Plugin.Ready]).
-var ErrNotRunning = errors.New("plugin: not running")
+var ErrNotRunning = errors.New("deviceplugin: not running")
 
 // SetAllowlist changes the profile policy: it validates a, discovers the
 // GPUs again with it, publishes the new node registration and re-sends the
@@ -30,7 +30,7 @@ func (p *Plugin) SetAllowlist(ctx context.Context, a capability.Allowlist) error
 	}
 	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, a)
 	if err != nil {
-		return fmt.Errorf("plugin: discovery: %w", err)
+		return fmt.Errorf("deviceplugin: discovery: %w", err)
 	}
 	for _, f := range report.Findings {
 		p.log.Info("discovery finding", "finding", f.String())

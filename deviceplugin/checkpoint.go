@@ -74,7 +74,7 @@ func (d HandedDevice) allocation() reservation.Allocation {
 }
 
 // ErrCheckpoint is matched by every [*CheckpointError].
-var ErrCheckpoint = errors.New("plugin: unreadable checkpoint")
+var ErrCheckpoint = errors.New("deviceplugin: unreadable checkpoint")
 
 // CheckpointError reports a checkpoint that cannot be read or trusted. The
 // plugin refuses to start on one rather than forget what it handed out:
@@ -88,7 +88,7 @@ type CheckpointError struct {
 }
 
 func (e *CheckpointError) Error() string {
-	msg := "plugin: checkpoint " + e.Path
+	msg := "deviceplugin: checkpoint " + e.Path
 	if e.Pod >= 0 {
 		msg += fmt.Sprintf(" pods[%d]", e.Pod)
 	}

@@ -20,7 +20,7 @@ import (
 // on a GPU the plugin reports unhealthy. Nothing is created; the kubelet
 // fails the pod's admission, and the scheduler, which reads the GPU
 // unhealthy from the node registration, places its replacement elsewhere.
-var ErrUnhealthyGPU = errors.New("plugin: GPU is unhealthy")
+var ErrUnhealthyGPU = errors.New("deviceplugin: GPU is unhealthy")
 
 // UnhealthyGPUError names the reservation entry refused with
 // [ErrUnhealthyGPU] and the health event that made the GPU unhealthy.
@@ -34,7 +34,7 @@ type UnhealthyGPUError struct {
 }
 
 func (e *UnhealthyGPUError) Error() string {
-	return fmt.Sprintf("plugin: pod %s container %d device %d: GPU %d (%s) is unhealthy (%v): no new MIG instance is created on it",
+	return fmt.Sprintf("deviceplugin: pod %s container %d device %d: GPU %d (%s) is unhealthy (%v): no new MIG instance is created on it",
 		e.Pod, e.ContainerIndex, e.DeviceIndex, e.GPU, e.GPUUUID, e.Why)
 }
 
@@ -210,7 +210,7 @@ func (p *Plugin) publish(ctx context.Context) error {
 	gpus := p.health.markGPUs(p.gpus)
 	p.mu.Unlock()
 	if _, err := p.publisher.PublishGPUs(ctx, gpus); err != nil {
-		return fmt.Errorf("plugin: publish node registration: %w", err)
+		return fmt.Errorf("deviceplugin: publish node registration: %w", err)
 	}
 	return nil
 }

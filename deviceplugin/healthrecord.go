@@ -21,7 +21,7 @@ import (
 const HealthRecordAnnotation = "dynmig.io/gpu-health"
 
 // ErrHealthRecord: the node's [HealthRecordAnnotation] cannot be read.
-var ErrHealthRecord = errors.New("plugin: invalid GPU health record")
+var ErrHealthRecord = errors.New("deviceplugin: invalid GPU health record")
 
 // HealthRecordError names what of a health record cannot be read: the
 // GPU entry (its position, -1 for the record as a whole) and the field.
@@ -39,7 +39,7 @@ func (e *HealthRecordError) Error() string {
 	if e.Field != "" {
 		where += "." + e.Field
 	}
-	return fmt.Sprintf("plugin: annotation %s: %s: %v", HealthRecordAnnotation, where, e.Err)
+	return fmt.Sprintf("deviceplugin: annotation %s: %s: %v", HealthRecordAnnotation, where, e.Err)
 }
 
 // Unwrap returns [ErrHealthRecord] and the cause.
@@ -136,7 +136,7 @@ func (g GPUHealthRecord) event(gpu int) realize.HealthEvent {
 func (p *Plugin) restoreHealth(ctx context.Context) error {
 	node, err := p.cfg.Client.CoreV1().Nodes().Get(ctx, p.cfg.Node, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("plugin: read node %q for its GPU health record: %w", p.cfg.Node, err)
+		return fmt.Errorf("deviceplugin: read node %q for its GPU health record: %w", p.cfg.Node, err)
 	}
 	v, ok := node.Annotations[HealthRecordAnnotation]
 	if !ok {
@@ -203,7 +203,7 @@ func (p *Plugin) syncHealthRecord(ctx context.Context) error {
 	defer p.health.recMu.Unlock()
 	node, err := p.cfg.Client.CoreV1().Nodes().Get(ctx, p.cfg.Node, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("plugin: read node %q for its GPU health record: %w", p.cfg.Node, err)
+		return fmt.Errorf("deviceplugin: read node %q for its GPU health record: %w", p.cfg.Node, err)
 	}
 	cur, present := node.Annotations[HealthRecordAnnotation]
 	if rec, err := DecodeHealthRecord(cur); !present || err == nil {
@@ -235,7 +235,7 @@ func (p *Plugin) syncHealthRecord(ctx context.Context) error {
 	}
 	if patch != nil {
 		if _, err := p.cfg.Client.CoreV1().Nodes().Patch(ctx, p.cfg.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("plugin: write the GPU health record of node %q: %w", p.cfg.Node, err)
+			return fmt.Errorf("deviceplugin: write the GPU health record of node %q: %w", p.cfg.Node, err)
 		}
 	}
 	p.health.recorded = map[string]bool{}

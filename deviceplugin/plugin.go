@@ -36,7 +36,7 @@ const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 
 // ErrNoPendingPod: no pod on the node has a container, not realized yet,
 // that requests the number of devices in the Allocate.
-var ErrNoPendingPod = errors.New("plugin: no pending MIG pod matches the allocation")
+var ErrNoPendingPod = errors.New("deviceplugin: no pending MIG pod matches the allocation")
 
 // Config configures a [Plugin].
 type Config struct {
@@ -158,11 +158,11 @@ const DefaultSchedulerName = "dynmig-scheduler"
 func New(cfg Config) (*Plugin, error) {
 	switch {
 	case cfg.Node == "":
-		return nil, errors.New("plugin: Config.Node is required")
+		return nil, errors.New("deviceplugin: Config.Node is required")
 	case cfg.Client == nil:
-		return nil, errors.New("plugin: Config.Client is required")
+		return nil, errors.New("deviceplugin: Config.Client is required")
 	case cfg.Hardware == nil:
-		return nil, errors.New("plugin: Config.Hardware is required")
+		return nil, errors.New("deviceplugin: Config.Hardware is required")
 	}
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = string(kube.ResourceGPU)
@@ -260,14 +260,14 @@ func (p *Plugin) Run(ctx context.Context) error {
 	wg.Go(p.events.Start(ctx))
 	wg.Go(func() { _ = p.source.Run(ctx) })
 	if !p.source.WaitForSync(ctx) {
-		return fmt.Errorf("plugin: pod cache of node %q never synced: %w", p.cfg.Node, ctx.Err())
+		return fmt.Errorf("deviceplugin: pod cache of node %q never synced: %w", p.cfg.Node, ctx.Err())
 	}
 	if err := p.guard.Check(ctx); err != nil {
 		return err
 	}
 	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, p.cfg.Allowlist)
 	if err != nil {
-		return fmt.Errorf("plugin: discovery: %w", err)
+		return fmt.Errorf("deviceplugin: discovery: %w", err)
 	}
 	for _, f := range report.Findings {
 		p.log.Info("discovery finding", "finding", f.String())
@@ -350,11 +350,11 @@ func (p *Plugin) watchSocket(ctx context.Context, wg *sync.WaitGroup, srv **grpc
 func (p *Plugin) serve(wg *sync.WaitGroup) (*grpc.Server, error) {
 	path := p.SocketPath()
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("plugin: remove stale socket: %w", err)
+		return nil, fmt.Errorf("deviceplugin: remove stale socket: %w", err)
 	}
 	lis, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("plugin: listen: %w", err)
+		return nil, fmt.Errorf("deviceplugin: listen: %w", err)
 	}
 	srv := grpc.NewServer()
 	v1beta1.RegisterDevicePluginServer(srv, p)
@@ -365,7 +365,7 @@ func (p *Plugin) serve(wg *sync.WaitGroup) (*grpc.Server, error) {
 func (p *Plugin) register(ctx context.Context) error {
 	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return fmt.Errorf("plugin: dial kubelet: %w", err)
+		return fmt.Errorf("deviceplugin: dial kubelet: %w", err)
 	}
 	defer conn.Close()
 	_, err = v1beta1.NewRegistrationClient(conn).Register(ctx, &v1beta1.RegisterRequest{
@@ -375,7 +375,7 @@ func (p *Plugin) register(ctx context.Context) error {
 		Options:      &v1beta1.DevicePluginOptions{},
 	})
 	if err != nil {
-		return fmt.Errorf("plugin: register with kubelet: %w", err)
+		return fmt.Errorf("deviceplugin: register with kubelet: %w", err)
 	}
 	return nil
 }
@@ -520,7 +520,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 		Pod: c.view, ContainerIndex: ci, Snapshot: p.snapshot(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("plugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
+		return nil, fmt.Errorf("deviceplugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
 	}
 	entries := make([]reservation.Allocation, len(res.Devices))
 	uuids := make([]string, len(res.Devices))
@@ -534,7 +534,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	// Recorded before the kubelet gets them: who was handed an instance
 	// is never inferred.
 	if err := p.record.handOut(pod.UID, res.Devices); err != nil {
-		return nil, fmt.Errorf("plugin: pod %s/%s container %d: write the checkpoint: %w", pod.Namespace, pod.Name, ci, err)
+		return nil, fmt.Errorf("deviceplugin: pod %s/%s container %d: write the checkpoint: %w", pod.Namespace, pod.Name, ci, err)
 	}
 	name := ""
 	if cont := kube.ContainerAt(pod, ci); cont != nil {
@@ -581,7 +581,7 @@ func (p *Plugin) resolve(ctx context.Context, n int) (candidate, error) {
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", p.cfg.Node).String(),
 	})
 	if err != nil {
-		return candidate{}, fmt.Errorf("plugin: list pods of node %q: %w", p.cfg.Node, err)
+		return candidate{}, fmt.Errorf("deviceplugin: list pods of node %q: %w", p.cfg.Node, err)
 	}
 	pods = pods[:0]
 	for i := range list.Items {

@@ -17,12 +17,12 @@ import (
 // ErrAmbiguous: more than one pod could be the one the kubelet is
 // admitting. The plugin fails the Allocate rather than guess; the kubelet
 // then reports an admission error for the pod, which is safe.
-var ErrAmbiguous = errors.New("plugin: cannot tell which pod the kubelet is admitting")
+var ErrAmbiguous = errors.New("deviceplugin: cannot tell which pod the kubelet is admitting")
 
 // ErrUnreserved: the container the kubelet is admitting requests the
 // plugin's resource but has no reservation (or an incomplete one) in its
 // hami.io/vgpu-mig-allocations record: a pod bound without the scheduler.
-var ErrUnreserved = errors.New("plugin: the admitted container has no reservation")
+var ErrUnreserved = errors.New("deviceplugin: the admitted container has no reservation")
 
 // AmbiguousError names the pods an Allocate could not choose between. It
 // matches [ErrAmbiguous].
@@ -32,7 +32,7 @@ type AmbiguousError struct {
 }
 
 func (e *AmbiguousError) Error() string {
-	return fmt.Sprintf("plugin: %d pods created at the same time each have a container requesting %d devices: %s",
+	return fmt.Sprintf("deviceplugin: %d pods created at the same time each have a container requesting %d devices: %s",
 		len(e.Candidates), e.Devices, strings.Join(e.Candidates, ", "))
 }
 

@@ -107,7 +107,7 @@ func (v *verifier) compare(resource string, list *podresourcesv1.ListPodResource
 }
 
 // ErrPodResources: the kubelet's PodResources API could not be listed.
-var ErrPodResources = errors.New("plugin: kubelet PodResources API")
+var ErrPodResources = errors.New("deviceplugin: kubelet PodResources API")
 
 // VerifyAssignments lists the kubelet's PodResources API (v1 List over
 // Config.PodResourcesSocket) and checks that every device ID this plugin

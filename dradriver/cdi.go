@@ -94,7 +94,7 @@ func ClaimSpecWith(claimUID string, devs []CDIDevice, common []DeviceNode) (*cdi
 	for _, d := range devs {
 		name := cdiName(claimUID, d.Device)
 		if err := parser.ValidateDeviceName(name); err != nil {
-			return nil, nil, fmt.Errorf("driver: CDI device for claim %s device %s: %w", claimUID, d.Device, err)
+			return nil, nil, fmt.Errorf("dradriver: CDI device for claim %s device %s: %w", claimUID, d.Device, err)
 		}
 		req, _, _ := strings.Cut(d.Request, "/")
 		spec.Devices = append(spec.Devices, cdispec.Device{
@@ -139,7 +139,7 @@ func (w *cdiWriter) write(claimUID string, devs []CDIDevice, common []DeviceNode
 		return nil, err
 	}
 	if err := w.cache.WriteSpec(spec, specName(claimUID)+".json"); err != nil {
-		return nil, fmt.Errorf("driver: write CDI spec of claim %s: %w", claimUID, err)
+		return nil, fmt.Errorf("dradriver: write CDI spec of claim %s: %w", claimUID, err)
 	}
 	return ids, nil
 }
@@ -147,7 +147,7 @@ func (w *cdiWriter) write(claimUID string, devs []CDIDevice, common []DeviceNode
 // remove deletes the claim's spec file; a missing one is not an error.
 func (w *cdiWriter) remove(claimUID string) error {
 	if err := w.cache.RemoveSpec(specName(claimUID) + ".json"); err != nil {
-		return fmt.Errorf("driver: remove CDI spec of claim %s: %w", claimUID, err)
+		return fmt.Errorf("dradriver: remove CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
 }

@@ -109,7 +109,7 @@ func (c Checkpoint) Holds(p Partition, except string) (*PreparedClaim, *Prepared
 }
 
 // ErrCheckpoint is wrapped by every [*CheckpointError].
-var ErrCheckpoint = errors.New("driver: unreadable checkpoint")
+var ErrCheckpoint = errors.New("dradriver: unreadable checkpoint")
 
 // CheckpointError reports a checkpoint file that cannot be read or
 // trusted. The driver refuses to start on one rather than forget what it
@@ -123,7 +123,7 @@ type CheckpointError struct {
 }
 
 func (e *CheckpointError) Error() string {
-	msg := "driver: checkpoint " + e.Path
+	msg := "dradriver: checkpoint " + e.Path
 	if e.Claim >= 0 {
 		msg += fmt.Sprintf(" claims[%d]", e.Claim)
 	}
@@ -187,7 +187,7 @@ func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 // devices do not fit it (a completed claim's device without admin access
 // and without a runtime identity, a started claim's or an admin-access
 // device with one).
-var ErrCheckpointState = errors.New("driver: checkpointed claim state does not fit its devices")
+var ErrCheckpointState = errors.New("dradriver: checkpointed claim state does not fit its devices")
 
 // DecodeCheckpoint parses a checkpoint file's content, version 2 or 1 (a
 // version 1 claim is PrepareCompleted). Unknown fields, another version,

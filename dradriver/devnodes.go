@@ -42,7 +42,7 @@ type NodeSource interface {
 }
 
 // ErrDeviceNodes: the device nodes of a device could not be found.
-var ErrDeviceNodes = errors.New("driver: cannot find device nodes")
+var ErrDeviceNodes = errors.New("dradriver: cannot find device nodes")
 
 // DeviceNodeError names the file [ErrDeviceNodes] is about.
 type DeviceNodeError struct {
@@ -51,7 +51,7 @@ type DeviceNodeError struct {
 }
 
 func (e *DeviceNodeError) Error() string {
-	return "driver: device nodes: " + e.Path + ": " + e.Err.Error()
+	return "dradriver: device nodes: " + e.Path + ": " + e.Err.Error()
 }
 
 // Unwrap returns [ErrDeviceNodes] and the cause.

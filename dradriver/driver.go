@@ -26,20 +26,20 @@ import (
 )
 
 // ErrConfig reports a [Config] the driver cannot run with.
-var ErrConfig = errors.New("driver: invalid configuration")
+var ErrConfig = errors.New("dradriver: invalid configuration")
 
 // ErrNotSetUp: a DRA call arrived before [Driver.Setup] finished.
-var ErrNotSetUp = errors.New("driver: not set up")
+var ErrNotSetUp = errors.New("dradriver: not set up")
 
 // ErrNotAllocated: the claim handed to PrepareResourceClaims has no device
 // of this driver in this node's pool.
-var ErrNotAllocated = errors.New("driver: claim has no device allocated in this node's pool")
+var ErrNotAllocated = errors.New("dradriver: claim has no device allocated in this node's pool")
 
 // ErrUnhealthyGPU: a claim's device would need a new MIG instance on a GPU
 // whose health watch reported it unhealthy. Nothing is created; the
 // kubelet retries. The GPU publishes no devices while it is unhealthy, so
 // the scheduler places nothing new there.
-var ErrUnhealthyGPU = errors.New("driver: GPU is unhealthy")
+var ErrUnhealthyGPU = errors.New("dradriver: GPU is unhealthy")
 
 // ErrDeviceHeld: a claim's device overlaps a device that another
 // checkpointed claim still holds (it was not unprepared yet). Nothing is
@@ -48,7 +48,7 @@ var ErrUnhealthyGPU = errors.New("driver: GPU is unhealthy")
 // claim before the node has released it (a force-deleted pod whose
 // container still runs, kubernetes/kubernetes#141471): the driver is the
 // last line of defence against two workloads on one device.
-var ErrDeviceHeld = errors.New("driver: device is still held by another claim")
+var ErrDeviceHeld = errors.New("dradriver: device is still held by another claim")
 
 // DeviceHeldError names the device [ErrDeviceHeld] is about.
 type DeviceHeldError struct {
@@ -70,7 +70,7 @@ func (e *DeviceHeldError) Unwrap() error { return ErrDeviceHeld }
 // preparation, whose container may still run. Nothing is created or
 // destroyed; the kubelet retries, and the claim is prepared afresh once
 // the earlier preparation is unprepared.
-var ErrReallocated = errors.New("driver: claim re-allocated before its earlier preparation was unprepared")
+var ErrReallocated = errors.New("dradriver: claim re-allocated before its earlier preparation was unprepared")
 
 // ClaimError names the claim and device a preparation failed on.
 type ClaimError struct {
@@ -80,7 +80,7 @@ type ClaimError struct {
 }
 
 func (e *ClaimError) Error() string {
-	msg := "driver: claim " + e.Claim
+	msg := "dradriver: claim " + e.Claim
 	if e.Device != "" {
 		msg += " device " + e.Device
 	}
@@ -147,7 +147,7 @@ type Config struct {
 const bootIDFile = "/proc/sys/kernel/random/boot_id"
 
 // ErrBootID: the node's boot ID could not be read or is empty.
-var ErrBootID = errors.New("driver: cannot read the node's boot ID")
+var ErrBootID = errors.New("dradriver: cannot read the node's boot ID")
 
 func readBootID() (string, error) {
 	data, err := os.ReadFile(bootIDFile)
@@ -292,7 +292,7 @@ func (d *Driver) Setup(ctx context.Context) error {
 	ck.BootID = boot
 	sortClaims(ck.Claims)
 	if err := WriteCheckpoint(d.CheckpointPath(), ck); err != nil {
-		return fmt.Errorf("driver: write checkpoint: %w", err)
+		return fmt.Errorf("dradriver: write checkpoint: %w", err)
 	}
 	d.mu.Lock()
 	d.ck = ck
@@ -315,14 +315,14 @@ func (d *Driver) Rediscover(ctx context.Context) error {
 	d.mu.Unlock()
 	gpus, report, err := capability.Discover(ctx, d.cfg.Hardware, allow)
 	if err != nil {
-		return fmt.Errorf("driver: discovery: %w", err)
+		return fmt.Errorf("dradriver: discovery: %w", err)
 	}
 	for _, f := range report.Findings {
 		d.log.Info("discovery finding", "finding", f.String())
 	}
 	full, err := fullTables(ctx, d.cfg.Hardware)
 	if err != nil {
-		return fmt.Errorf("driver: discovery: %w", err)
+		return fmt.Errorf("dradriver: discovery: %w", err)
 	}
 	d.mu.Lock()
 	d.gpus, d.full = gpus, full
@@ -664,7 +664,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if !pd.AdminAccess {
 			rt, ok := byOwner[[2]int{pd.ContainerIndex, pd.DeviceIndex}]
 			if !ok {
-				return nil, &ClaimError{Claim: ref, Device: pd.Device, Err: fmt.Errorf("driver: the manager returned no instance for it")}
+				return nil, &ClaimError{Claim: ref, Device: pd.Device, Err: fmt.Errorf("dradriver: the manager returned no instance for it")}
 			}
 			pd.Runtime = rt
 			cdev.MIGUUID = rt.MIGUUID
@@ -742,7 +742,7 @@ func (d *Driver) updateCheckpoint(f func(*Checkpoint)) error {
 	f(&ck)
 	sortClaims(ck.Claims)
 	if err := WriteCheckpoint(d.CheckpointPath(), ck); err != nil {
-		return fmt.Errorf("driver: write checkpoint: %w", err)
+		return fmt.Errorf("dradriver: write checkpoint: %w", err)
 	}
 	d.mu.Lock()
 	d.ck = ck
@@ -813,7 +813,7 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	}
 	d.log.Error(msg, "err", err)
 	select {
-	case d.fatal <- fmt.Errorf("driver: %s: %w", msg, err):
+	case d.fatal <- fmt.Errorf("dradriver: %s: %w", msg, err):
 	default:
 	}
 }
@@ -926,7 +926,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("driver: claim informer never synced: %w", ctx.Err())
+				return fmt.Errorf("dradriver: claim informer never synced: %w", ctx.Err())
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
@@ -952,7 +952,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
-		return fmt.Errorf("driver: start kubelet plugin: %w", err)
+		return fmt.Errorf("dradriver: start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
 	d.pubMu.Lock()

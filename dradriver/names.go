@@ -28,7 +28,7 @@ func (p Partition) String() string {
 }
 
 // ErrDeviceName is wrapped by every [*DeviceNameError].
-var ErrDeviceName = errors.New("driver: malformed device name")
+var ErrDeviceName = errors.New("dradriver: malformed device name")
 
 // DeviceNameError reports a device name that does not decode, or a
 // partition that has no device name.
@@ -38,7 +38,7 @@ type DeviceNameError struct {
 }
 
 func (e *DeviceNameError) Error() string {
-	return "driver: device name " + strconv.Quote(e.Name) + ": " + e.Reason
+	return "dradriver: device name " + strconv.Quote(e.Name) + ": " + e.Reason
 }
 
 // Unwrap returns [ErrDeviceName].

@@ -70,7 +70,7 @@ func counterSetName(index int) string { return "gpu-" + strconv.Itoa(index) }
 // ErrNotPublished: a device name decodes, but the node does not publish
 // that partition (unknown GPU, a profile the allowlist does not allow, a
 // placement the GPU's table does not list).
-var ErrNotPublished = errors.New("driver: device not published on this node")
+var ErrNotPublished = errors.New("dradriver: device not published on this node")
 
 // NotPublishedError names a partition [ErrNotPublished] is about.
 type NotPublishedError struct {
@@ -79,7 +79,7 @@ type NotPublishedError struct {
 }
 
 func (e *NotPublishedError) Error() string {
-	return "driver: device " + strconv.Quote(e.Device) + " is not published on this node: " + e.Reason
+	return "dradriver: device " + strconv.Quote(e.Device) + " is not published on this node: " + e.Reason
 }
 
 // Unwrap returns [ErrNotPublished].
@@ -199,26 +199,26 @@ func NewCatalogWith(node string, gpus []capability.GPU, opts CatalogOptions) (*C
 
 func (c *Catalog) addGPU(g capability.GPU, full *capability.GPU) error {
 	if !isUUIDName(g.UUID) {
-		return fmt.Errorf("driver: GPU %d: UUID %q is not \"GPU-\" and a lower-case UUID, so it cannot name devices", g.Index, g.UUID)
+		return fmt.Errorf("dradriver: GPU %d: UUID %q is not \"GPU-\" and a lower-case UUID, so it cannot name devices", g.Index, g.UUID)
 	}
 	if _, dup := c.byUUID[g.UUID]; dup {
-		return fmt.Errorf("driver: GPU %d: UUID %s listed twice", g.Index, g.UUID)
+		return fmt.Errorf("dradriver: GPU %d: UUID %s listed twice", g.Index, g.UUID)
 	}
 	grid, err := placement.NewGrid(&g)
 	if err != nil {
-		return fmt.Errorf("driver: GPU %d (%s): %w", g.Index, g.UUID, err)
+		return fmt.Errorf("dradriver: GPU %d (%s): %w", g.Index, g.UUID, err)
 	}
 	fullGrid := grid
 	if full != nil {
 		fg, err := fullGridOf(g, full, grid)
 		if err != nil {
-			c.findings = append(c.findings, fmt.Errorf("driver: GPU %d (%s): counters sized from the published table: %w", g.Index, g.UUID, err))
+			c.findings = append(c.findings, fmt.Errorf("dradriver: GPU %d (%s): counters sized from the published table: %w", g.Index, g.UUID, err))
 		} else {
 			fullGrid = fg
 		}
 	}
 	if fullGrid.Width()+3 > resourceapi.ResourceSliceMaxCountersPerCounterSet {
-		return fmt.Errorf("driver: GPU %d (%s): %d slots need more counters than a counter set holds", g.Index, g.UUID, fullGrid.Width())
+		return fmt.Errorf("dradriver: GPU %d (%s): %d slots need more counters than a counter set holds", g.Index, g.UUID, fullGrid.Width())
 	}
 	c.byUUID[g.UUID] = len(c.gpus)
 	c.gpus = append(c.gpus, catalogGPU{gpu: g, grid: grid, full: fullGrid})
@@ -321,7 +321,7 @@ func (c *Catalog) order(used map[string]placement.Occupancy) {
 			part := Partition{GPUUUID: g.gpu.UUID, Profile: pp.Profile, Placement: pp.Placement}
 			name, err := part.DeviceName()
 			if err != nil {
-				c.findings = append(c.findings, fmt.Errorf("driver: GPU %d: %w", g.gpu.Index, err))
+				c.findings = append(c.findings, fmt.Errorf("dradriver: GPU %d: %w", g.gpu.Index, err))
 				continue
 			}
 			list = append(list, ordered{

@@ -6,7 +6,7 @@ import "errors"
 // published its devices; [Driver.Ready] says so until [Driver.Run] has
 // synced its claim informer, run the first maintenance pass and started
 // the kubelet plugin.
-var ErrNotReady = errors.New("driver: not yet serving the kubelet")
+var ErrNotReady = errors.New("dradriver: not yet serving the kubelet")
 
 // Ready reports whether [Driver.Run] serves the kubelet: nil once its
 // claim informer synced, the first maintenance pass ran and the kubelet
