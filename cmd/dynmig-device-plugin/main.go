@@ -65,17 +65,9 @@ func main() {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
 	healthChecks := backend.HealthCheckFlags(fs)
 	common := cli.Register(fs)
-	if code, stop := cli.Parse(fs, os.Args[1:], os.Stderr); stop {
+	log, code, done := common.Start(fs, name, os.Args[1:], os.Stdout, os.Stderr)
+	if done {
 		os.Exit(code)
-	}
-	if common.ShowVersion {
-		_ = cli.PrintVersion(os.Stdout, name)
-		return
-	}
-	log, err := common.Logger(os.Stderr, name)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(cli.ExitUsage)
 	}
 	checks, err := healthChecks()
 	if err != nil {

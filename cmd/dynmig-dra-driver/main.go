@@ -59,17 +59,9 @@ func main() {
 	healthChecks := backend.HealthCheckFlags(fs)
 	deviceNodes := fs.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
 	common := cli.Register(fs)
-	if code, stop := cli.Parse(fs, os.Args[1:], os.Stderr); stop {
+	log, code, done := common.Start(fs, name, os.Args[1:], os.Stdout, os.Stderr)
+	if done {
 		os.Exit(code)
-	}
-	if common.ShowVersion {
-		_ = cli.PrintVersion(os.Stdout, name)
-		return
-	}
-	log, err := common.Logger(os.Stderr, name)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(cli.ExitUsage)
 	}
 	checks, err := healthChecks()
 	if err != nil {

@@ -53,17 +53,9 @@ func main() {
 	resource := fs.String("resource", string(kube.ResourceGPU), "the device plugin's extended resource (its -resource)")
 	skipFresh := fs.Bool("skip-fresh-node-read", false, "bind from the informer's view alone, without re-listing the node's pods from the API server (unsafe after a leadership change)")
 	common := cli.Register(fs)
-	if code, stop := cli.Parse(fs, os.Args[1:], os.Stderr); stop {
+	log, code, done := common.Start(fs, name, os.Args[1:], os.Stdout, os.Stderr)
+	if done {
 		os.Exit(code)
-	}
-	if common.ShowVersion {
-		_ = cli.PrintVersion(os.Stdout, name)
-		return
-	}
-	log, err := common.Logger(os.Stderr, name)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(cli.ExitUsage)
 	}
 	c.opts = extender.Options{LockTimeout: *lock, Resource: corev1.ResourceName(*resource), SkipFreshNodeRead: *skipFresh, Logger: log}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -194,3 +194,29 @@ func TestParse(t *testing.T) {
 		})
 	}
 }
+
+func TestStart(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stop   bool
+		stdout string
+	}{
+		{name: "runs", args: []string{"-log-format", "json"}, code: cli.ExitOK},
+		{name: "version", args: []string{"-version"}, code: cli.ExitOK, stop: true, stdout: "x "},
+		{name: "bad log format", args: []string{"-log-format", "xml"}, code: cli.ExitUsage, stop: true},
+		{name: "bad flag", args: []string{"-nope"}, code: cli.ExitUsage, stop: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("x", flag.ExitOnError)
+			f := cli.Register(fs)
+			var out bytes.Buffer
+			log, code, stop := f.Start(fs, "x", tt.args, &out, io.Discard)
+			if code != tt.code || stop != tt.stop || (log == nil) != stop || !strings.HasPrefix(out.String(), tt.stdout) {
+				t.Errorf("Start(%q) = %v, %d, %v, stdout %q", tt.args, log, code, stop, out.String())
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 )
 
 // Exit codes of every dynmig binary, the convention migctl documents.
@@ -33,4 +34,26 @@ func Parse(fs *flag.FlagSet, args []string, w io.Writer) (code int, stop bool) {
 		return ExitUsage, true
 	}
 	return ExitOK, false
+}
+
+// Start parses a binary's arguments into fs ([Parse]), prints the version
+// for -version, and returns the logger the common flags configure. When
+// stop is true the binary exits with code: after -h or -version (0), or a
+// usage error (64), reported on stderr.
+func (f *Flags) Start(fs *flag.FlagSet, name string, args []string, stdout, stderr io.Writer) (log *slog.Logger, code int, stop bool) {
+	if code, stop := Parse(fs, args, stderr); stop {
+		return nil, code, true
+	}
+	if f.ShowVersion {
+		if err := PrintVersion(stdout, name); err != nil {
+			return nil, ExitFailure, true
+		}
+		return nil, ExitOK, true
+	}
+	log, err := f.Logger(stderr, name)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, ExitUsage, true
+	}
+	return log, ExitOK, false
 }
