@@ -113,42 +113,27 @@ func serve(ctx context.Context, open func(context.Context) (realize.Realizer, fu
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	allow, applied, err := devconfig.Read(o.deviceConfig)
+	opened, err := devconfig.Open(ctx, o.deviceConfig, open)
 	if err != nil {
 		return err
 	}
-	hw, closeHW, err := open(ctx)
-	if err != nil {
-		return fmt.Errorf("open backend: %w", err)
-	}
-	defer closeHW()
-	// A config file is checked against the hardware; the built-in default
-	// is not refused (its findings are logged at discovery).
-	if o.deviceConfig != "" {
-		if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
-			return err
-		}
-	}
-	cfg.Hardware, cfg.Allowlist = hw, allow
+	defer opened.Close()
+	hw, applied := opened.Hardware, opened.Content
+	cfg.Hardware, cfg.Allowlist = hw, opened.Allowlist
 	p, err := deviceplugin.New(cfg)
 	if err != nil {
 		return err
 	}
-	if metricsAddr := o.metricsAddr; metricsAddr != "" {
-		// dynmig_gpu_healthy and dynmig_deviceplugin_allocation_mismatches_total.
-		reg, err := cli.NewRegistry(append(p.Collectors(), p.HealthCollector())...)
-		if err != nil {
-			return err
-		}
-		opsCtx, cancel := context.WithCancel(context.Background())
-		addr, stopOps, err := cli.ServeOps(opsCtx, metricsAddr, cli.Ops{Ready: ready(p), Registry: reg, Logger: log})
-		if err != nil {
-			cancel()
-			return fmt.Errorf("metrics address: %w", err)
-		}
-		opsListening(addr)
-		defer func() { cancel(); stopOps() }()
+	// dynmig_gpu_healthy and dynmig_deviceplugin_allocation_mismatches_total.
+	reg, err := cli.NewRegistry(append(p.Collectors(), p.HealthCollector())...)
+	if err != nil {
+		return err
 	}
+	stopOps, err := cli.StartOps(o.metricsAddr, cli.Ops{Ready: ready(p), Registry: reg, Logger: log}, opsListening)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	if o.deviceConfig == "" {
 		return p.Run(ctx)
 	}

@@ -117,41 +117,26 @@ func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config)
 // internal/devconfig: a refused config stops the start, and keeps the last
 // good one on reload).
 func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), o options, cfg dradriver.Config) error {
-	allow, applied, err := devconfig.Read(o.deviceConfig)
+	opened, err := devconfig.Open(ctx, o.deviceConfig, open)
 	if err != nil {
 		return err
 	}
-	hw, closeHW, err := open(ctx)
-	if err != nil {
-		return fmt.Errorf("open backend: %w", err)
-	}
-	defer closeHW()
-	// A config file is checked against the hardware; the built-in default
-	// is not refused (its findings are logged at discovery).
-	if o.deviceConfig != "" {
-		if _, err := devconfig.Check(ctx, o.deviceConfig, hw, allow); err != nil {
-			return err
-		}
-	}
-	cfg.Hardware, cfg.Allowlist = hw, allow
+	defer opened.Close()
+	hw, applied := opened.Hardware, opened.Content
+	cfg.Hardware, cfg.Allowlist = hw, opened.Allowlist
 	d, err := dradriver.New(cfg)
 	if err != nil {
 		return err
 	}
-	if o.metricsAddr != "" {
-		reg, err := cli.NewRegistry()
-		if err != nil {
-			return err
-		}
-		opsCtx, cancel := context.WithCancel(context.Background())
-		addr, stopOps, err := cli.ServeOps(opsCtx, o.metricsAddr, cli.Ops{Ready: d.Ready, Registry: reg, Logger: log})
-		if err != nil {
-			cancel()
-			return fmt.Errorf("metrics address: %w", err)
-		}
-		opsListening(addr)
-		defer func() { cancel(); stopOps() }()
+	reg, err := cli.NewRegistry()
+	if err != nil {
+		return err
 	}
+	stopOps, err := cli.StartOps(o.metricsAddr, cli.Ops{Ready: d.Ready, Registry: reg, Logger: log}, opsListening)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	if o.deviceConfig == "" {

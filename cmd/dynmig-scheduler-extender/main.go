@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -85,20 +84,15 @@ func serve(ctx context.Context, client kubernetes.Interface, c config) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ext := extender.New(client, c.opts)
-	if c.metricsAddr != "" {
-		reg, err := cli.NewRegistry(ext.Collector(), ext.InstanceCollector(reservation.CollectorOptions{LegacyMetrics: c.legacyMetrics}))
-		if err != nil {
-			return err
-		}
-		opsCtx, cancel := context.WithCancel(context.Background())
-		addr, stopOps, err := cli.ServeOps(opsCtx, c.metricsAddr, cli.Ops{Ready: ext.Ready, Registry: reg, Logger: log})
-		if err != nil {
-			cancel()
-			return fmt.Errorf("metrics address: %w", err)
-		}
-		opsListening(addr)
-		defer func() { cancel(); stopOps() }()
+	reg, err := cli.NewRegistry(ext.Collector(), ext.InstanceCollector(reservation.CollectorOptions{LegacyMetrics: c.legacyMetrics}))
+	if err != nil {
+		return err
 	}
+	stopOps, err := cli.StartOps(c.metricsAddr, cli.Ops{Ready: ext.Ready, Registry: reg, Logger: log}, opsListening)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	srv := &http.Server{Addr: c.addr, Handler: ext.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
 	// The informers run until the server has shut down: calls in flight

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -218,5 +219,31 @@ func TestStart(t *testing.T) {
 				t.Errorf("Start(%q) = %v, %d, %v, stdout %q", tt.args, log, code, stop, out.String())
 			}
 		})
+	}
+}
+
+func TestStartOps(t *testing.T) {
+	var addr net.Addr
+	stop, err := cli.StartOps("127.0.0.1:0", cli.Ops{}, func(a net.Addr) { addr = a })
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr.String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	stop()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz %d", resp.StatusCode)
+	}
+	none, err := cli.StartOps("", cli.Ops{}, func(net.Addr) { t.Error("an empty address serves nothing") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	none()
+	if _, err := cli.StartOps("127.0.0.1:-1", cli.Ops{}, nil); err == nil {
+		t.Error("bad address: no error")
 	}
 }

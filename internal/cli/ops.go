@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -63,6 +64,25 @@ func (o Ops) Handler() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
 	}
 	return mux
+}
+
+// StartOps serves o on addr ([ServeOps]) until the returned stop is
+// called, which shuts the server down and waits for it; listening is told
+// the address (tests listen on port 0). An empty addr serves nothing.
+func StartOps(addr string, o Ops, listening func(net.Addr)) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	bound, stopOps, err := ServeOps(ctx, addr, o)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("metrics address: %w", err)
+	}
+	if listening != nil {
+		listening(bound)
+	}
+	return func() { cancel(); stopOps() }, nil
 }
 
 // ServeOps listens on addr and serves [Ops.Handler] until ctx is done. It

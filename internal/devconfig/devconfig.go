@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/realize"
 )
 
 // ErrRefused: a device config was not applied; see the package
@@ -87,6 +88,36 @@ func Check(ctx context.Context, path string, hw capability.HardwareView, a capab
 		return report, &Error{Path: path, Findings: bad, Err: ErrNoProfiles}
 	}
 	return report, nil
+}
+
+// Opened is what [Open] read and opened.
+type Opened struct {
+	Allowlist capability.Allowlist
+	Content   []byte // the file's content, for [WatchOptions.Applied]
+	Hardware  realize.Realizer
+	Close     func() // closes Hardware
+}
+
+// Open reads the device config at path ([Read]), opens the hardware with
+// open and checks a config file against it ([Check]); the built-in
+// default (path "") is not refused, its findings are logged at discovery.
+// On success the caller closes the hardware with [Opened.Close].
+func Open(ctx context.Context, path string, open func(context.Context) (realize.Realizer, func(), error)) (Opened, error) {
+	allow, content, err := Read(path)
+	if err != nil {
+		return Opened{}, err
+	}
+	hw, closeHW, err := open(ctx)
+	if err != nil {
+		return Opened{}, fmt.Errorf("open backend: %w", err)
+	}
+	if path != "" {
+		if _, err := Check(ctx, path, hw, allow); err != nil {
+			closeHW()
+			return Opened{}, err
+		}
+	}
+	return Opened{Allowlist: allow, Content: content, Hardware: hw, Close: closeHW}, nil
 }
 
 // DefaultInterval is how often [Watch] reads the file by default. A

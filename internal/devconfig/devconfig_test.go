@@ -18,6 +18,7 @@ import (
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/internal/devconfig"
 	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/realize"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -197,5 +198,57 @@ func TestWatch(t *testing.T) {
 	defer logs.mu.Unlock()
 	if n := bytes.Count(logs.buf.Bytes(), []byte("device config refused; the last good config stays in force")); n != 2 {
 		t.Errorf("%d refusals logged, want 2:\n%s", n, logs.buf.String())
+	}
+}
+
+// Open reads, opens and checks, closing the hardware when the config is
+// refused; the default config is never refused.
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, content string
+		refused       bool
+	}{
+		{"default", "", false},
+		{"good", good, false},
+		{"unknown profile", unknown, true},
+		{"malformed", malformed, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := ""
+			if tc.content != "" {
+				path = filepath.Join(dir, tc.name)
+				write(t, path, tc.content)
+			}
+			opens, closes := 0, 0
+			open := func(context.Context) (realize.Realizer, func(), error) {
+				opens++
+				return fakehal.MustNew(fakehal.Options{}), func() { closes++ }, nil
+			}
+			o, err := devconfig.Open(t.Context(), path, open)
+			if (err != nil) != tc.refused {
+				t.Fatalf("Open: %v, want refused %v", err, tc.refused)
+			}
+			if tc.refused {
+				if !errors.Is(err, devconfig.ErrRefused) && !errors.Is(err, capability.ErrConfig) {
+					t.Errorf("Open: %v, want a refusal", err)
+				}
+				if opens != closes {
+					t.Errorf("opened %d, closed %d: a refused config leaves the hardware closed", opens, closes)
+				}
+				return
+			}
+			if o.Hardware == nil || len(o.Allowlist) == 0 {
+				t.Errorf("Open = %+v, want the hardware and an allowlist", o)
+			}
+			o.Close()
+			if closes != 1 {
+				t.Errorf("closed %d times, want 1", closes)
+			}
+		})
+	}
+	failing := func(context.Context) (realize.Realizer, func(), error) { return nil, nil, errors.New("no GPU") }
+	if _, err := devconfig.Open(t.Context(), "", failing); err == nil {
+		t.Error("Open with a failing backend: no error")
 	}
 }
