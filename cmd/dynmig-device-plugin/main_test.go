@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/internal/cli/clitest"
 	"github.com/dynmig/dynmig/internal/devconfig"
 	"github.com/dynmig/dynmig/internal/testwait"
 	"github.com/dynmig/dynmig/kube"
@@ -33,21 +33,6 @@ func TestBackendRequired(t *testing.T) {
 	if !errors.Is(err, backend.ErrNoBackend) {
 		t.Fatalf("run without -backend: %v, want ErrNoBackend", err)
 	}
-}
-
-// scrape GETs path from the server at addr.
-func scrape(t *testing.T, addr net.Addr, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr.String() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 // TestProbesAndMetrics runs the plugin on a fake node and scrapes its
@@ -74,12 +59,12 @@ func TestProbesAndMetrics(t *testing.T) {
 		http.DefaultClient.CloseIdleConnections()
 	}()
 	addr := <-addrs
-	if code, _ := scrape(t, addr, "/healthz"); code != http.StatusOK {
+	if code, _ := clitest.Scrape(t, addr, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d", code)
 	}
 	deadline := time.Now().Add(testwait.Bound())
 	for {
-		code, body := scrape(t, addr, "/readyz")
+		code, body := clitest.Scrape(t, addr, "/readyz")
 		if code == http.StatusOK {
 			break
 		}
@@ -88,7 +73,7 @@ func TestProbesAndMetrics(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	code, body := scrape(t, addr, "/metrics")
+	code, body := clitest.Scrape(t, addr, "/metrics")
 	for _, want := range []string{"dynmig_gpu_healthy{", "dynmig_deviceplugin_allocation_mismatches_total 0", "go_goroutines", "process_start_time_seconds"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("/metrics (%d) lacks %q", code, want)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/internal/cli/clitest"
 	"github.com/dynmig/dynmig/internal/testwait"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -37,20 +37,6 @@ func TestBackendRequired(t *testing.T) {
 	if !errors.Is(err, backend.ErrNoBackend) {
 		t.Fatalf("run without -backend: %v, want ErrNoBackend", err)
 	}
-}
-
-func scrape(t *testing.T, addr net.Addr, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr.String() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 // TestProbesAndMetrics runs the driver on a fake node and scrapes its
@@ -97,12 +83,12 @@ func TestProbesAndMetrics(t *testing.T) {
 		http.DefaultClient.CloseIdleConnections()
 	}()
 	addr := <-addrs
-	if code, _ := scrape(t, addr, "/healthz"); code != http.StatusOK {
+	if code, _ := clitest.Scrape(t, addr, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d", code)
 	}
 	deadline := time.Now().Add(testwait.Bound())
 	for {
-		code, body := scrape(t, addr, "/readyz")
+		code, body := clitest.Scrape(t, addr, "/readyz")
 		if code == http.StatusOK {
 			break
 		}
@@ -111,7 +97,7 @@ func TestProbesAndMetrics(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if code, body := scrape(t, addr, "/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+	if code, body := clitest.Scrape(t, addr, "/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics %d lacks the Go collector", code)
 	}
 }

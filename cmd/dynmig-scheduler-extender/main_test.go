@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dynmig/dynmig/internal/cli/clitest"
 	"github.com/dynmig/dynmig/internal/testwait"
 	"github.com/dynmig/dynmig/kube/kubetest"
 )
@@ -24,20 +24,6 @@ func TestDefaultAddrIsLoopback(t *testing.T) {
 	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 		t.Errorf("default listen address %q is not loopback", DefaultAddr)
 	}
-}
-
-func scrape(t *testing.T, addr net.Addr, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr.String() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 // TestProbesAndMetrics serves the extender over a fake cluster and scrapes
@@ -60,12 +46,12 @@ func TestProbesAndMetrics(t *testing.T) {
 		http.DefaultClient.CloseIdleConnections()
 	}()
 	addr := <-addrs
-	if code, _ := scrape(t, addr, "/healthz"); code != http.StatusOK {
+	if code, _ := clitest.Scrape(t, addr, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d", code)
 	}
 	deadline := time.Now().Add(testwait.Bound())
 	for {
-		code, body := scrape(t, addr, "/readyz")
+		code, body := clitest.Scrape(t, addr, "/readyz")
 		if code == http.StatusOK {
 			break
 		}
@@ -74,7 +60,7 @@ func TestProbesAndMetrics(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	code, body := scrape(t, addr, "/metrics")
+	code, body := clitest.Scrape(t, addr, "/metrics")
 	for _, want := range []string{"dynmig_scheduler_stale_claims_total 0", "go_goroutines", "process_start_time_seconds"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("/metrics (%d) lacks %q", code, want)
