@@ -16,12 +16,15 @@ type image struct {
 	dockerfile, command string
 	cgo                 bool   // built with cgo (the nvml backend)
 	base                string // the final stage's base image
+	module              string // the command's module directory, "" for the root
+	component           string // hack/build-images.sh's name for it
 }
 
 var images = []image{
-	{"extender.Dockerfile", "dynmig-scheduler-extender", false, "gcr.io/distroless/static-debian12:nonroot"},
-	{"device-plugin.Dockerfile", "dynmig-device-plugin", true, "gcr.io/distroless/base-debian12"},
-	{"dra-driver.Dockerfile", "dynmig-dra-driver", true, "gcr.io/distroless/base-debian12"},
+	{"extender.Dockerfile", "dynmig-scheduler-extender", false, "gcr.io/distroless/static-debian12:nonroot", "", "scheduler-extender"},
+	{"device-plugin.Dockerfile", "dynmig-device-plugin", true, "gcr.io/distroless/base-debian12", "", "device-plugin"},
+	{"dra-driver.Dockerfile", "dynmig-dra-driver", true, "gcr.io/distroless/base-debian12", "", "dra-driver"},
+	{"kube-scheduler.Dockerfile", "kube-scheduler", false, "gcr.io/distroless/static-debian12:nonroot", "schedplugin", "kube-scheduler"},
 }
 
 // TestImages checks the build recipes without building them (CI has no
@@ -66,7 +69,10 @@ func TestImages(t *testing.T) {
 		if !strings.Contains(df, "./cmd/"+im.command) {
 			t.Errorf("%s does not build ./cmd/%s", im.dockerfile, im.command)
 		}
-		if _, err := os.Stat(filepath.Join(repoRoot, "cmd", im.command)); err != nil {
+		if im.module != "" && !strings.Contains(df, "cd "+im.module+" && CGO_ENABLED=") {
+			t.Errorf("%s does not build in module %s", im.dockerfile, im.module)
+		}
+		if _, err := os.Stat(filepath.Join(repoRoot, im.module, "cmd", im.command)); err != nil {
 			t.Errorf("%s: %v", im.dockerfile, err)
 		}
 		for _, v := range []string{"version", "revision"} {
@@ -77,9 +83,21 @@ func TestImages(t *testing.T) {
 				t.Errorf("internal/cli has no string variable %s for the linker to set", v)
 			}
 		}
-		component := strings.TrimPrefix(im.command, "dynmig-")
-		if !strings.Contains(string(script), component) {
-			t.Errorf("hack/build-images.sh does not build %s", component)
+		if !regexp.MustCompile(`(?m)^for component in .*\b` + im.component + `\b`).Match(script) {
+			t.Errorf("hack/build-images.sh does not build %s", im.component)
 		}
+	}
+	// The plugin scheduler reports the Kubernetes version it is built from.
+	mod, err := os.ReadFile(filepath.Join(repoRoot, "schedplugin", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := regexp.MustCompile(`(?m)^require k8s\.io/kubernetes (v\S+)$`).FindSubmatch(mod)
+	df, err := os.ReadFile(filepath.Join(repoRoot, "build", "kube-scheduler.Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kube == nil || !strings.Contains(string(df), "ARG KUBE_VERSION="+string(kube[1])+"\n") {
+		t.Errorf("kube-scheduler.Dockerfile: KUBE_VERSION is not schedplugin/go.mod's k8s.io/kubernetes %s", kube)
 	}
 }

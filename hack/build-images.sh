@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the three dynmig images from this source tree, stamped with its
-# version and VCS revision (what each binary prints for -version):
+# Builds the four dynmig images (the scheduler extender, the device plugin,
+# the DRA driver, and kube-scheduler with the DynMIG plugin) from this
+# source tree, stamped with its version and VCS revision (what each binary
+# prints for -version; the plugin scheduler logs it):
 #
 #   hack/build-images.sh                 # docker, images dynmig/<component>:<version>
 #   REGISTRY=registry.example.com/dynmig PUSH=1 hack/build-images.sh
@@ -30,8 +32,8 @@ if [ -n "${GO_IMAGE:-}" ]; then args+=(--build-arg "GO_IMAGE=$GO_IMAGE"); fi
 if [ -n "${PLATFORM:-}" ]; then args+=(--platform "$PLATFORM"); fi
 
 built=()
-for component in scheduler-extender device-plugin dra-driver; do
-  dockerfile=build/${component#scheduler-}.Dockerfile
+for component in scheduler-extender device-plugin dra-driver kube-scheduler; do
+  dockerfile=build/${component#scheduler-}.Dockerfile # extender, device-plugin, dra-driver, kube-scheduler
   image=$REGISTRY/$component:$TAG
   echo "== $image ($dockerfile)" >&2
   "$BUILDER" build "${args[@]}" -f "$dockerfile" -t "$image" .

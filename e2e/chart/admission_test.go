@@ -24,7 +24,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	ctx := cluster.TestContext(t, 10*time.Minute)
 	c := cluster.Start(t, cluster.Options{})
 	admin := c.Admin()
-	if _, err := c.ApplyManifests(ctx, filepath.Join(filepath.Dir(renderedPath()), "admission-policy.yaml")); err != nil {
+	if _, err := c.ApplyManifests(ctx, filepath.Join(filepath.Dir(renderedPath("extender")), "admission-policy.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}}, metav1.CreateOptions{}); err != nil {

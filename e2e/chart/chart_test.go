@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynmig/dynmig/deviceplugin"
@@ -32,11 +33,17 @@ import (
 	"github.com/dynmig/dynmig/internal/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
+	"github.com/dynmig/dynmig/schedplugin"
 )
 
-// renderedPath is the chart's checked-in rendering.
-func renderedPath() string {
-	return filepath.Join(cluster.RepoRoot(), "deploy", "helm", "charttest", "testdata", "rendered.yaml")
+// renderedPath is the chart's checked-in rendering for scheduler.mode
+// mode (deploy/helm/charttest keeps both current).
+func renderedPath(mode string) string {
+	file := "rendered.yaml"
+	if mode == "plugin" {
+		file = "rendered-plugin.yaml"
+	}
+	return filepath.Join(cluster.RepoRoot(), "deploy", "helm", "charttest", "testdata", file)
 }
 
 // workloads are the kinds the test runs in process instead of applying.
@@ -44,9 +51,9 @@ var workloads = map[string]bool{"Deployment": true, "DaemonSet": true}
 
 // install applies every object of the rendering except the workloads, in
 // its order, and returns all of its objects.
-func install(t *testing.T, ctx context.Context, c *cluster.Cluster) []*unstructured.Unstructured {
+func install(t *testing.T, ctx context.Context, c *cluster.Cluster, mode string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := cluster.ReadManifests(renderedPath())
+	objs, err := cluster.ReadManifests(renderedPath(mode))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,10 +159,17 @@ func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 	return cs
 }
 
-// TestChartInstall: dynmig installed from the chart schedules and realizes
-// a MIG pod, whose instance the extender's /metrics reports as HAMi's
-// scheduler does; every component is healthy and ready.
+// TestChartInstall: dynmig installed from the chart, in either scheduler
+// mode, schedules and realizes a MIG pod; with the extender, its /metrics
+// reports the instance as HAMi's scheduler does; every component is
+// healthy and ready.
 func TestChartInstall(t *testing.T) {
+	for _, mode := range []string{"extender", "plugin"} {
+		t.Run(mode, func(t *testing.T) { testChartInstall(t, mode) })
+	}
+}
+
+func testChartInstall(t *testing.T, mode string) {
 	defer http.DefaultClient.CloseIdleConnections()
 	ctx := cluster.TestContext(t, 10*time.Minute)
 	c := cluster.Start(t, cluster.Options{})
@@ -166,11 +180,10 @@ func TestChartInstall(t *testing.T) {
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	objs := install(t, ctx, c)
+	objs := install(t, ctx, c, mode)
 
 	var sched appsv1.Deployment
 	find(t, objs, "Deployment", "dynmig-scheduler", &sched)
-	extC := container(t, &sched.Spec.Template.Spec, "extender")
 	var schedConfig corev1.ConfigMap
 	find(t, objs, "ConfigMap", "dynmig-scheduler-config", &schedConfig)
 	schedFile := filepath.Join(t.TempDir(), "kube-scheduler-config.yaml")
@@ -241,39 +254,20 @@ func TestChartInstall(t *testing.T) {
 		}
 	}})
 
-	// The scheduler pod: kube-scheduler and the extender on the
-	// Deployment's ServiceAccount, the extender with the Deployment's flags.
+	// The scheduler pod, on the Deployment's ServiceAccount.
 	schedCfg, err := c.ServiceAccountConfig(ctx, sched.Namespace, sched.Spec.Template.Spec.ServiceAccountName, cluster.TokenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	extAddr := arg(t, extC, "addr")
-	if want, err := cluster.ExtenderAddr(schedFile); err != nil || want != extAddr {
-		t.Fatalf("extender -addr=%s, the scheduler calls %s (%v)", extAddr, want, err)
+	probes := map[string]string{"device plugin": pluginOps}
+	var extOps string
+	if mode == "plugin" {
+		startPluginScheduler(t, c, &sched, schedFile, schedCfg)
+	} else {
+		extOps = startExtenderScheduler(ctx, t, c, &sched, schedFile, schedCfg)
+		probes["extender"] = extOps
 	}
-	if host, _, _ := net.SplitHostPort(extAddr); host != "127.0.0.1" {
-		t.Errorf("extender -addr=%s, want loopback", extAddr)
-	}
-	lock, err := time.ParseDuration(arg(t, extC, "lock-timeout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ext, err := cluster.StartExtender(ctx, t, clientFor(t, schedCfg), extAddr, extender.Options{
-		LockTimeout: lock, Resource: corev1.ResourceName(arg(t, extC, "resource")), Logger: logger("extender"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	extReg, err := cli.NewRegistry(ext.Collector(), ext.InstanceCollector(reservation.CollectorOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	extOps := serveOps(t, cli.Ops{Registry: extReg, Ready: ext.Ready})
-	if _, err := c.StartScheduler(t, cluster.SchedulerOptions{ConfigFile: schedFile, Client: schedCfg}); err != nil {
-		t.Fatal(err)
-	}
-
-	for name, base := range map[string]string{"extender": extOps, "device plugin": pluginOps} {
+	for name, base := range probes {
 		for _, probe := range []string{"/healthz", "/readyz"} {
 			if err := cluster.WaitFor(ctx, 100*time.Millisecond, name+" "+probe, func(ctx context.Context) (bool, error) {
 				code, _ := get(ctx, base+probe)
@@ -330,8 +324,71 @@ func TestChartInstall(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	id, _ := realized.Runtime()
+	if mode == "extender" {
+		checkExtenderMetrics(ctx, t, extOps, node.Name, realized)
+	}
+	code, body := get(ctx, pluginOps+"/metrics")
+	for _, want := range []string{"dynmig_gpu_healthy{", "dynmig_deviceplugin_allocation_mismatches_total 0", "go_goroutines"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("device plugin /metrics lacks %q", want)
+		}
+	}
+}
 
+// startPluginScheduler runs the scheduler pod of mode plugin: our
+// kube-scheduler image, alone, with the DynMIG plugin registered as
+// schedplugin/cmd/kube-scheduler does.
+func startPluginScheduler(t *testing.T, c *cluster.Cluster, sched *appsv1.Deployment, schedFile string, schedCfg *rest.Config) {
+	t.Helper()
+	spec := &sched.Spec.Template.Spec
+	if ks := container(t, spec, "kube-scheduler"); len(spec.Containers) != 1 || !strings.Contains(ks.Image, "/kube-scheduler:") || strings.HasPrefix(ks.Image, "registry.k8s.io/") {
+		t.Fatalf("mode plugin's scheduler pod runs %d containers, kube-scheduler image %s", len(spec.Containers), ks.Image)
+	}
+	if _, err := c.StartSchedulerWith(t, cluster.SchedulerOptions{ConfigFile: schedFile, Client: schedCfg},
+		app.WithPlugin(schedplugin.Name, schedplugin.Factory(schedplugin.Options{Logger: logger("schedplugin")}))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startExtenderScheduler runs the scheduler pod of mode extender:
+// kube-scheduler and the extender sidecar with the Deployment's flags. It
+// returns the base URL of the extender's operations endpoints.
+func startExtenderScheduler(ctx context.Context, t *testing.T, c *cluster.Cluster, sched *appsv1.Deployment, schedFile string, schedCfg *rest.Config) string {
+	t.Helper()
+	extC := container(t, &sched.Spec.Template.Spec, "extender")
+	extAddr := arg(t, extC, "addr")
+	if want, err := cluster.ExtenderAddr(schedFile); err != nil || want != extAddr {
+		t.Fatalf("extender -addr=%s, the scheduler calls %s (%v)", extAddr, want, err)
+	}
+	if host, _, _ := net.SplitHostPort(extAddr); host != "127.0.0.1" {
+		t.Errorf("extender -addr=%s, want loopback", extAddr)
+	}
+	lock, err := time.ParseDuration(arg(t, extC, "lock-timeout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := cluster.StartExtender(ctx, t, clientFor(t, schedCfg), extAddr, extender.Options{
+		LockTimeout: lock, Resource: corev1.ResourceName(arg(t, extC, "resource")), Logger: logger("extender"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extReg, err := cli.NewRegistry(ext.Collector(), ext.InstanceCollector(reservation.CollectorOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extOps := serveOps(t, cli.Ops{Registry: extReg, Ready: ext.Ready})
+	if _, err := c.StartScheduler(t, cluster.SchedulerOptions{ConfigFile: schedFile, Client: schedCfg}); err != nil {
+		t.Fatal(err)
+	}
+	return extOps
+}
+
+// checkExtenderMetrics: the extender exports the realized instance as
+// HAMi's scheduler does, and its own series.
+func checkExtenderMetrics(ctx context.Context, t *testing.T, extOps, node string, realized reservation.Allocation) {
+	t.Helper()
+	id, _ := realized.Runtime()
 	// The extender exports the realized instance as HAMi's scheduler does.
 	var series string
 	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "train's hami_node_gpu_mig_instance_info series", func(ctx context.Context) (bool, error) {
@@ -346,7 +403,7 @@ func TestChartInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, label := range []string{
-		`node="` + node.Name + `"`, `device_uuid="` + realized.GPUUUID + `"`, `profile="` + realized.Profile + `"`,
+		`node="` + node + `"`, `device_uuid="` + realized.GPUUUID + `"`, `profile="` + realized.Profile + `"`,
 		`placement_start="` + itoa(realized.Placement.Start) + `"`, `placement_size="` + itoa(realized.Placement.Size) + `"`,
 		`gpu_instance_id="` + itoa(id.GPUInstanceID) + `"`, `compute_instance_id="` + itoa(id.ComputeInstanceID) + `"`,
 	} {
@@ -359,12 +416,6 @@ func TestChartInstall(t *testing.T) {
 	for _, want := range []string{"dynmig_scheduler_stale_claims_total 0", "go_goroutines", "process_start_time_seconds"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("extender /metrics lacks %q", want)
-		}
-	}
-	code, body = get(ctx, pluginOps+"/metrics")
-	for _, want := range []string{"dynmig_gpu_healthy{", "dynmig_deviceplugin_allocation_mismatches_total 0", "go_goroutines"} {
-		if code != http.StatusOK || !strings.Contains(body, want) {
-			t.Errorf("device plugin /metrics lacks %q", want)
 		}
 	}
 }

@@ -1,12 +1,15 @@
 // Package chart installs dynmig from the Helm chart's rendered output
 // (deploy/helm/charttest/testdata/rendered.yaml, the chart with default
-// values as helm template prints it) into a real control plane: the
+// values as helm template prints it, and rendered-plugin.yaml, with
+// scheduler.mode plugin) into a real control plane: the
 // chart's namespace-scoped and cluster-scoped objects are applied as they
 // are, and the components run in the test process with the identities,
 // flags, scheduler configuration and device config the chart's
 // Deployment, DaemonSet and ConfigMaps give them. It schedules and
-// realizes a MIG pod, then scrapes the extender's and the device plugin's
-// /metrics (the pod's hami_node_gpu_mig_instance_info series) and checks
+// realizes a MIG pod in each scheduler mode (kube-scheduler with the
+// extender sidecar; kube-scheduler with the DynMIG plugin registered as
+// schedplugin/cmd/kube-scheduler does), then scrapes the extender's and
+// the device plugin's /metrics (the pod's hami_node_gpu_mig_instance_info series) and checks
 // their probes. It also applies the chart's MutatingAdmissionPolicy
 // (deploy/helm/charttest/testdata/admission-policy.yaml) and checks which
 // pods it routes to the dynmig scheduler. The package has test files only.

@@ -10,12 +10,17 @@ import (
 	"github.com/dynmig/dynmig/deploy/helm/charttest"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/rendered.yaml from the chart")
+var update = flag.Bool("update", false, "rewrite testdata from the chart")
 
 // golden is the checked-in `helm template` output the e2e module installs
 // (charttest.RenderedFile): the chart with default values for a v1.37.2
 // cluster, release dynmig in namespace dynmig-system.
 var golden = charttest.Options{KubeVersion: "v1.37.2"}
+
+// goldenPlugin is golden with scheduler.mode plugin
+// (charttest.RenderedPluginFile).
+var goldenPlugin = charttest.Options{KubeVersion: "v1.37.2",
+	Values: map[string]any{"scheduler": map[string]any{"mode": "plugin"}}}
 
 // admission renders the admission policy for a cluster serving
 // MutatingAdmissionPolicy v1 (charttest.AdmissionPolicyFile).
@@ -33,6 +38,11 @@ func TestRenderedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGolden(t, charttest.RenderedFile(), docs)
+	docs, err = charttest.Render(goldenPlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, charttest.RenderedPluginFile(), docs)
 	docs, err = charttest.Render(admission)
 	if err != nil {
 		t.Fatal(err)

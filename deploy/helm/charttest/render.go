@@ -27,6 +27,13 @@ func RenderedFile() string {
 	return filepath.Join(filepath.Dir(file), "testdata", "rendered.yaml")
 }
 
+// RenderedPluginFile is the checked-in rendering of the chart as
+// RenderedFile, with scheduler.mode plugin: the dynmig scheduler is
+// kube-scheduler built with the DynMIG framework plugin.
+func RenderedPluginFile() string {
+	return filepath.Join(filepath.Dir(RenderedFile()), "rendered-plugin.yaml")
+}
+
 // AdmissionPolicyFile is the checked-in rendering of the chart's
 // admission policy (admissionPolicy.enabled, for a cluster serving
 // MutatingAdmissionPolicy v1): the policy and its binding only.

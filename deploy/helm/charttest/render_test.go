@@ -411,25 +411,67 @@ func TestAdmissionPolicy(t *testing.T) {
 	}
 }
 
-// TestSchedulerConfigMatchesDeploy: with default values the chart's
-// kube-scheduler configuration is deploy/scheduler/kube-scheduler-config.yaml,
-// which deploy's tests decode strictly as kube-scheduler does and check
-// against the extender's routes.
+// TestSchedulerConfigMatchesDeploy: the chart's kube-scheduler
+// configuration is, with default values, deploy/scheduler/kube-scheduler-config.yaml
+// (which deploy's tests decode strictly as kube-scheduler does and check
+// against the extender's routes) and, in mode plugin,
+// schedplugin/deploy/kube-scheduler-config.yaml (which schedplugin's
+// TestDeployConfig loads with kube-scheduler's own loader).
 func TestSchedulerConfigMatchesDeploy(t *testing.T) {
-	objs := objects(t, charttest.Options{KubeVersion: "v1.37.2"})
-	cm := named[*corev1.ConfigMap](t, objs, "dynmig-scheduler-config")
-	var chart, deploy map[string]any
-	if err := yaml.Unmarshal([]byte(cm.Data["kube-scheduler-config.yaml"]), &chart); err != nil {
-		t.Fatal(err)
+	repo := filepath.Join(charttest.ChartDir(), "..", "..", "..")
+	for _, tc := range []struct {
+		mode, file string
+	}{
+		{"extender", filepath.Join(repo, "deploy", "scheduler", "kube-scheduler-config.yaml")},
+		{"plugin", filepath.Join(repo, "schedplugin", "deploy", "kube-scheduler-config.yaml")},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			objs := objects(t, charttest.Options{KubeVersion: "v1.37.2",
+				Values: map[string]any{"scheduler": map[string]any{"mode": tc.mode}}})
+			cm := named[*corev1.ConfigMap](t, objs, "dynmig-scheduler-config")
+			var chart, deploy map[string]any
+			if err := yaml.Unmarshal([]byte(cm.Data["kube-scheduler-config.yaml"]), &chart); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal(data, &deploy); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(chart, deploy) {
+				t.Errorf("chart's scheduler configuration\n%v\ndiffers from %s\n%v", chart, tc.file, deploy)
+			}
+		})
 	}
-	data, err := os.ReadFile(filepath.Join(charttest.ChartDir(), "..", "..", "scheduler", "kube-scheduler-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestPluginMode: scheduler.mode plugin runs our kube-scheduler image with
+// no extender sidecar (and so no extender metrics Service), on the plugin's
+// resources; another mode is refused when rendering.
+func TestPluginMode(t *testing.T) {
+	objs := objects(t, charttest.Options{KubeVersion: "v1.37.2",
+		Values: map[string]any{"scheduler": map[string]any{"mode": "plugin"}}})
+	sched := named[*appsv1.Deployment](t, objs, "dynmig-scheduler")
+	spec := &sched.Spec.Template.Spec
+	if len(spec.Containers) != 1 {
+		t.Fatalf("scheduler pod has %d containers, want kube-scheduler alone", len(spec.Containers))
 	}
-	if err := yaml.Unmarshal(data, &deploy); err != nil {
-		t.Fatal(err)
+	ks := container(t, spec, "kube-scheduler")
+	if ks.Image != "dynmig/kube-scheduler:0.1.0" {
+		t.Errorf("kube-scheduler image %s, want the plugin scheduler of the chart's version", ks.Image)
 	}
-	if !reflect.DeepEqual(chart, deploy) {
-		t.Errorf("chart's scheduler configuration\n%v\ndiffers from deploy/'s\n%v", chart, deploy)
+	if mem := ks.Resources.Requests.Memory().String(); mem != "256Mi" {
+		t.Errorf("kube-scheduler memory request %s, want the plugin's", mem)
+	}
+	for _, svc := range only[*corev1.Service](objs) {
+		if svc.Name == "dynmig-scheduler-metrics" {
+			t.Errorf("mode plugin renders the extender's metrics Service")
+		}
+	}
+	if _, err := charttest.Render(charttest.Options{KubeVersion: "v1.37.2",
+		Values: map[string]any{"scheduler": map[string]any{"mode": "sidecar"}}}); err == nil {
+		t.Errorf("scheduler.mode sidecar rendered")
 	}
 }
