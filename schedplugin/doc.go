@@ -43,7 +43,8 @@
 // unrealized MIG pod per node (a node is locked by a bound pod whose
 // reservation is not realized, and while another MIG pod is being bound
 // to it); a claim older than [Options.LockTimeout] is reported once with a
-// [StaleClaimReason] event and then blocks only pods the device plugin
+// [StaleClaimReason] event and counted in [MetricStaleClaims] (served on
+// kube-scheduler's /metrics), and then blocks only pods the device plugin
 // could confuse with it; only entries the trust rule keeps occupy slots.
 //
 // A binding cycle that fails after Bind called the API server calls

@@ -154,6 +154,7 @@ func New(h fwk.Handle, opts Options) (*Plugin, error) {
 	if opts.Resource == "" {
 		opts.Resource = kube.ResourceGPU
 	}
+	registerMetricsOnce()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(logr.ToSlogHandler(klog.Background().WithName(Name)))
@@ -389,6 +390,7 @@ func (p *Plugin) reportStale(_ context.Context, node string, c kube.NodeClaim) {
 	if done {
 		return
 	}
+	staleClaims.Inc()
 	p.log.Warn("stale node claim", "pod", c.Pod.String(), "node", node, "since", c.Since)
 	if rec := p.handle.EventRecorder(); rec != nil {
 		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.Pod.Namespace, Name: c.Pod.Name, UID: types.UID(c.Pod.UID)}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -611,4 +612,35 @@ func TestBindCarriesTheRecord(t *testing.T) {
 	plain := e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "uid-p"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}})
 	assert.Equal(t, fwk.Skip, e.pl.Bind(e.ctx, framework.NewCycleState(), plain, "n1").Code())
+}
+
+// staleClaimsCount reads the stale-claims counter from kube-scheduler's
+// registry, where its /metrics serves it.
+func staleClaimsCount(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == schedplugin.MetricStaleClaims {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("kube-scheduler's registry has no %s", schedplugin.MetricStaleClaims)
+	return 0
+}
+
+// A claim past the lock timeout is counted once, however many cycles find
+// it, and only once it is past.
+func TestStaleClaimCounted(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{LockTimeout: time.Minute})
+	e.schedule(t, e.create(t, migPod("a", "4000")), "n1")
+	before := staleClaimsCount(t)
+	b := e.create(t, migPodN("b", 2, "4000"))
+	e.cycle(t, b, "n1")
+	assert.Equal(t, before, staleClaimsCount(t), "a young claim is no stale one")
+
+	e.clk.SetTime(e.clk.Now().Add(2 * time.Minute))
+	e.cycle(t, b, "n1")
+	e.cycle(t, b, "n1")
+	assert.Equal(t, before+1, staleClaimsCount(t))
 }
