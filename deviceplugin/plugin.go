@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -117,6 +118,7 @@ type Plugin struct {
 	publisher *kube.RegistrationPublisher
 	events    *kube.Events // the node's GPU health Events (events.go)
 	ready     chan struct{}
+	serving   atomic.Bool // see Serving
 
 	mu      sync.Mutex // guards gpus, claims and nodeUID; held for container selection only
 	gpus    []capability.GPU
@@ -236,8 +238,15 @@ func (p *Plugin) Manager() *realize.Manager { return p.manager }
 // SocketPath returns the path of the plugin's gRPC socket.
 func (p *Plugin) SocketPath() string { return filepath.Join(p.cfg.SocketDir, p.cfg.SocketName) }
 
-// Ready is closed once the plugin serves its socket.
+// Ready is closed once the plugin serves its socket and has registered
+// with the kubelet for the first time.
 func (p *Plugin) Ready() <-chan struct{} { return p.ready }
+
+// Serving reports whether the kubelet can reach the plugin now: it serves
+// its socket and is registered. It turns false when a restarting kubelet
+// removes the socket, until the plugin serves a new one and the kubelet
+// accepts its registration; readiness probes use it.
+func (p *Plugin) Serving() bool { return p.serving.Load() }
 
 // Reconciles returns the number of reconcile passes run so far.
 func (p *Plugin) Reconciles() uint64 {
@@ -308,7 +317,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	p.serving.Store(true)
 	close(p.ready)
+	defer p.serving.Store(false)
 	return p.watchSocket(ctx, &wg, &srv)
 }
 
@@ -328,6 +339,7 @@ func (p *Plugin) watchSocket(ctx context.Context, wg *sync.WaitGroup, srv **grpc
 		}
 		if _, err := os.Stat(p.SocketPath()); err != nil {
 			p.log.Warn("plugin socket gone (kubelet restart?); serving it again", "socket", p.SocketPath(), "err", err)
+			p.serving.Store(false)
 			(*srv).Stop()
 			s, err := p.serve(wg)
 			if err != nil {
@@ -344,6 +356,7 @@ func (p *Plugin) watchSocket(ctx context.Context, wg *sync.WaitGroup, srv **grpc
 			p.log.Info("registered with the kubelet again")
 		}
 		registered = true
+		p.serving.Store(true)
 	}
 }
 

@@ -293,10 +293,14 @@ func TestPluginSkipsGPUsWithoutMIG(t *testing.T) {
 // fakeKubelet records device plugin registrations.
 type fakeKubelet struct {
 	v1beta1.UnimplementedRegistrationServer
-	got chan *v1beta1.RegisterRequest
+	got    chan *v1beta1.RegisterRequest
+	refuse atomic.Bool // answer Unavailable, as a kubelet still starting
 }
 
 func (k *fakeKubelet) Register(_ context.Context, r *v1beta1.RegisterRequest) (*v1beta1.Empty, error) {
+	if k.refuse.Load() {
+		return nil, status.Error(codes.Unavailable, "kubelet starting")
+	}
 	k.got <- r
 	return &v1beta1.Empty{}, nil
 }
@@ -329,11 +333,17 @@ func TestPluginRegistersWithKubelet(t *testing.T) {
 		}
 	}
 	registered()
+	assert.True(t, r.p.Serving())
 
-	// A restarting kubelet clears the plugin directory: the plugin serves
-	// a new socket and registers again.
+	// A restarting kubelet clears the plugin directory and refuses
+	// registrations for a while: the plugin is not serving until it has
+	// served a new socket and the kubelet accepted it.
+	kubelet.refuse.Store(true)
 	require.NoError(t, os.Remove(r.p.SocketPath()))
+	require.Eventually(t, func() bool { return !r.p.Serving() }, eventually, time.Millisecond, "serving while unregistered")
+	kubelet.refuse.Store(false)
 	registered()
+	require.Eventually(t, r.p.Serving, eventually, time.Millisecond, "not serving once registered again")
 	_, err = r.client.GetDevicePluginOptions(context.Background(), &v1beta1.Empty{})
 	assert.NoError(t, err, "the new socket is served")
 }

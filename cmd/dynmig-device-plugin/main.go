@@ -166,14 +166,13 @@ func serve(ctx context.Context, open func(context.Context) (realize.Realizer, fu
 }
 
 // ready is the readiness check: the plugin's pod cache synced, it serves
-// its socket and registered with the kubelet ([deviceplugin.Plugin.Ready]).
+// its socket and is registered with the kubelet, also again after a
+// kubelet restart ([deviceplugin.Plugin.Serving]).
 func ready(p *deviceplugin.Plugin) func() error {
 	return func() error {
-		select {
-		case <-p.Ready():
-			return nil
-		default:
+		if !p.Serving() {
 			return errNotRegistered
 		}
+		return nil
 	}
 }
