@@ -79,22 +79,28 @@
 // (once per event; the view orders events by resourceVersion and ignores
 // repeats). The scheduler reports a failed binding cycle as a deletion of
 // the pod too: a pod Unreserve found bound anyway is removed ahead of the
-// view's informer only when the event shows it deleting or ended. A claim that ages past
-// the lock timeout produces no event: pods it blocked are retried with the
-// scheduler's podMaxInUnschedulablePodsDuration.
+// view's informer only when the event shows it deleting or ended.
+//
+// A claim that ages past the lock timeout produces no cluster event. So
+// when no node can take a pod and a young claim's lock kept it off one,
+// PostFilter arms a timer for the earliest such lock's end, which moves
+// the pod back to the active queue (Handle.Activate); [Plugin.Close]
+// stops it. The timer needs an [Options.Clock] with timers (the real
+// clock has them).
 //
 // # Scheduler configuration
 //
 // The profile enables DynMIG at bind ahead of DefaultBinder (an explicit
 // bind entry: multiPoint alone would order it after the default binder),
-// at preFilter, filter, preScore, score, reserve, preBind and postBind,
+// at preFilter, filter, postFilter, preScore, score, reserve, preBind and
+// postBind,
 // and configures NodeResourcesFit with
 // ignoredResources listing the device resource, nvidia.com/gpumem and
 // nvidia.com/gpumem-percentage: the plugin checks the device count itself,
 // and upstream's NodeResourcesFit queueing hint checks a node change
 // against every extended resource the pod requests, ignoredResources
 // included, so a MIG pod it rejected would never be requeued by a node
-// change. deploy/scheduler-plugin in the repository holds a complete
+// change. schedplugin/deploy in the repository holds a complete
 // configuration.
 //
 // # Concurrency

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -91,7 +92,9 @@ type Options struct {
 	// documentation). Only a single scheduler that never follows another
 	// may turn it off.
 	SkipFreshNodeRead bool
-	// Clock stamps bind times and ages locks; nil is the real clock.
+	// Clock stamps bind times, ages locks and, when it has timers
+	// (clock.WithDelayedExecution), times the wake at a lock's end; nil
+	// is the real clock.
 	Clock clock.PassiveClock
 	// Logger; nil logs through the scheduler's klog logger.
 	Logger *slog.Logger
@@ -127,6 +130,12 @@ type Plugin struct {
 
 	hintMu   sync.Mutex
 	hintLast any // the last object a queueing hint applied to the view
+
+	wakeMu  sync.Mutex // guards the wake fields (wake.go)
+	waking  map[types.UID]wake
+	timer   clock.Timer // fires at timerAt; nil when no wake is pending
+	timerAt time.Time
+	closed  bool
 }
 
 var (
@@ -138,7 +147,9 @@ var (
 	_ fwk.PreBindPlugin     = (*Plugin)(nil)
 	_ fwk.BindPlugin        = (*Plugin)(nil)
 	_ fwk.PostBindPlugin    = (*Plugin)(nil)
+	_ fwk.PostFilterPlugin  = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+	_ io.Closer             = (*Plugin)(nil)
 )
 
 // New returns the plugin for the framework handle h. It registers its view
@@ -165,7 +176,7 @@ func New(h fwk.Handle, opts Options) (*Plugin, error) {
 		return nil, fmt.Errorf("schedplugin: register the view's informers: %w", err)
 	}
 	return &Plugin{handle: h, client: h.ClientSet(), view: view, opts: opts, log: log,
-		binding: map[string]string{}, reported: map[string]bool{}, settled: map[string]bool{}}, nil
+		binding: map[string]string{}, reported: map[string]bool{}, settled: map[string]bool{}, waking: map[types.UID]wake{}}, nil
 }
 
 // Factory returns the plugin factory to register with kube-scheduler
@@ -247,6 +258,10 @@ type cycleState struct {
 	bindTime string      // the hami.io/bind-time Bind writes
 	read     *corev1.Pod // the pod PreBind read: Bind is conditioned on its version
 	tried    bool        // Bind called the API server
+
+	// The earliest end of a young claim's lock Filter met (Unix ns, 0 for
+	// none), for PostFilter (wake.go).
+	lockEnd atomic.Int64
 }
 
 // Clone shares the state: the nodes' scores are only ever written for the
@@ -331,6 +346,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 		return nil
 	}
 	if who := p.blocker(ctx, node.Name, string(pod.UID), &s.req, true); who != "" {
+		p.noteLockEnd(s, node.Name, string(pod.UID), &s.req)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: waiting for the device plugin to realize %s", ErrNodeLocked, who))
 	}
 	score, err := p.view.Ledger().Evaluate(node.Name, &s.req)

@@ -3,6 +3,8 @@ package schedplugin_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,6 +50,15 @@ type env struct {
 	client *fake.Clientset
 	pl     *schedplugin.Plugin
 	clk    *clocktesting.FakePassiveClock
+	// activated receives the keys of each Activate call's pods.
+	activated chan []string
+}
+
+// activator records the plugin's Handle.Activate calls.
+type activator chan []string
+
+func (a activator) Activate(_ klog.Logger, pods map[string]*corev1.Pod) {
+	a <- slices.Sorted(maps.Keys(pods))
 }
 
 func newEnv(t testing.TB, opts schedplugin.Options) *env {
@@ -72,8 +83,10 @@ func newEnvGPUs(t testing.TB, opts schedplugin.Options, models []string) *env {
 	require.NoError(t, err)
 
 	factory := informers.NewSharedInformerFactory(client, 0)
+	activated := make(activator, 8)
 	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
-		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(factory))
+		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithPodActivator(activated))
 	require.NoError(t, err)
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	if opts.Clock == nil {
@@ -84,11 +97,12 @@ func newEnvGPUs(t testing.TB, opts schedplugin.Options, models []string) *env {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	t.Cleanup(func() {
+		require.NoError(t, pl.Close())
 		cancel()
 		factory.Shutdown()
 		frameworkruntime.WaitForShutdown(fh)
 	})
-	e := &env{ctx: ctx, client: client, pl: pl, clk: clk}
+	e := &env{ctx: ctx, client: client, pl: pl, clk: clk, activated: activated}
 	e.waitFor(t, func() bool { return pl.View().HasSynced() })
 	return e
 }
@@ -490,8 +504,10 @@ func TestFactoryArgs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
+	activated := make(activator, 8)
 	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
-		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(factory))
+		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithPodActivator(activated))
 	require.NoError(t, err)
 	defer func() { cancel(); frameworkruntime.WaitForShutdown(fh) }()
 	for _, tc := range tests {
@@ -643,4 +659,53 @@ func TestStaleClaimCounted(t *testing.T) {
 	e.cycle(t, b, "n1")
 	e.cycle(t, b, "n1")
 	assert.Equal(t, before+1, staleClaimsCount(t))
+}
+
+// A pod kept off its node only by a young claim is moved back to the
+// active queue when the lock ends (a lock's end is no cluster event, so it
+// would otherwise wait for the scheduler's periodic retry), and not before.
+func TestLockEndActivatesThePod(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEnv(t, schedplugin.Options{LockTimeout: time.Minute, Clock: clk})
+	e.schedule(t, e.create(t, migPod("a", "4000")), "n1")
+	b := e.create(t, migPodN("b", 2, "4000"))
+	cs, _, statuses := e.cycle(t, b, "n1")
+	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code())
+	_, st := e.pl.PostFilter(e.ctx, cs, b, nil)
+	assert.Equal(t, fwk.Unschedulable, st.Code(), "PostFilter never makes a pod schedulable")
+
+	clk.Step(time.Minute - time.Second)
+	select {
+	case keys := <-e.activated:
+		t.Fatalf("%v activated before the lock ended", keys)
+	default:
+	}
+	clk.Step(time.Second)
+	select {
+	case keys := <-e.activated:
+		assert.Equal(t, []string{"default/b"}, keys)
+	case <-time.After(testwait.Bound()):
+		t.Fatal("b not activated when the lock ended")
+	}
+	_, kept, _ := e.cycle(t, b, "n1")
+	assert.Contains(t, kept, "n1", "the stale claim does not block a pod the device plugin cannot confuse with it")
+}
+
+// After Close no wake fires.
+func TestCloseStopsWakes(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEnv(t, schedplugin.Options{LockTimeout: time.Minute, Clock: clk})
+	e.schedule(t, e.create(t, migPod("a", "4000")), "n1")
+	b := e.create(t, migPodN("b", 2, "4000"))
+	cs, _, _ := e.cycle(t, b, "n1")
+	e.pl.PostFilter(e.ctx, cs, b, nil)
+	require.True(t, clk.HasWaiters())
+	require.NoError(t, e.pl.Close())
+	assert.False(t, clk.HasWaiters(), "the timer is stopped")
+	clk.Step(time.Hour)
+	select {
+	case keys := <-e.activated:
+		t.Fatalf("%v activated after Close", keys)
+	default:
+	}
 }

@@ -1,0 +1,131 @@
+package schedplugin
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
+
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
+)
+
+// A lock's end is no cluster event: a pod refused only because a node was
+// locked by a young claim would wait for kube-scheduler's periodic retry
+// (5 minutes by default) once the claim ages past the lock timeout. Filter
+// notes when the earliest such lock ends, PostFilter arms a timer for it,
+// and the timer moves the pod back to the active queue (Handle.Activate).
+
+// noteLockEnd records in s that node's lock on the pod uid ends at the
+// end of its claim's lock timeout, if a young claim locks it.
+func (p *Plugin) noteLockEnd(s *cycleState, node, uid string, req *placement.Request) {
+	now := p.opts.Clock.Now()
+	c, ok := kube.Blocking(p.view.Claims(node), uid, req, now, p.opts.LockTimeout, nil)
+	if !ok || now.Sub(c.Since) >= p.opts.LockTimeout {
+		return // no lock, or a stale claim: only its realization or end frees the node
+	}
+	end := c.Since.Add(p.opts.LockTimeout).UnixNano()
+	for {
+		cur := s.lockEnd.Load()
+		if cur != 0 && cur <= end || s.lockEnd.CompareAndSwap(cur, end) {
+			return
+		}
+	}
+}
+
+// PostFilter runs when no node can take the pod. If a young claim's lock
+// kept it off a node, the pod is moved back to the active queue when that
+// lock ends. It never makes the pod schedulable itself.
+func (p *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if s := readState(cs); s != nil {
+		if end := s.lockEnd.Load(); end != 0 {
+			p.wakeAt(pod, time.Unix(0, end))
+		}
+	}
+	return nil, fwk.NewStatus(fwk.Unschedulable)
+}
+
+// wakeAt activates pod at t (or just after), with one timer for the
+// earliest pending wake. A clock without timers (a passive test clock)
+// wakes nobody.
+func (p *Plugin) wakeAt(pod *corev1.Pod, t time.Time) {
+	c, ok := p.opts.Clock.(clock.WithDelayedExecution)
+	if !ok {
+		return
+	}
+	p.wakeMu.Lock()
+	defer p.wakeMu.Unlock()
+	if p.closed {
+		return
+	}
+	p.waking[pod.UID] = wake{pod: pod, at: t}
+	if p.timer != nil && !p.timerAt.After(t) {
+		return
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.timerAt = t
+	p.timer = c.AfterFunc(max(t.Sub(c.Now()), 0), p.fire)
+}
+
+// fire runs wakeDue on a goroutine of its own: a test clock calls timer
+// functions while holding its lock, which wakeDue takes again.
+func (p *Plugin) fire() { go p.wakeDue() }
+
+// wakeDue activates the pods whose wake is due and re-arms the timer for
+// the next.
+func (p *Plugin) wakeDue() {
+	c := p.opts.Clock.(clock.WithDelayedExecution)
+	now := c.Now()
+	due := map[string]*corev1.Pod{}
+	p.wakeMu.Lock()
+	if p.closed {
+		p.wakeMu.Unlock()
+		return
+	}
+	next := time.Unix(0, math.MaxInt64)
+	for uid, w := range p.waking {
+		if !w.at.After(now) {
+			due[w.pod.Namespace+"/"+w.pod.Name] = w.pod
+			delete(p.waking, uid)
+		} else if w.at.Before(next) {
+			next = w.at
+		}
+	}
+	p.timer = nil
+	if len(p.waking) > 0 && !p.closed {
+		p.timerAt = next
+		p.timer = c.AfterFunc(max(next.Sub(now), 0), p.fire)
+	}
+	p.wakeMu.Unlock()
+	if len(due) > 0 {
+		p.log.Debug("lock timeout passed; retrying the pods it kept off their nodes", "pods", len(due))
+		p.handle.Activate(logr.FromSlogHandler(p.log.Handler()), due)
+	}
+}
+
+// Close stops the wake timer; kube-scheduler calls it when the profile's
+// framework closes. A wake already firing finishes on its own: it only
+// moves pods between the scheduler's queues.
+func (p *Plugin) Close() error {
+	p.wakeMu.Lock()
+	defer p.wakeMu.Unlock()
+	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+	clear(p.waking)
+	return nil
+}
+
+// wake is a pod to move back to the active queue at a lock's end.
+type wake struct {
+	pod *corev1.Pod
+	at  time.Time
+}
