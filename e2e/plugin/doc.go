@@ -3,6 +3,9 @@
 // with the plugin registered (app.WithPlugin, as schedplugin's
 // cmd/kube-scheduler does) and schedplugin/deploy/kube-scheduler-config.yaml
 // as shipped, the deployed RBAC, the kubelet's device manager and the
-// device plugin over fakehal hardware (package e2e/internal/cluster). The
-// package has test files only.
+// device plugin over fakehal hardware (package e2e/internal/cluster):
+// the requeue latency after capacity frees, against the extender for
+// comparison (TestPluginRequeue, TestExtenderRequeue), and the retry of a
+// pod a node lock kept off when the lock times out (TestLockEndRetries).
+// The package has test files only.
 package plugin

@@ -63,6 +63,13 @@ type env struct {
 // the extender, as shipped.
 func startEnv(t *testing.T, withExtender bool) *env {
 	t.Helper()
+	return startEnvConfig(t, withExtender, "")
+}
+
+// startEnvConfig is startEnv with the plugin scheduler's configuration
+// read from schedConfig ("" for the shipped one).
+func startEnvConfig(t *testing.T, withExtender bool, schedConfig string) *env {
+	t.Helper()
 	ctx := cluster.TestContext(t, 10*time.Minute)
 	c := cluster.Start(t, cluster.Options{})
 	e := &env{t: t, ctx: ctx, c: c, admin: c.Admin()}
@@ -73,6 +80,8 @@ func startEnv(t *testing.T, withExtender bool) *env {
 	schedCf := filepath.Join(cluster.RepoRoot(), "schedplugin", "deploy", "kube-scheduler-config.yaml")
 	if withExtender {
 		schedCf = cluster.SchedulerConfigPath()
+	} else if schedConfig != "" {
+		schedCf = schedConfig
 	}
 	sc, err := cluster.ReadSchedulerConfig(schedCf)
 	if err != nil {
@@ -187,15 +196,20 @@ func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 
 // wholeGPU is a MIG pod whose one container asks for a whole GPU's memory.
 func (e *env) wholeGPU(name string) *corev1.Pod {
+	return e.migPod(name, corev1.ResourceList{
+		kube.ResourceGPU:              resource.MustParse("1"),
+		kube.ResourceGPUMemPercentage: resource.MustParse("100"),
+	})
+}
+
+// migPod is a MIG pod whose one container has the given limits.
+func (e *env) migPod(name string, limits corev1.ResourceList) *corev1.Pod {
 	pod, err := e.admin.CoreV1().Pods(testNamespace).Create(e.ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name,
 			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
 		Spec: corev1.PodSpec{
 			SchedulerName: e.sched,
-			Containers: []corev1.Container{{Name: "cuda", Image: "cuda:latest", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-				kube.ResourceGPU:              resource.MustParse("1"),
-				kube.ResourceGPUMemPercentage: resource.MustParse("100"),
-			}}}},
+			Containers: []corev1.Container{{Name: "cuda", Image: "cuda:latest", Resources: corev1.ResourceRequirements{Limits: limits}}},
 			TerminationGracePeriodSeconds: new(int64(600)),
 		},
 	}, metav1.CreateOptions{})
@@ -321,7 +335,9 @@ func TestExtenderRequeue(t *testing.T) {
 	requeue(t, startEnv(t, true))
 }
 
-func requeue(t *testing.T, e *env) {
+// waitRegistered waits until the node published its GPU and capacity.
+func (e *env) waitRegistered() {
+	e.t.Helper()
 	e.wait("node registration and capacity", 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		n, err := e.admin.CoreV1().Nodes().Get(ctx, e.node.Name, metav1.GetOptions{})
 		if err != nil {
@@ -331,6 +347,10 @@ func requeue(t *testing.T, e *env) {
 		q := n.Status.Allocatable[kube.ResourceGPU]
 		return err == nil && len(gpus) == 1 && q.Value() > 0, nil
 	})
+}
+
+func requeue(t *testing.T, e *env) {
+	e.waitRegistered()
 	holder := "holder-0"
 	e.wholeGPU(holder)
 	e.wait(holder+" bound", 20*time.Millisecond, e.bound(holder))
