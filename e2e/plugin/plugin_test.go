@@ -208,8 +208,8 @@ func (e *env) migPod(name string, limits corev1.ResourceList) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name,
 			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
 		Spec: corev1.PodSpec{
-			SchedulerName: e.sched,
-			Containers: []corev1.Container{{Name: "cuda", Image: "cuda:latest", Resources: corev1.ResourceRequirements{Limits: limits}}},
+			SchedulerName:                 e.sched,
+			Containers:                    []corev1.Container{{Name: "cuda", Image: "cuda:latest", Resources: corev1.ResourceRequirements{Limits: limits}}},
 			TerminationGracePeriodSeconds: new(int64(600)),
 		},
 	}, metav1.CreateOptions{})
