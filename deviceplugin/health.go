@@ -42,14 +42,15 @@ func (e *UnhealthyGPUError) Error() string {
 func (e *UnhealthyGPUError) Unwrap() error { return ErrUnhealthyGPU }
 
 // Reasons of the Kubernetes Events the plugin records on its node when a
-// GPU's or MIG device's health changes.
+// GPU's or MIG device's health changes: package kube's, shared with the
+// DRA driver.
 const (
-	ReasonGPUUnhealthy       = "GPUUnhealthy"       // Warning
-	ReasonGPUHealthy         = "GPUHealthy"         // Normal: recovered
-	ReasonMIGDeviceUnhealthy = "MIGDeviceUnhealthy" // Warning
-	ReasonMIGDeviceHealthy   = "MIGDeviceHealthy"   // Normal
-	ReasonGPUUnmonitored     = "GPUUnmonitored"     // Warning: its health cannot be watched
-	ReasonGPUMonitored       = "GPUMonitored"       // Normal: watched again
+	ReasonGPUUnhealthy       = kube.ReasonGPUUnhealthy
+	ReasonGPUHealthy         = kube.ReasonGPUHealthy
+	ReasonMIGDeviceUnhealthy = kube.ReasonMIGDeviceUnhealthy
+	ReasonMIGDeviceHealthy   = kube.ReasonMIGDeviceHealthy
+	ReasonGPUUnmonitored     = kube.ReasonGPUUnmonitored
+	ReasonGPUMonitored       = kube.ReasonGPUMonitored
 )
 
 // EventSource is the component name of the plugin's Events.
@@ -347,32 +348,17 @@ func (p *Plugin) pruneMIGHealth(ctx context.Context) {
 // (events.go). Failures are logged: an Event is information, never a
 // reason to stop.
 func (p *Plugin) recordHealthEvent(ctx context.Context, e realize.HealthEvent) {
-	reason, kind := ReasonGPUUnhealthy, corev1.EventTypeWarning
+	var consequence string
 	switch {
 	case e.Cause == realize.CauseUnmonitored:
-		reason = ReasonGPUUnmonitored
-	case e.Cause == realize.CauseMonitored:
-		reason, kind = ReasonGPUMonitored, corev1.EventTypeNormal
-	case e.Healthy && e.WholeGPU():
-		reason, kind = ReasonGPUHealthy, corev1.EventTypeNormal
-	case e.Healthy:
-		reason, kind = ReasonMIGDeviceHealthy, corev1.EventTypeNormal
-	case !e.WholeGPU():
-		reason = ReasonMIGDeviceUnhealthy
-	}
-	msg := e.String()
-	if uuid := p.gpuUUID(e.GPU); uuid != "" {
-		msg += " " + uuid
-	}
-	switch {
-	case e.Cause == realize.CauseUnmonitored:
-		msg += ": its health cannot be watched, so no new MIG instances on it until it can; running pods keep theirs"
+		consequence = "its health cannot be watched, so no new MIG instances on it until it can; running pods keep theirs"
 	case !e.Healthy && e.WholeGPU():
-		msg += ": no new MIG instances on it; running pods keep theirs"
+		consequence = "no new MIG instances on it; running pods keep theirs"
 	case !e.Healthy:
-		msg += ": the MIG device's pod keeps it until it ends"
+		consequence = "the MIG device's pod keeps it until it ends"
 	}
-	p.events.Eventf(p.nodeRef(ctx), nil, kind, reason, HealthAction, "%s", msg)
+	kind, reason, note := kube.HealthEventFor(e, p.gpuUUID(e.GPU), consequence)
+	p.events.Eventf(p.nodeRef.Get(ctx), nil, kind, reason, HealthAction, "%s", note)
 }
 
 // gpuUUID returns the UUID of the discovered GPU at index, "" if none.

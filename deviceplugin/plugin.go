@@ -120,10 +120,11 @@ type Plugin struct {
 	ready     chan struct{}
 	serving   atomic.Bool // see Serving
 
-	mu      sync.Mutex // guards gpus, claims and nodeUID; held for container selection only
-	gpus    []capability.GPU
-	claims  map[target]claim // containers this plugin realized or is realizing
-	nodeUID types.UID        // the node's, once read for an Event
+	nodeRef *kube.NodeReference // what the node's Events regard
+
+	mu     sync.Mutex // guards gpus and claims; held for container selection only
+	gpus   []capability.GPU
+	claims map[target]claim // containers this plugin realized or is realizing
 
 	verify *verifier // what was realized for which device IDs
 
@@ -215,6 +216,7 @@ func New(cfg Config) (*Plugin, error) {
 		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
 		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
 		events:    kube.NewEvents(cfg.Client, EventSource),
+		nodeRef:   kube.NewNodeReference(cfg.Client, cfg.Node, log),
 		ready:     make(chan struct{}),
 		claims:    map[target]claim{},
 		verify:    newVerifier(),
