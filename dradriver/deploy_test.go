@@ -177,6 +177,7 @@ func TestDeployRBAC(t *testing.T) {
 		"resource.k8s.io/resourceslices": {"create", "delete", "get", "list", "update", "watch"},
 		"resource.k8s.io/resourceclaims": {"get", "list", "watch"},
 		"/nodes":                         {"get"},
+		"events.k8s.io/events":           {"create", "patch"},
 	}
 	got := map[string][]string{}
 	for _, r := range roles[0].Rules {

@@ -55,7 +55,9 @@
 // NoExecute when the GPU is lost, so that the pods using it are evicted,
 // NoSchedule otherwise ([Driver.Resources]). [Driver.WatchHealthStatus]
 // reports every prepared device's health to the kubelet (KEP-4680), which
-// shows it in the status of the pods using it. Health is not kept across a
+// shows it in the status of the pods using it. Each change is also an
+// Event on the node ([EventSource], package kube's reasons such as
+// GPUUnhealthy), as the device plugin records. Health is not kept across a
 // restart of the driver.
 //
 // # Preparation and trust

@@ -21,6 +21,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -194,7 +195,16 @@ type Driver struct {
 	publisher func(context.Context, resourceslice.DriverResources) error
 	// fatal receives HandleError's fatal errors for Run.
 	fatal chan error
+	// events records GPU health Events on the node once Run started it
+	// (nil before: Setup and the DRA methods alone record none).
+	events  *kube.Events
+	nodeRef *kube.NodeReference
 }
+
+// EventSource is the component name of the driver's Events: Run records
+// one on the node for each GPU or MIG device health change, with package
+// kube's reasons (kube.ReasonGPUUnhealthy and the others).
+const EventSource = "dynmig-dra-driver"
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
@@ -937,6 +947,11 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 		d.log.Warn("first maintenance pass failed; retrying", "err", err)
 	}
+	events := kube.NewEvents(d.cfg.Client, EventSource)
+	wg.Go(events.Start(ctx)) // ends with ctx
+	d.mu.Lock()
+	d.events, d.nodeRef = events, kube.NewNodeReference(d.cfg.Client, d.cfg.Node, d.log)
+	d.mu.Unlock()
 	if hw, ok := d.cfg.Hardware.(realize.HealthWatcher); ok {
 		wg.Go(func() { d.watchHealth(ctx, hw) })
 	}
@@ -1041,7 +1056,9 @@ func (d *Driver) watchHealth(ctx context.Context, hw realize.HealthWatcher) {
 			d.log.Warn("waiting for GPU health events; the watch goes on", "err", err)
 			continue
 		}
-		d.ApplyHealth(ev)
+		if d.applyHealth(ev) {
+			d.recordHealthEvent(ctx, ev)
+		}
 	}
 }
 
@@ -1049,7 +1066,11 @@ func (d *Driver) watchHealth(ctx context.Context, hw realize.HealthWatcher) {
 // [Driver.WatchHealthStatus] and rebuilds the publication: an unhealthy
 // GPU publishes no free devices, and prepared devices hit by a failure
 // are tainted ([Driver.Resources]).
-func (d *Driver) ApplyHealth(ev realize.HealthEvent) {
+func (d *Driver) ApplyHealth(ev realize.HealthEvent) { d.applyHealth(ev) }
+
+// applyHealth is ApplyHealth; it reports whether the event changed
+// anything.
+func (d *Driver) applyHealth(ev realize.HealthEvent) bool {
 	d.mu.Lock()
 	changed := d.health.Apply(ev)
 	if changed && d.healthed != nil {
@@ -1062,6 +1083,36 @@ func (d *Driver) ApplyHealth(ev realize.HealthEvent) {
 		d.log.Info("GPU health changed", "gpu", ev.GPU, "gpu_healthy", after, "event", ev.String())
 		d.rebuild()
 	}
+	return changed
+}
+
+// recordHealthEvent records an Event on the node for one health
+// transition the watch applied. Failures are logged by client-go: an Event
+// is information, never a reason to stop.
+func (d *Driver) recordHealthEvent(ctx context.Context, ev realize.HealthEvent) {
+	d.mu.Lock()
+	events, ref := d.events, d.nodeRef
+	var uuid string
+	for _, g := range d.full {
+		if g.Index == ev.GPU {
+			uuid = g.UUID
+		}
+	}
+	d.mu.Unlock()
+	if events == nil {
+		return
+	}
+	var consequence string
+	switch {
+	case ev.Cause == realize.CauseUnmonitored:
+		consequence = "its health cannot be watched, so it publishes no free devices until it can; prepared devices stay with their claims"
+	case !ev.Healthy && ev.WholeGPU():
+		consequence = "it publishes no free devices, and its prepared devices are tainted " + TaintKey
+	case !ev.Healthy:
+		consequence = "its prepared device is tainted " + TaintKey
+	}
+	kind, reason, note := kube.HealthEventFor(ev, uuid, consequence)
+	events.Eventf(ref.Get(ctx), nil, kind, reason, kube.HealthAction, "%s", note)
 }
 
 // TaintKey is the key of the device taints (KEP-5055) the driver puts on

@@ -23,6 +23,7 @@ import (
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/kube"
 )
 
 // waitFor polls cond until it holds, within the test binary's -timeout.
@@ -136,6 +137,24 @@ func TestRun(t *testing.T) {
 	if n := len(hw.Snapshot()); n != 0 {
 		t.Errorf("live instances = %d after unprepare, want 0", n)
 	}
+
+	// A lost GPU is recorded as an Event on the node, by its UID.
+	if err := hw.InjectXid(0, "", 79); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the GPUUnhealthy Event", func() bool {
+		l, err := client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range l.Items {
+			if ev.Reason == kube.ReasonGPUUnhealthy && ev.Regarding.Kind == "Node" && ev.Regarding.UID == "node-uid" &&
+				ev.ReportingController == dradriver.EventSource && ev.Type == v1.EventTypeWarning {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestRunNeedsClient: Run without an API client is a configuration error.

@@ -30,6 +30,7 @@ import (
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
 	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
 
@@ -297,7 +298,29 @@ func TestDRA(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The loss and the recovery are Events on the node, written under the
+	// driver's own identity (its RBAC).
+	nodeEvent := func(reason string) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			l, err := admin.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, ev := range l.Items {
+				if ev.Reason == reason && ev.Regarding.Kind == "Node" && ev.Regarding.Name == nodeName && ev.ReportingController == dradriver.EventSource {
+					return true, nil
+				}
+			}
+			return false, nil
+		}
+	}
+	if err := cluster.WaitFor(ctx, 50*time.Millisecond, "the GPUUnhealthy Event", nodeEvent(kube.ReasonGPUUnhealthy)); err != nil {
+		t.Fatal(err)
+	}
 	if err := hw.Recover(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 50*time.Millisecond, "the GPUHealthy Event", nodeEvent(kube.ReasonGPUHealthy)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.WaitFor(ctx, 50*time.Millisecond, "the taints gone after recovery", func(ctx context.Context) (bool, error) {
