@@ -75,9 +75,9 @@ type Extender struct {
 	events  *kube.Events
 	running atomic.Bool
 
+	binds    kube.NodeBinds // the MIG pod a Bind call is binding to each node now
 	mu       sync.Mutex
-	binding  map[string]string // node -> UID of the MIG pod a Bind call is binding to it now
-	inflight map[string]bool   // UIDs of pods a Bind call is binding now
+	inflight map[string]bool // UIDs of pods a Bind call is binding now
 	// UIDs whose stale claim was reported, while the view still holds
 	// them unrealized (pruned by prune).
 	reported map[string]bool
@@ -140,7 +140,7 @@ func New(client kubernetes.Interface, opts Options) *Extender {
 		client: client, factory: factory, view: view, opts: opts, log: log,
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "dynmig_scheduler_stale_claims_total",
 			Help: "Bound MIG pods not realized within the lock timeout, reported once each."}),
-		binding: map[string]string{}, inflight: map[string]bool{}, reported: map[string]bool{},
+		inflight: map[string]bool{}, reported: map[string]bool{},
 		events: kube.NewEvents(client, EventComponent),
 	}
 }
@@ -355,20 +355,12 @@ func (e *Extender) filterPlain(args Args, names []string) FilterResult {
 	return res
 }
 
-// blocker returns the pod (namespace/name, or UID for a bind in flight)
-// that keeps the pod uid with request req off node, or "": a MIG pod being
-// bound there, or a claim [kube.Blocking] finds (a stale one is reported
-// once).
+// blocker returns the pod that keeps the pod uid with request req off
+// node ([kube.NodeBinds.Blocker]), or "". A stale claim is reported once.
 func (e *Extender) blocker(ctx context.Context, node, uid string, req *placement.Request) string {
-	e.mu.Lock()
-	inflight := e.binding[node]
-	e.mu.Unlock()
-	if inflight != "" && inflight != uid {
-		return "pod " + inflight + " (being bound)"
-	}
 	stale := func(c kube.NodeClaim) { e.reportStale(ctx, node, c) }
-	if c, ok := kube.Blocking(e.view.Claims(node), uid, req, e.opts.Clock.Now(), e.opts.LockTimeout, stale); ok {
-		return c.Pod.String()
+	if h, ok := e.binds.Blocker(node, uid, req, e.view.Claims(node), e.opts.Clock.Now(), e.opts.LockTimeout, stale); ok {
+		return h.String()
 	}
 	return ""
 }
@@ -410,18 +402,18 @@ func (e *Extender) claimNode(ctx context.Context, node, uid string, req *placeme
 		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: pod %s", ErrBindInProgress, uid)
 	}
-	if who := e.binding[node]; who != "" {
+	// uid is not in flight, so it holds no node: Claim refuses only
+	// another pod.
+	if who, ok := e.binds.Claim(node, uid); !ok {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: node %s is binding pod %s", ErrNodeLocked, node, who)
 	}
-	e.binding[node], e.inflight[uid] = uid, true
+	e.inflight[uid] = true
 	e.mu.Unlock()
 	release = func() {
+		e.binds.Release(node, uid)
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if e.binding[node] == uid {
-			delete(e.binding, node)
-		}
 		delete(e.inflight, uid)
 	}
 	if !e.opts.SkipFreshNodeRead {

@@ -10,7 +10,9 @@
 // package schedule; a [SchedulerView] keeps a
 // scheduler's ledger current from shared informers and the scheduler's own
 // binds, applying events in order and freeing a pod's slots by the same
-// release rule the device plugin reclaims by. It is the library's
+// release rule the device plugin reclaims by, and [NodeBinds] holds the one
+// MIG bind a scheduler runs per node and says what keeps a pod off a node
+// (that bind, or a claim [Blocking] finds). It is the library's
 // adapter layer to Kubernetes: the components (deviceplugin, extender,
 // dradriver) build on it, and the model, decision and node-engine packages
 // never import Kubernetes. Its subpackage kubetest is a fake API server for

@@ -121,9 +121,9 @@ type Plugin struct {
 	opts   Options
 	log    *slog.Logger
 
+	binds    kube.NodeBinds // the MIG pod being bound to each node (Reserve to PostBind or Unreserve)
 	mu       sync.Mutex
-	binding  map[string]string // node -> UID of the MIG pod being bound to it (Reserve to PostBind or Unreserve)
-	reported map[string]bool   // UIDs whose stale claim was reported
+	reported map[string]bool // UIDs whose stale claim was reported
 	// UIDs Unreserve found bound although their binding cycle failed; the
 	// scheduler reports such a pod deleted (see afterPodDelete).
 	settled map[string]bool
@@ -176,7 +176,7 @@ func New(h fwk.Handle, opts Options) (*Plugin, error) {
 		return nil, fmt.Errorf("schedplugin: register the view's informers: %w", err)
 	}
 	return &Plugin{handle: h, client: h.ClientSet(), view: view, opts: opts, log: log,
-		binding: map[string]string{}, reported: map[string]bool{}, settled: map[string]bool{}, waking: map[types.UID]wake{}}, nil
+		reported: map[string]bool{}, settled: map[string]bool{}, waking: map[types.UID]wake{}}, nil
 }
 
 // Factory returns the plugin factory to register with kube-scheduler
@@ -375,23 +375,16 @@ func (p *Plugin) noMIG(node string) error {
 	return fmt.Errorf("%w: the %s annotation of node %s lists no usable MIG GPU", ErrNoMIGGPUs, capability.NodeRegisterAnnotation, node)
 }
 
-// blocker returns the pod that keeps the pod uid with request req off node,
-// or "": a MIG pod being bound to the node, a claim younger than the lock
-// timeout, or an older one the device plugin could confuse with the pod
-// (reported once when report is set).
+// blocker returns the pod that keeps the pod uid with request req off node
+// ([kube.NodeBinds.Blocker]), or "". A stale claim is reported once when
+// report is set.
 func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.Request, report bool) string {
-	p.mu.Lock()
-	inflight := p.binding[node]
-	p.mu.Unlock()
-	if inflight != "" && inflight != uid {
-		return "pod " + inflight + " (being bound)"
-	}
 	var stale func(kube.NodeClaim)
 	if report {
 		stale = func(c kube.NodeClaim) { p.reportStale(ctx, node, c) }
 	}
-	if c, ok := kube.Blocking(p.view.Claims(node), uid, req, p.opts.Clock.Now(), p.opts.LockTimeout, stale); ok {
-		return c.Pod.String()
+	if h, ok := p.binds.Blocker(node, uid, req, p.view.Claims(node), p.opts.Clock.Now(), p.opts.LockTimeout, stale); ok {
+		return h.String()
 	}
 	return ""
 }
@@ -482,13 +475,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 
 // claim marks node as binding pod uid, or fails with [ErrNodeLocked].
 func (p *Plugin) claim(ctx context.Context, node, uid string, req *placement.Request) error {
-	p.mu.Lock()
-	if who := p.binding[node]; who != "" && who != uid {
-		p.mu.Unlock()
+	if who, ok := p.binds.Claim(node, uid); !ok {
 		return fmt.Errorf("%w: node %s is binding pod %s", ErrNodeLocked, node, who)
 	}
-	p.binding[node] = uid
-	p.mu.Unlock()
 	if who := p.blocker(ctx, node, uid, req, false); who != "" {
 		p.release(node, uid)
 		return fmt.Errorf("%w: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who)
@@ -496,13 +485,7 @@ func (p *Plugin) claim(ctx context.Context, node, uid string, req *placement.Req
 	return nil
 }
 
-func (p *Plugin) release(node, uid string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.binding[node] == uid {
-		delete(p.binding, node)
-	}
-}
+func (p *Plugin) release(node, uid string) { p.binds.Release(node, uid) }
 
 // Unreserve settles a binding that did not complete: see "Failure
 // semantics" in the package documentation.

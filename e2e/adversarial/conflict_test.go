@@ -1,11 +1,13 @@
 package adversarial_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
-	"path"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
-	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -147,91 +149,135 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// interfering runs before each request of a client, on the request's
-// goroutine, so that a test can change an object between the client's
-// read and its write.
-type interfering struct {
-	rt     http.RoundTripper
-	before func(*http.Request)
+// roundTripper is a function as an http.RoundTripper: a test's wrap of a
+// component's transport, which sees each request on its way (on the
+// caller's goroutine) and its answer.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// binding decodes the Binding a pods/binding request carries (JSON from
+// the extender's client, protobuf from kube-scheduler's) and leaves the
+// request's body to be sent as it was.
+func binding(r *http.Request) (*corev1.Binding, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	var b corev1.Binding
+	if _, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
 }
 
-func (i interfering) RoundTrip(r *http.Request) (*http.Response, error) {
-	i.before(r)
-	return i.rt.RoundTrip(r)
+// isBinding reports whether r creates the binding of pod name.
+func isBinding(r *http.Request, name string) bool {
+	return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pods/"+name+"/binding")
 }
 
-// forgedRecord is a record the extender never wrote: a placement on a GPU
-// no node has.
+// forgedRecord is a record no scheduler wrote: a placement on a GPU no
+// node has.
 const forgedRecord = `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-00000000-0000-4000-8000-000000000000","profile":"1g.5gb","placement":{"start":6,"size":1}}]`
 
-// TestExtenderBindConflict: the extender binds a pod with its reservation
-// record in the Binding's annotations and the resourceVersion it read as
-// the binding's precondition, so that a pod changed since it was read is
-// neither bound nor annotated. Here the pod's owner swaps in a forged
-// record (and a label) between the extender's read and its binding, and
-// the real API server answers 409.
+// TestBindConflict: the scheduler (the extender's Bind, or the DynMIG
+// plugin's Bind in kube-scheduler's binding cycle) binds a MIG pod with
+// its reservation record in the Binding's annotations and the pod's UID
+// and the resourceVersion it read as the binding's preconditions, so that
+// a pod changed since it was read is neither bound nor annotated. Here
+// the pod's owner swaps in a forged record (and a label) while the
+// scheduler's first pods/binding call is on its way, and the real API
+// server answers 409. Run against each scheduler.
 //
-// Claims: that Bind fails and leaves the pod unbound, keeping the owner's
-// label; the next Bind succeeds and the binding replaces the forged record
-// with the extender's, in the write that binds the pod; and the pod is
-// then admitted and realized at the placement the extender chose, the
-// node holding exactly its device (nothing of the failed attempt stays
-// reserved or realized).
-func TestExtenderBindConflict(t *testing.T) {
-	var armed atomic.Bool
-	var conflicts atomic.Int64
-	e := newEnv(t, envOptions{extenderClient: func(c *cluster.Cluster) kubernetes.Interface {
-		admin := c.Admin()
-		cfg := c.AdminConfig()
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			counted := conflictCounter{rt: rt, conflicts: &conflicts}
-			return interfering{rt: counted, before: func(r *http.Request) {
-				if r.Method != http.MethodPost || path.Base(r.URL.Path) != "binding" || !armed.CompareAndSwap(true, false) {
-					return
-				}
-				name := path.Base(path.Dir(r.URL.Path))
-				body := []byte(`{"metadata":{"labels":{"raced":"yes"},"annotations":{"` + reservation.AnnotationKey + `":` + strconv.Quote(forgedRecord) + `}}}`)
-				if _, err := admin.CoreV1().Pods(namespace).Patch(r.Context(), name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
-					t.Errorf("the other writer's patch of %s: %v", name, err)
-				}
-			}}
-		})
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
+// Claims: that binding request carries the scheduler's record and the
+// preconditions (it is the MIG binder's, not kube-scheduler's default
+// binder's); it fails with the one 409 the binder sees, and right after
+// it the pod is unbound and keeps the owner's label; the scheduler
+// retries on its own and binds the pod with its own record in place of
+// the forged one, in the write that binds it, the label kept; and the
+// pod is then admitted and realized at the placement the record names,
+// the node holding exactly its device (nothing of the failed attempt
+// stays reserved or realized).
+func TestBindConflict(t *testing.T) {
+	eachScheduler(t, func(t *testing.T, s scheduler) {
+		type attempt struct {
+			binding *corev1.Binding
+			status  int
+			pod     *corev1.Pod // read right after the answer
+			err     error
 		}
-		return cs
-	}})
+		var (
+			armed     atomic.Bool
+			conflicts atomic.Int64
+			first     = make(chan attempt, 1)
+			e         *env
+		)
+		e = newEnv(t, envOptions{scheduler: s, binder: func(rt http.RoundTripper) http.RoundTripper {
+			counted := conflictCounter{rt: rt, conflicts: &conflicts}
+			return roundTripper(func(r *http.Request) (*http.Response, error) {
+				if !isBinding(r, "raced") || !armed.CompareAndSwap(true, false) {
+					return counted.RoundTrip(r)
+				}
+				var a attempt
+				defer func() { first <- a }()
+				if a.binding, a.err = binding(r); a.err != nil {
+					return counted.RoundTrip(r)
+				}
+				body := []byte(`{"metadata":{"labels":{"raced":"yes"},"annotations":{"` + reservation.AnnotationKey + `":` + strconv.Quote(forgedRecord) + `}}}`)
+				if _, a.err = e.admin.CoreV1().Pods(namespace).Patch(r.Context(), "raced", types.MergePatchType, body, metav1.PatchOptions{}); a.err != nil {
+					return counted.RoundTrip(r)
+				}
+				resp, err := counted.RoundTrip(r)
+				if err != nil {
+					a.err = err
+					return resp, err
+				}
+				a.status = resp.StatusCode
+				a.pod, a.err = e.admin.CoreV1().Pods(namespace).Get(e.ctx, "raced", metav1.GetOptions{})
+				return resp, err
+			})
+		}})
 
-	pod, err := e.admin.CoreV1().Pods(namespace).Create(e.ctx, migPod("raced", "4000"), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.ext.Sync(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(true)
-	err = e.ext.Bind(e.ctx, extender.BindingArgs{PodName: pod.Name, PodNamespace: namespace, PodUID: pod.UID, Node: nodeName})
-	if err == nil {
-		t.Fatal("Bind succeeded although the pod changed between its read and its binding")
-	}
-	t.Logf("Bind refused: %v", err)
-	if got := conflicts.Load(); got != 1 {
-		t.Errorf("409 answers to the extender: got %d, want 1", got)
-	}
-	got := e.get(pod.Name)
-	if got.Spec.NodeName != "" {
-		t.Errorf("pod bound to %q after the failed Bind", got.Spec.NodeName)
-	}
-	if got.Labels["raced"] != "yes" {
-		t.Errorf("the other writer's label is gone: %v", got.Labels)
-	}
+		armed.Store(true)
+		e.create(migPod("raced", "4000"))
+		var a attempt
+		select {
+		case a = <-first:
+		case <-e.ctx.Done():
+			t.Fatal("no binding call for the pod")
+		}
+		if a.err != nil {
+			t.Fatalf("the first binding: %v", a.err)
+		}
+		if a.binding.Annotations[reservation.AnnotationKey] == "" || a.binding.UID == "" || a.binding.ResourceVersion == "" {
+			t.Errorf("the binding request carries record %q, UID %q, resourceVersion %q; want all three",
+				a.binding.Annotations[reservation.AnnotationKey], a.binding.UID, a.binding.ResourceVersion)
+		}
+		if a.status != http.StatusConflict {
+			t.Fatalf("the binding after the owner's change: status %d, want 409", a.status)
+		}
+		if a.pod.Spec.NodeName != "" {
+			t.Errorf("pod bound to %q by the failed binding", a.pod.Spec.NodeName)
+		}
+		if a.pod.Labels["raced"] != "yes" || a.pod.Annotations[reservation.AnnotationKey] != forgedRecord {
+			t.Errorf("the owner's change is gone after the failed binding: labels %v, record %q", a.pod.Labels, a.pod.Annotations[reservation.AnnotationKey])
+		}
 
-	e.bind(got)
-	if v := e.get(pod.Name).Annotations[reservation.AnnotationKey]; v == forgedRecord {
-		t.Errorf("the pod was bound with the forged record %s", v)
-	}
-	e.mustAdmit(pod.Name)
-	e.waitPasses(3)
-	e.finalCheck()
+		e.waitBound("raced")
+		got := e.get("raced")
+		if v := got.Annotations[reservation.AnnotationKey]; v == forgedRecord {
+			t.Errorf("the pod was bound with the forged record %s", v)
+		}
+		if got.Labels["raced"] != "yes" {
+			t.Errorf("the owner's label is gone: %v", got.Labels)
+		}
+		if n := conflicts.Load(); n != 1 {
+			t.Errorf("409 answers to the binder: got %d, want 1", n)
+		}
+		e.mustAdmit("raced")
+		e.waitPasses(3)
+		e.finalCheck()
+	})
 }

@@ -26,13 +26,17 @@ const outage = 3 * time.Second
 // throughout; a pass that started during the outage waits on its API
 // calls, so passes resume only after the restart); after the
 // restart c is admitted and receives its reservation, a new pod d is
-// scheduled and realized (the extender's and the plugin's informers
+// scheduled and realized (the scheduler's and the device plugin's informers
 // recovered), a pod deleted after the restart (a) has its device
 // reclaimed, and the node ends with exactly the devices of b, c and d,
 // each the one its record names. Nothing is lost: every pod bound before
-// the restart keeps its reservation.
+// the restart keeps its reservation. Run against each scheduler.
 func TestAPIServerRestartMidLifecycle(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	eachScheduler(t, apiServerRestartMidLifecycle)
+}
+
+func apiServerRestartMidLifecycle(t *testing.T, s scheduler) {
+	e := newEnv(t, envOptions{scheduler: s})
 
 	a := e.schedule(migPod("a", "4000"))
 	e.mustAdmit(a.Name)
@@ -77,10 +81,16 @@ func TestAPIServerRestartMidLifecycle(t *testing.T) {
 // nothing is authorised); once the partition heals, the deleted pod's
 // device is reclaimed, the pod scheduled meanwhile is admitted and
 // realized, and after the drops a further pod is too; the node ends with
-// exactly the devices in use, each the one its record names.
+// exactly the devices in use, each the one its record names. Run against
+// each scheduler: it places c while the device plugin cannot see a's
+// deletion, possibly on a's slots.
 func TestWatchDropAndPartition(t *testing.T) {
+	eachScheduler(t, watchDropAndPartition)
+}
+
+func watchDropAndPartition(t *testing.T, s scheduler) {
 	var cut *partition
-	e := newEnv(t, envOptions{pluginClient: func(c *cluster.Cluster) kubernetes.Interface {
+	e := newEnv(t, envOptions{scheduler: s, pluginClient: func(c *cluster.Cluster) kubernetes.Interface {
 		cut = startPartition(t, c.Host())
 		return cut.client(t, c.AdminConfig())
 	}})

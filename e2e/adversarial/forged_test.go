@@ -1,22 +1,19 @@
 package adversarial_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/dynmig/dynmig/e2e/internal/cluster"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -58,10 +55,10 @@ func scheduledOnly(record []reservation.Allocation) []reservation.Allocation {
 //   - a pod whose record is v's reservation without the identity;
 //   - a pod with nodeName and an old bind-time but no record;
 //   - and a pod created after a second victim w with w's reservation and
-//     a bind-time older than w's, while the extender's binding of w (which
-//     carries w's record) is on its way, so that the copy reaches the node (and the device plugin's pod
-//     source) before w does; it is admitted after w, as the kubelet
-//     orders admission (creation time).
+//     a bind-time older than w's, while the scheduler's binding of w
+//     (which carries w's record) is on its way, so that the copy reaches
+//     the node (and the device plugin's pod source) before w does; it is
+//     admitted after w, as the kubelet orders admission (creation time).
 //
 // Claims: no forged pod is handed v's or w's MIG device (each admission is
 // refused or hands out a device of the forger's own); v keeps the device
@@ -77,68 +74,57 @@ func scheduledOnly(record []reservation.Allocation) []reservation.Allocation {
 // monitor); and afterwards a pod scheduled normally is placed and
 // realized, and the node holds exactly the devices in use.
 //
+// Run against each scheduler: the binding of w is the extender's, or the
+// DynMIG plugin's Bind in kube-scheduler's binding cycle.
+//
 // Not claimed: after a device plugin restart, once the kubelet has
 // written the copy's status, both records carry PodScheduled and share one
 // time, and neither is realized.
 func TestForgedRecordsCaptureNothing(t *testing.T) {
-	// The forger acts inside the extender's Bind: before the extender's
-	// pods/binding call for victim-w, the forger takes w's record from it
-	// (w itself carries none until the binding lands), creates
-	// ahead-of-w with it and the node preset, and waits until the device
-	// plugin has run maintenance passes (so its pod source holds the copy)
-	// before the binding goes on.
+	eachScheduler(t, forgedRecordsCaptureNothing)
+}
+
+// wRecord is what the forger took from w's binding request.
+type wRecord struct {
+	record []reservation.Allocation
+	err    error
+}
+
+func forgedRecordsCaptureNothing(t *testing.T, s scheduler) {
+	// The forger acts inside the scheduler's binding of victim-w: its
+	// pods/binding call for w hands w's record (w itself carries none
+	// until the binding lands) to the test's goroutine, which creates
+	// ahead-of-w with it and the node preset and waits until the device
+	// plugin has run maintenance passes (so its pod source holds the
+	// copy); then the binding goes on.
 	var (
-		armed    atomic.Bool
-		e        *env
-		forge    func(name string, record []reservation.Allocation)
-		forgeErr atomic.Value
+		armed  atomic.Bool
+		e      *env
+		stolen = make(chan wRecord, 1)
+		goOn   = make(chan struct{})
 	)
-	e = newEnv(t, envOptions{extenderClient: func(c *cluster.Cluster) kubernetes.Interface {
-		cfg := c.AdminConfig()
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			return interfering{rt: rt, before: func(r *http.Request) {
-				if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/pods/victim-w/binding") || !armed.CompareAndSwap(true, false) {
-					return
-				}
-				// The record travels in the binding itself, so no read of
-				// w shows it before w is bound: the forger here knows it
-				// anyway (as one who predicted the extender's placement
-				// would), from the binding request on its way.
-				body, err := io.ReadAll(r.Body)
-				if err != nil {
-					forgeErr.Store("reading w's binding request: " + err.Error())
-					return
-				}
-				r.Body = io.NopCloser(bytes.NewReader(body))
-				r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-				var binding corev1.Binding
-				if err := json.Unmarshal(body, &binding); err != nil {
-					forgeErr.Store("w's binding request is not JSON: " + err.Error())
-					return
-				}
-				w, err := e.admin.CoreV1().Pods(namespace).Get(r.Context(), "victim-w", metav1.GetOptions{})
-				if err != nil || w.Spec.NodeName != "" || w.Annotations[reservation.AnnotationKey] != "" {
-					forgeErr.Store("victim-w is bound, or carries a record, before its binding")
-					return
-				}
-				allocs, err := reservation.DecodeString(binding.Annotations[reservation.AnnotationKey])
-				if err != nil {
-					forgeErr.Store("the record in w's binding: " + err.Error())
-					return
-				}
-				forge("ahead-of-w", scheduledOnly(allocs))
-				start := e.plugin.Reconciles()
-				for e.plugin.Reconciles() < start+2 && r.Context().Err() == nil {
-					time.Sleep(50 * time.Millisecond)
-				}
-			}}
+	e = newEnv(t, envOptions{scheduler: s, binder: func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if !isBinding(r, "victim-w") || !armed.CompareAndSwap(true, false) {
+				return rt.RoundTrip(r)
+			}
+			// The record travels in the binding itself, so no read of w
+			// shows it before w is bound: the forger here knows it anyway
+			// (as one who predicted the scheduler's placement would), from
+			// the binding request on its way.
+			stolen <- steal(e, r)
+			select {
+			case <-goOn:
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return rt.RoundTrip(r)
 		})
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
 	}})
+
+	var once sync.Once
+	release := func() { once.Do(func() { close(goOn) }) }
+	t.Cleanup(release) // a test that failed first lets the binding go
 
 	v := e.schedule(migPod("victim-v", "4000"))
 	migV := e.mustAdmit(v.Name)
@@ -146,9 +132,7 @@ func TestForgedRecordsCaptureNothing(t *testing.T) {
 	last := v.CreationTimestamp.Time
 
 	var attackers []string
-	// forge runs on the test's goroutine, also when the extender's
-	// binding call of w runs it.
-	forge = func(name string, record []reservation.Allocation) {
+	forge := func(name string, record []reservation.Allocation) {
 		t.Helper()
 		// One second after the previous pod: creation timestamps have
 		// one-second resolution, and pods created within the same second
@@ -190,19 +174,22 @@ func TestForgedRecordsCaptureNothing(t *testing.T) {
 		return time.Now().After(last.Add(time.Second)), nil
 	})
 	wPod := migPod("victim-w", "4000")
-	created, err := e.admin.CoreV1().Pods(namespace).Create(e.ctx, wPod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod %s: %v", wPod.Name, err)
-	}
-	last = created.CreationTimestamp.Time
 	armed.Store(true)
-	e.bind(created)
-	if armed.Load() {
-		t.Fatal("the extender bound w without the forger acting in between")
+	created := e.create(wPod)
+	last = created.CreationTimestamp.Time
+	var got wRecord
+	select {
+	case got = <-stolen:
+	case <-e.ctx.Done():
+		t.Fatal("no binding call for w")
 	}
-	if msg, _ := forgeErr.Load().(string); msg != "" {
-		t.Fatal(msg)
+	if got.err != nil {
+		t.Fatal(got.err)
 	}
+	forge("ahead-of-w", got.record)
+	e.waitPasses(2)
+	release()
+	e.waitBound(wPod.Name)
 	w := e.get(wPod.Name)
 	if ahead := e.get("ahead-of-w"); !ahead.CreationTimestamp.After(w.CreationTimestamp.Time) {
 		t.Fatalf("the copy was created at %v, not after w (%v)", ahead.CreationTimestamp, w.CreationTimestamp)
@@ -256,6 +243,27 @@ func TestForgedRecordsCaptureNothing(t *testing.T) {
 	z := e.schedule(migPod("after", "4000"))
 	e.mustAdmit(z.Name)
 	e.finalCheck()
+}
+
+// steal takes w's record from the scheduler's binding request r, after
+// checking that w is unbound and carries no record yet.
+func steal(e *env, r *http.Request) wRecord {
+	b, err := binding(r)
+	if err != nil {
+		return wRecord{err: fmt.Errorf("reading w's binding request: %w", err)}
+	}
+	w, err := e.admin.CoreV1().Pods(namespace).Get(r.Context(), "victim-w", metav1.GetOptions{})
+	if err != nil {
+		return wRecord{err: fmt.Errorf("reading w: %w", err)}
+	}
+	if w.Spec.NodeName != "" || w.Annotations[reservation.AnnotationKey] != "" {
+		return wRecord{err: errors.New("victim-w is bound, or carries a record, before its binding")}
+	}
+	allocs, err := reservation.DecodeString(b.Annotations[reservation.AnnotationKey])
+	if err != nil {
+		return wRecord{err: fmt.Errorf("the record in w's binding: %w", err)}
+	}
+	return wRecord{record: scheduledOnly(allocs)}
 }
 
 // sameReservation compares the scheduler-written fields of two records.

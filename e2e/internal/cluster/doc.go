@@ -18,6 +18,10 @@
 //     (cmd/kube-scheduler/app/testing.StartTestServer) with the deployed
 //     KubeSchedulerConfiguration used verbatim but for its kubeconfig, and
 //     leader election off.
+//   - HTTPFront puts a plain-HTTP loopback front before the API server
+//     whose requests go through a given config's transport, so that a
+//     test can wrap the transport of a component configured only by a
+//     kubeconfig file (kube-scheduler) and see its requests.
 //   - StartExtender serves extender over HTTP on the
 //     address that configuration names, holding a cross-process file lock
 //     on that port meanwhile.
