@@ -114,8 +114,8 @@ func (p *Plugin) fitsNow(logger klog.Logger, pod *corev1.Pod, name string, node 
 		return fwk.QueueSkip
 	}
 	p.view.Refresh()
-	if who := p.blocker(context.Background(), name, string(pod.UID), &req, false); who != "" {
-		logger.V(5).Info("node still held by an unrealized MIG pod", "pod", klog.KObj(pod), "node", name, "holder", who)
+	if who, ok := p.blocker(context.Background(), name, string(pod.UID), &req, false); ok {
+		logger.V(5).Info("node still held by an unrealized MIG pod", "pod", klog.KObj(pod), "node", name, "holder", who.String())
 		return fwk.QueueSkip
 	}
 	if _, err := p.view.Ledger().Evaluate(name, &req); err != nil {

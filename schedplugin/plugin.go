@@ -345,8 +345,8 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 	if !s.mig {
 		return nil
 	}
-	if who := p.blocker(ctx, node.Name, string(pod.UID), &s.req, true); who != "" {
-		p.noteLockEnd(s, node.Name, string(pod.UID), &s.req)
+	if who, ok := p.blocker(ctx, node.Name, string(pod.UID), &s.req, true); ok {
+		p.noteLockEnd(s, who)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: waiting for the device plugin to realize %s", ErrNodeLocked, who))
 	}
 	score, err := p.view.Ledger().Evaluate(node.Name, &s.req)
@@ -378,15 +378,12 @@ func (p *Plugin) noMIG(node string) error {
 // blocker returns the pod that keeps the pod uid with request req off node
 // ([kube.NodeBinds.Blocker]), or "". A stale claim is reported once when
 // report is set.
-func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.Request, report bool) string {
+func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.Request, report bool) (kube.Holder, bool) {
 	var stale func(kube.NodeClaim)
 	if report {
 		stale = func(c kube.NodeClaim) { p.reportStale(ctx, node, c) }
 	}
-	if h, ok := p.binds.Blocker(node, uid, req, p.view.Claims(node), p.opts.Clock.Now(), p.opts.LockTimeout, stale); ok {
-		return h.String()
-	}
-	return ""
+	return p.binds.Blocker(node, uid, req, p.view.Claims(node), p.opts.Clock.Now(), p.opts.LockTimeout, stale)
 }
 
 // reportStale records a warning event on a claim's pod the first time it
@@ -478,7 +475,7 @@ func (p *Plugin) claim(ctx context.Context, node, uid string, req *placement.Req
 	if who, ok := p.binds.Claim(node, uid); !ok {
 		return fmt.Errorf("%w: node %s is binding pod %s", ErrNodeLocked, node, who)
 	}
-	if who := p.blocker(ctx, node, uid, req, false); who != "" {
+	if who, ok := p.blocker(ctx, node, uid, req, false); ok {
 		p.release(node, uid)
 		return fmt.Errorf("%w: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who)
 	}
@@ -572,7 +569,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		if err := p.readNode(ctx, node); err != nil {
 			return fwk.AsStatus(fmt.Errorf("schedplugin: read the pods of node %s: %w", node, err))
 		}
-		if who := p.blocker(ctx, node, uid, &s.req, false); who != "" {
+		if who, ok := p.blocker(ctx, node, uid, &s.req, false); ok {
 			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: node %s waits for the device plugin to realize %s", ErrNodeLocked, node, who))
 		}
 		// Decide again, against what the read added: the node's claim

@@ -11,7 +11,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/dynmig/dynmig/kube"
-	"github.com/dynmig/dynmig/placement"
 )
 
 // A lock's end is no cluster event: a pod refused only because a node was
@@ -20,15 +19,14 @@ import (
 // notes when the earliest such lock ends, PostFilter arms a timer for it,
 // and the timer moves the pod back to the active queue (Handle.Activate).
 
-// noteLockEnd records in s that node's lock on the pod uid ends at the
-// end of its claim's lock timeout, if a young claim locks it.
-func (p *Plugin) noteLockEnd(s *cycleState, node, uid string, req *placement.Request) {
-	now := p.opts.Clock.Now()
-	c, ok := kube.Blocking(p.view.Claims(node), uid, req, now, p.opts.LockTimeout, nil)
-	if !ok || now.Sub(c.Since) >= p.opts.LockTimeout {
-		return // no lock, or a stale claim: only its realization or end frees the node
+// noteLockEnd records in s when the lock h ends, if h is a young claim's:
+// a bind in flight ends with the pod's update, a stale claim only with its
+// realization or end, both cluster events.
+func (p *Plugin) noteLockEnd(s *cycleState, h kube.Holder) {
+	if h.Binding != "" || p.opts.Clock.Now().Sub(h.Claim.Since) >= p.opts.LockTimeout {
+		return
 	}
-	end := c.Since.Add(p.opts.LockTimeout).UnixNano()
+	end := h.Claim.Since.Add(p.opts.LockTimeout).UnixNano()
 	for {
 		cur := s.lockEnd.Load()
 		if cur != 0 && cur <= end || s.lockEnd.CompareAndSwap(cur, end) {
