@@ -661,10 +661,11 @@ func TestStaleClaimCounted(t *testing.T) {
 	assert.Equal(t, before+1, staleClaimsCount(t))
 }
 
-// A pod kept off its node only by a young claim is moved back to the
-// active queue when the lock ends (a lock's end is no cluster event, so it
-// would otherwise wait for the scheduler's periodic retry), and not before.
-func TestLockEndActivatesThePod(t *testing.T) {
+// lockedOut binds pod a to n1 (unrealized: a one-minute lock, timed by a
+// fake clock with timers) and runs a scheduling cycle of pod b, which the
+// lock keeps off n1, through PostFilter.
+func lockedOut(t *testing.T) (*env, *clocktesting.FakeClock, *corev1.Pod) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	e := newEnv(t, schedplugin.Options{LockTimeout: time.Minute, Clock: clk})
 	e.schedule(t, e.create(t, migPod("a", "4000")), "n1")
@@ -673,6 +674,14 @@ func TestLockEndActivatesThePod(t *testing.T) {
 	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code())
 	_, st := e.pl.PostFilter(e.ctx, cs, b, nil)
 	assert.Equal(t, fwk.Unschedulable, st.Code(), "PostFilter never makes a pod schedulable")
+	return e, clk, b
+}
+
+// A pod kept off its node only by a young claim is moved back to the
+// active queue when the lock ends (a lock's end is no cluster event, so it
+// would otherwise wait for the scheduler's periodic retry), and not before.
+func TestLockEndActivatesThePod(t *testing.T) {
+	e, clk, b := lockedOut(t)
 
 	clk.Step(time.Minute - time.Second)
 	select {
@@ -693,12 +702,7 @@ func TestLockEndActivatesThePod(t *testing.T) {
 
 // After Close no wake fires.
 func TestCloseStopsWakes(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := newEnv(t, schedplugin.Options{LockTimeout: time.Minute, Clock: clk})
-	e.schedule(t, e.create(t, migPod("a", "4000")), "n1")
-	b := e.create(t, migPodN("b", 2, "4000"))
-	cs, _, _ := e.cycle(t, b, "n1")
-	e.pl.PostFilter(e.ctx, cs, b, nil)
+	e, clk, _ := lockedOut(t)
 	require.True(t, clk.HasWaiters())
 	require.NoError(t, e.pl.Close())
 	assert.False(t, clk.HasWaiters(), "the timer is stopped")
