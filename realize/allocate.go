@@ -71,25 +71,15 @@ type step struct {
 	profile capability.Profile
 }
 
-// Allocate realizes the reservation of one container of req.Pod: it
-// reconciles against req.Snapshot, checks every entry against the GPU's
-// capability (nothing is created when one fails), then, one entry at a
-// time under that GPU's lock, creates the GI and CI at exactly the reserved
-// placement (or returns the instance already managed for this entry), and
-// returns the runtime identities and the annotation patch. It never tries
-// another placement.
-//
-// A repeated Allocate of the same reservation returns the same MIG UUIDs
-// without creating anything. Calls for the same container wait for each
-// other (honouring ctx), so a concurrent call never returns an instance
-// that another call's rollback destroys. An entry whose key is managed for another
-// owner, whose runtime identity names an instance other than the one at its
-// key, or whose placement overlaps another active pod's reservation or
-// managed instance fails with [ErrConflict]. When an entry fails, the
-// instances this call created are destroyed (CI, then GI) and the error
-// joins the rollback failures, if any; instances it adopted or found
-// managed stay; the same holds when the annotation patch cannot be built
-// after an instance was created.
+// Allocate realizes the reservation of one container of req.Pod and
+// returns the runtime identities and the annotation patch: it reconciles
+// against req.Snapshot, then, one entry at a time under that GPU's lock,
+// creates the GI and CI at exactly the reserved placement, or returns the
+// instance already managed for the entry. The package documentation's
+// "Safety rules" say what it checks before creating anything, what it
+// refuses with [ErrConflict] and what it rolls back on failure. A repeated
+// Allocate returns the same MIG UUIDs, also when two run at once for the
+// same container.
 //
 // Errors are an [*EntryError] for a failed entry (matching its cause:
 // [ErrConflict], [ErrMIGDisabled], reservation.ErrUnknownGPU,

@@ -148,7 +148,13 @@
 //   - Unprepare destroys exactly the holder's instances (CI, then GI),
 //     never one that runs processes ([ErrInUse]) or whose MIG UUID another
 //     listed holder's runtime identity names ([ErrConflict]); those stay
-//     managed and a retry or a later reconcile releases them. It depends
+//     managed and a retry or a later reconcile releases them. Under each
+//     GPU's lock it first takes over the holder's live but unmanaged
+//     devices (after a restart): the instance a recorded runtime identity
+//     names, verified exactly, or with [Demand.AdoptAtPlacement] and
+//     nothing recorded the instance at exactly the device's GPU, profile
+//     and placement. Another holder wanting the same placement does not
+//     keep an instance: it gets one of its own once this one is gone. It depends
 //     only on the holder's own devices and records and the hardware: an
 //     incomplete listing or a conflict between other holders does not hold
 //     it up (kubelet would keep unrelated pods Terminating), and cannot

@@ -12,33 +12,18 @@ import (
 )
 
 // Prepare realizes every device of the holder holderUID of d, for a DRA
-// driver's NodePrepareResources: it reconciles against d (destructively
-// only when d authorises that), checks every device against its GPU's MIG
-// mode and capability (nothing is created when one fails), then, one
-// device at a time under that GPU's lock, creates the GI and CI at exactly
-// the wanted placement, or returns the instance already managed for that
-// device, or adopts the live instance the device's recorded runtime
-// identity names after verifying it exactly (or, with d.AdoptAtPlacement
-// and nothing recorded, the idle instance at exactly its placement that no
-// released holder may have left and no one else names; any other unmanaged
-// instance there is destroyed and created afresh when idle, as Allocate
-// does). It never tries another
-// placement and writes no record: the caller persists each
-// Device.Runtime itself (a checkpoint) and reports it in later demands as
-// the device's runtime identity.
+// driver's NodePrepareResources, and returns them ordered by
+// (ContainerIndex, DeviceIndex); Device.Index is the device's position in
+// Holder.Devices.
 //
-// Devices are returned ordered by (ContainerIndex, DeviceIndex);
-// Device.Index is the device's position in Holder.Devices. Prepare is
-// idempotent: a repeated call returns the same MIG UUIDs without creating
-// anything. Calls for one holder, and [Manager.Unprepare] calls for it,
-// wait for each other (honouring ctx). The rules are Allocate's: a device
-// whose key is managed for another owner, whose runtime identity names an
-// instance other than the one at its key, or that overlaps another
-// holder's device or managed instance fails with [ErrConflict]; so does a
-// holder that conflicts with another (both are withheld). When a device
-// fails, the instances this call created are destroyed (CI, then GI) and
-// the error joins the rollback failures, if any; instances it adopted or
-// found managed stay.
+// It follows Allocate's rules (the package documentation's "Safety
+// rules"): it reconciles against d, checks every device before creating
+// anything, creates only the exact placement, returns an instance already
+// managed for a device, adopts one its recorded runtime identity names
+// (or, with d.AdoptAtPlacement, the idle one at its placement, as Adopt
+// would) and on failure destroys only what it created. It writes no
+// record: the caller persists each Device.Runtime and reports it in later
+// demands. A repeated call returns the same MIG UUIDs.
 //
 // Errors are an [*EntryError] for a failed device (its PodUID is the
 // holder's UID, its Index the device's position), [ErrConflict] for a
@@ -133,30 +118,18 @@ type UnprepareReport struct {
 }
 
 // Unprepare destroys the instances of the holder holderUID, for a DRA
-// driver's NodeUnprepareResources: kubelet says none of its users runs any
-// more, so the holder counts as released whatever d says of it. d is the
-// current listing (the holder may be missing from it); the holder's
+// driver's NodeUnprepareResources: the kubelet says none of its users runs
+// any more, so the holder counts as released whatever d says of it. d is
+// the current listing (the holder may be missing from it); the holder's
 // devices it lists, with their recorded runtime identities, let Unprepare
-// find instances a restart left unmanaged.
+// take over instances a restart left unmanaged before destroying them.
 //
-// Unprepare depends only on the holder's own devices, its own records and
-// the hardware: an incomplete listing, or unreadable or conflicting
-// holders elsewhere on the node, neither block it nor widen it (it never
-// destroys anything but the holder's instances). Under each GPU's lock,
-// the holder's live but unmanaged devices (a restart) are first taken
-// over: the instance a device's recorded runtime identity names, verified
-// exactly, or with d.AdoptAtPlacement and nothing recorded the instance at
-// exactly its GPU, profile and placement; one that runs processes
-// ([ErrInUse]) or that another listed holder's runtime identity names
-// ([ErrConflict]) is left and the call fails. Then each managed instance
-// of the holder is destroyed (exactly its CI, then its GI), except one
-// that runs processes ([ErrInUse]) or whose MIG UUID another listed
-// holder's runtime identity names ([ErrConflict]): those are Kept, and
-// the error joins their errors. Another holder wanting the same placement
-// does not keep it: that holder gets an instance of its own once this one
-// is gone. An instance already gone is forgotten. Unprepare is
-// idempotent: with nothing left of the holder it returns an empty report
-// and nil.
+// The package documentation's rule for Unprepare ("Safety rules") says
+// what it destroys and what it keeps: an instance kept because it runs
+// processes ([ErrInUse]) or because another listed holder's runtime
+// identity names it ([ErrConflict]) is reported Kept, and the error joins
+// their errors. Unprepare is idempotent: with nothing left of the holder
+// it returns an empty report and nil.
 func (m *Manager) Unprepare(ctx context.Context, d Demand, holderUID string) (UnprepareReport, error) {
 	if holderUID == "" {
 		return UnprepareReport{}, fmt.Errorf("%w: empty holder UID", ErrInvalidRequest)
