@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
@@ -70,7 +69,7 @@ func startEnv(t *testing.T, withExtender bool) *env {
 	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	schedCf := filepath.Join(cluster.RepoRoot(), "schedplugin", "deploy", "kube-scheduler-config.yaml")
+	schedCf := cluster.PluginSchedulerConfigPath()
 	if withExtender {
 		schedCf = cluster.SchedulerConfigPath()
 	}
@@ -125,7 +124,7 @@ func startEnv(t *testing.T, withExtender bool) *env {
 		return e
 	}
 	if _, err := c.StartSchedulerWith(t, cluster.SchedulerOptions{ConfigFile: schedCf, Client: schedCfg},
-		app.WithPlugin(schedplugin.Name, schedplugin.Factory(schedplugin.Options{Logger: logger("schedplugin")}))); err != nil {
+		cluster.WithDynMIG(schedplugin.Options{Logger: logger("schedplugin")}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	return e
