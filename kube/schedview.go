@@ -68,9 +68,13 @@ type SchedulerViewOptions struct {
 // ignored. A fresh listing ([SchedulerView.ObservePods]) is applied the
 // same way and may run ahead of the informer, whose older events are then
 // ignored. Between [SchedulerView.Reserve] and [SchedulerView.Bound] or
-// [SchedulerView.Forget] the pod's events are held back; after Bound only
-// events showing the pod bound are applied, because the bind is newer than
-// any view of the pod that shows it unbound. So a lagging informer never
+// [SchedulerView.Forget] the pod's events are held back, except one that
+// shows the pod bound to another node than the one reserved: another
+// scheduler (a previous leader, ahead of this one's informer) bound it,
+// so the reservation is dropped and the pod's record counts at once, and
+// Bound and Forget then change nothing. After Bound only events showing
+// the pod bound are applied, because the bind is newer than any view of
+// the pod that shows it unbound. So a lagging informer never
 // deletes a reservation the scheduler made, and a pod that ends after its
 // bind frees its slots as soon as that is observed.
 //
@@ -334,9 +338,18 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 		switch {
 		case p.gone:
 			return
-		case p.state == binding:
+		case p.state == binding && (pod.Spec.NodeName == "" || pod.Spec.NodeName == p.node):
 			p.held = pod
 			return
+		case p.state == binding:
+			// Bound to another node than the one this view's owner is
+			// binding it to: someone else (a previous leader) bound it,
+			// so the owner's bind cannot succeed, and the slots it holds
+			// there count from now on, for decisions on that node made
+			// before the bind fails. The assumption is dropped.
+			v.ledger.Forget(uid)
+			v.drop(uid)
+			p = nil
 		case p.state == bound && pod.Spec.NodeName == "":
 			return // older than the bind
 		case version != 0 && p.version != 0 && version < p.version:

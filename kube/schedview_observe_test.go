@@ -67,6 +67,46 @@ func TestSchedulerViewObservePodsAheadOfInformer(t *testing.T) {
 	assert.False(t, ok, "a newer event applies")
 }
 
+// A scheduler whose informer lags is binding p to n2 (it still shows p
+// pending) when a fresh read of n1, for another pod's bind, lists p
+// already bound there by the previous leader. p's slots on n1 count at
+// once, so that other decision does not take them; the failed bind of p
+// to n2 then changes nothing.
+func TestSchedulerViewBoundElsewhereWhileBinding(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	v, pods, gpu := newView(t, clk)
+	n2, _ := registeredNode(t)
+	n2.Name = "n2"
+	v.NodeHandler().OnAdd(n2, true)
+	p := gpuPod("p", 1, 3)
+	pods.OnAdd(p, false)
+	as, err := v.Reserve("n2", p, wholeGPU())
+	require.NoError(t, err)
+
+	bound := reserved(p, "n1", 5, alloc(gpu, "1g.5gb", 6, 1))
+	bound.Annotations[reservation.AnnotationKey] = reservation.EncodeString([]reservation.Allocation{alloc(gpu, "1g.5gb", 6, 1).WithRuntime(runtimeID())})
+	require.NoError(t, v.ObservePods(context.Background(), listing(nil, bound)))
+	rs, assumed, ok := v.Ledger().Pod("uid-p")
+	require.True(t, ok)
+	assert.False(t, assumed, "the listed bind replaces the reservation on n2")
+	require.Len(t, rs, 1)
+	assert.Equal(t, capability.Placement{Start: 6, Size: 1}, rs[0].Placement)
+	_, err = v.Reserve("n1", gpuPod("z", 1, 1), wholeGPU())
+	assert.ErrorIs(t, err, placement.ErrUnschedulable, "the slots p holds on n1 are taken")
+
+	// The bind of p to n2 fails (p is bound already); neither Forget nor a
+	// late Bound undoes what the listing showed.
+	v.Forget("uid-p")
+	v.Bound(p, "n2", as)
+	rs, assumed, ok = v.Ledger().Pod("uid-p")
+	require.True(t, ok)
+	assert.False(t, assumed)
+	assert.Equal(t, capability.Placement{Start: 6, Size: 1}, rs[0].Placement)
+	gpus, _ := v.Ledger().Node("n2")
+	require.Len(t, gpus, 1)
+	assert.Zero(t, gpus[0].Used, "nothing is left assumed on n2")
+}
+
 // A listing never brings back what the view has seen newer: a pod
 // deleted, or released, while the listing was read.
 func TestSchedulerViewObservePodsOlderThanTheView(t *testing.T) {

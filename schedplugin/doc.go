@@ -63,7 +63,11 @@
 // to the view ([kube.SchedulerView.ObservePods]), checks the node lock
 // again and decides the placements again before writing anything. The read
 // runs in the binding cycle, off the scheduling cycle's critical path;
-// [Options.SkipFreshNodeRead] turns it off for a single scheduler.
+// [Options.SkipFreshNodeRead] turns it off for a single scheduler. The same
+// lag shows the new leader the previous one's last binds as pending pods,
+// which it schedules again: their binding fails (PreBind reads the pod),
+// and a read that lists such a pod bound to another node counts its slots
+// there at once, even while the pod's own binding cycle runs.
 //
 // # Requeueing
 //

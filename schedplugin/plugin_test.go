@@ -712,4 +712,55 @@ func TestCloseStopsWakes(t *testing.T) {
 		t.Fatalf("%v activated after Close", keys)
 	default:
 	}
+
+// A new leader whose informer lags schedules p, which the previous leader
+// already bound to n1, onto n2; while it binds p there, p's bind to n1
+// reaches its view. p's slots on n1 count at once: a pod decided for n1
+// meanwhile does not take them (the e2e HA test double-booked so before
+// kube.SchedulerView applied such a version), and the failed bind of p to
+// n2 leaves p where it is and n2 free.
+func TestBoundElsewhereWhileBinding(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	n1, _, err := capability.Discover(e.ctx, fakehal.MustNew(fakehal.Options{}), capability.DefaultAllowlist())
+	require.NoError(t, err)
+	n2, _, err := capability.Discover(e.ctx, fakehal.MustNew(fakehal.Options{Seed: 2}), capability.DefaultAllowlist())
+	require.NoError(t, err)
+	require.NotEqual(t, n1[0].UUID, n2[0].UUID)
+	_, err = kube.NewRegistrationPublisher(e.client, "n2", kube.RegistrationPublisherOptions{}).PublishGPUs(e.ctx, n2)
+	require.NoError(t, err)
+	e.waitFor(t, func() bool { g, _ := e.pl.View().RegisteredGPUs("n2"); return g == 1 })
+
+	p := e.create(t, migPod("p", "4000"))
+	cs, kept, _ := e.cycle(t, p, "n2")
+	require.Contains(t, kept, "n2")
+	require.True(t, e.pl.Reserve(e.ctx, cs, p, "n2").IsSuccess())
+
+	// The previous leader's bind, realized since: it locks nothing, so
+	// only its slots keep other pods off them.
+	held := capability.Placement{Start: 6, Size: 1}
+	bound := p.DeepCopy()
+	bound.Spec.NodeName = "n1"
+	bound.Annotations[reservation.AnnotationKey] = reservation.EncodeString([]reservation.Allocation{
+		reservation.Allocation{GPUUUID: n1[0].UUID, Profile: "1g.5gb", Placement: held}.WithRuntime(
+			reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 13})})
+	_, err = e.client.CoreV1().Pods("default").Update(e.ctx, bound, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	e.waitFor(t, func() bool {
+		rs, assumed, ok := e.pl.View().Ledger().Pod("uid-p")
+		return ok && !assumed && len(rs) == 1 && rs[0].GPUUUID == n1[0].UUID
+	})
+
+	_, kept, statuses := e.cycle(t, e.create(t, migPod("whole", "40000")), "n1")
+	assert.NotContains(t, kept, "n1", "a whole GPU fits n1 over p's slot: %v", statuses["n1"])
+
+	st := e.pl.PreBind(e.ctx, cs, p, "n2")
+	assert.Equal(t, fwk.Unschedulable, st.Code(), "%v", st)
+	e.pl.Unreserve(e.ctx, cs, p, "n2")
+	rs, assumed, ok := e.pl.View().Ledger().Pod("uid-p")
+	require.True(t, ok)
+	assert.False(t, assumed)
+	assert.Equal(t, n1[0].UUID, rs[0].GPUUUID)
+	assert.Equal(t, held, rs[0].Placement)
+	_, kept, statuses = e.cycle(t, e.create(t, migPod("other", "40000")), "n2")
+	assert.Contains(t, kept, "n2", "n2 is free: %v", statuses["n2"])
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -31,9 +33,10 @@ import (
 // The failover timing of the test's scheduler replicas: shorter than the
 // deployed lease, so that the standby takes over within seconds of the
 // leader's death, and still leaseDuration - renewDeadline >= the
-// extender's httpTimeout (5s), the rule the deployed configuration states
-// so that an extender call of the old leader ends before the new leader's
-// first. Only these, the kubeconfig and the extender URL's port differ
+// extender's httpTimeout (5s), the rule the deployed extender
+// configuration states so that an extender call of the old leader ends
+// before the new leader's first (the plugin's configuration needs no such
+// bound). Only these, the kubeconfig and the extender URL's port differ
 // from the deployed configuration.
 var leaderElection = map[string]any{
 	"leaseDuration": "8s",
@@ -42,35 +45,49 @@ var leaderElection = map[string]any{
 }
 
 const (
-	haNodes        = 4
-	gpusPerNode    = 2
-	firstBatch     = 10 // pods created before the leader is killed
-	secondBatch    = 6  // pods created after
-	killAfterBound = 4  // bound pods before the leader is killed
-	// standbyLag is how late the standby's extender sees watch events:
-	// longer than the lease, so that when it takes over its informers
-	// still lack the leader's last binds.
-	standbyLag = 12 * time.Second
+	haNodes     = 4
+	gpusPerNode = 2
+	firstBatch  = 10 // pods created before the leader is killed
+	secondBatch = 6  // pods created after
+	// holdMarker names the pod whose creation the standby's pod watches
+	// are held after (see podGate).
+	holdMarker = "e2e-standby-holds-after-me"
 )
 
-// TestLeaderKilledMidStream shows that the deployed scheduler HA scheme
-// (leader-elected kube-scheduler replicas, each with the extender as a
-// localhost sidecar) neither double-books nor loses a pod when the leader
-// dies in the middle of a stream of MIG pods.
+// TestLeaderKilledMidStream shows that the deployed scheduler HA schemes
+// neither double-book nor lose a pod when the leader dies in the middle of
+// a stream of MIG pods. It runs once per deployment: leader-elected
+// kube-scheduler replicas each with the extender as a localhost sidecar
+// (subtest "extender"), and leader-elected replicas of kube-scheduler
+// built with the DynMIG framework plugin (subtest "plugin").
 //
-// Two scheduler+extender pairs run as subprocesses with the deployed
+// Two replicas run as subprocesses with the deployment's shipped
 // KubeSchedulerConfiguration (short leases) and the deployed scheduler
-// ServiceAccount and RBAC. Pair a starts first and takes the Lease; pair
-// b, the standby, sees every watch event 12 s late (longer than the
-// lease), so when it takes over, its extender's informers still lack a's
-// last binds: only the extender's consistent read of the node's pods
-// before each bind keeps it from handing out a's placements again. Four fake kubelet nodes, two
-// fakehal A100s each, run the device plugin; a kubelet loop per
-// node admits every pod bound to it (the device plugin realizes the
-// reservation on the fake GPUs, which refuse an overlapping placement as
-// NVML does). A first batch of MIG pods of three sizes is created; once a
-// few are bound, the pair whose extender bound them (the leader) is killed
-// with SIGKILL, whatever it was doing, and a second batch follows.
+// ServiceAccount and RBAC. Replica a starts first and takes the Lease;
+// replica b is the standby. Four fake kubelet nodes, two fakehal A100s
+// each, run the device plugin; a kubelet loop per node admits every pod
+// bound to it (the device plugin realizes the reservation on the fake
+// GPUs, which refuse an overlapping placement as NVML does).
+//
+// The standby's pod watch stalls: the pod watches of its dynmig component
+// (the extender's informers, or with the plugin the scheduler's own,
+// which DynMIG's view is fed from) are held from the moment it has seen
+// the first batch of MIG pods created, all pending on cordoned nodes,
+// until it has made its first binding as the leader (podGate; node
+// watches and listings stay current). The nodes are uncordoned, the
+// leader binds one pod per node (a node takes one unrealized MIG pod at a
+// time, and the kubelets do not admit yet) and is killed with SIGKILL;
+// the kubelets start. So when b takes over, its view shows every node
+// free and lacks all of a's binds, and it decides on that view: only
+// dynmig's consistent read of the node's pods before each bind (the
+// extender's in Bind, DynMIG's in PreBind) keeps it from handing out a's
+// placements again (either test fails without it). Once b has bound a
+// pod its watches catch up, and a second batch of MIG pods follows. The
+// waits are on events; only b's first binding also expects the kubelets
+// to have realized a's pods while the Lease ran out (8 s): on a slower
+// machine b finds them unrealized and binds after the scheduler's
+// periodic retry of unschedulable pods instead (5 minutes), which the
+// test's deadline allows for.
 //
 // Claims: the standby takes over and binds; every pod of both batches is
 // eventually bound, admitted and realized (no pod lost, no admission
@@ -79,6 +96,17 @@ const (
 // and each node's fake GPUs hold exactly the pods' instances, with the MIG
 // UUIDs written back to them, and pass fakehal's invariant check.
 func TestLeaderKilledMidStream(t *testing.T) {
+	for _, d := range []struct{ kind, config string }{
+		{kindExtender, cluster.SchedulerConfigPath()},
+		{kindPlugin, cluster.PluginSchedulerConfigPath()},
+	} {
+		t.Run(d.kind, func(t *testing.T) { leaderKilledMidStream(t, d.kind, d.config) })
+	}
+}
+
+// leaderKilledMidStream is TestLeaderKilledMidStream for the deployment
+// kind with the shipped configuration config.
+func leaderKilledMidStream(t *testing.T, kind, config string) {
 	ctx := cluster.TestContext(t, 10*time.Minute)
 	c := cluster.Start(t, cluster.Options{})
 	admin := c.Admin()
@@ -86,16 +114,38 @@ func TestLeaderKilledMidStream(t *testing.T) {
 	nodes := make([]*haNode, haNodes)
 	for i := range nodes {
 		nodes[i] = startNode(ctx, t, c, fmt.Sprintf("ha-%d", i), uint64(i+1))
+		nodes[i].cordon(ctx, t, admin, true)
 	}
 
-	base, schedulerName, lease := pairTemplate(ctx, t, c)
-	a := startPair(t, base, "a")
+	base, schedulerName, lease := pairTemplate(ctx, t, c, config)
+	a := startPair(t, base, kind, "a")
 	waitFor(ctx, t, "pair a leading", func(ctx context.Context) (bool, error) {
 		l, err := c.Admin().CoordinationV1().Leases(lease.Namespace).Get(ctx, lease.Name, metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
 	})
-	b := startPair(t, base, "b", watchLagEnv+"="+standbyLag.String())
+	b := startPair(t, base, kind, "b", holdAfterEnv+"="+holdMarker)
 	pairs := []*pair{a, b}
+
+	var names []string
+	for i := range firstBatch {
+		names = append(names, createPod(ctx, t, admin, schedulerName, i))
+	}
+	createMarker(ctx, t, admin, holdMarker)
+	waitFor(ctx, t, "the standby's pod watches held", b.holding)
+
+	for _, n := range nodes {
+		n.cordon(ctx, t, admin, false)
+	}
+	waitFor(ctx, t, "the leader's binds, one per node", func(ctx context.Context) (bool, error) {
+		n, err := countBound(ctx, admin, names)
+		return n >= haNodes, err
+	})
+	if leader := findLeader(ctx, t, pairs); leader != a {
+		t.Fatalf("pair %s leads, want a, the only one running when the Lease was taken", leader.name)
+	}
+	t.Logf("killing leader a (%d binding calls) with SIGKILL", a.binds(ctx))
+	a.kill(t)
+	standby := b
 
 	kubelets, stopKubelets := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -104,23 +154,12 @@ func TestLeaderKilledMidStream(t *testing.T) {
 		wg.Go(func() { n.admitLoop(kubelets, admission) })
 	}
 	t.Cleanup(func() { stopKubelets(); wg.Wait() })
-
-	var names []string
-	for i := range firstBatch {
-		names = append(names, createPod(ctx, t, admin, schedulerName, i))
-	}
-	waitFor(ctx, t, "pods bound before the kill", func(ctx context.Context) (bool, error) {
-		n, err := countBound(ctx, admin, names)
-		return n >= killAfterBound, err
-	})
-	if leader := findLeader(ctx, t, pairs); leader != a {
-		t.Fatalf("pair %s leads, want a, the only one running when the Lease was taken", leader.name)
-	}
-	t.Logf("killing leader a (%d bind calls) with SIGKILL", a.binds(ctx))
-	a.kill(t)
-	standby := b
 	heartbeat(ctx, t, admin, nodes)
 
+	waitFor(ctx, t, "the standby's first binding", func(ctx context.Context) (bool, error) {
+		return standby.binds(ctx) > 0, nil
+	})
+	standby.release(ctx, t)
 	for i := firstBatch; i < firstBatch+secondBatch; i++ {
 		names = append(names, createPod(ctx, t, admin, schedulerName, i))
 	}
@@ -142,8 +181,11 @@ func TestLeaderKilledMidStream(t *testing.T) {
 
 // heartbeat updates a label on every node each second until the test
 // ends. kube-scheduler retries a pod its extender rejected only on a
-// cluster event; the lagging standby's view catches up without one, and
-// real nodes post status changes all the time, which these stand for.
+// cluster event; the standby's view catches up without one, and real
+// nodes post status changes all the time, which these stand for.
+// (DynMIG's queueing hints ignore a label change; the plugin's view
+// catches up through the scheduler's own informers, whose events it
+// requeues on.)
 func heartbeat(ctx context.Context, t *testing.T, client kubernetes.Interface, nodes []*haNode) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -206,6 +248,17 @@ func startNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name strin
 	return hn
 }
 
+// cordon marks the node unschedulable, or schedulable again, as kubectl
+// cordon and uncordon do: kube-scheduler's NodeUnschedulable plugin keeps
+// pods off it, and requeues them when it is uncordoned.
+func (hn *haNode) cordon(ctx context.Context, t *testing.T, client kubernetes.Interface, on bool) {
+	t.Helper()
+	body := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, hn.Name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("cordon %s (%v): %v", hn.Name, on, err)
+	}
+}
+
 // admitLoop is the node's kubelet: it admits every pod bound to the node,
 // in the kubelet's order, until ctx is done. Admission errors are recorded.
 func (n *haNode) admitLoop(ctx context.Context, fails *failures) {
@@ -243,15 +296,15 @@ func (f *failures) err() error {
 	return errors.Join(f.errs...)
 }
 
-// pairTemplate writes the configuration every pair starts from: the
-// deployed KubeSchedulerConfiguration with a kubeconfig for the deployed
-// scheduler ServiceAccount (deploy/namespace.yaml and
+// pairTemplate writes the configuration every replica starts from: the
+// shipped KubeSchedulerConfiguration config with a kubeconfig for the
+// deployed scheduler ServiceAccount (deploy/namespace.yaml and
 // deploy/rbac/scheduler.yaml are applied first) and short leases. It
 // returns the file, the scheduler name pods must name and the Lease the
 // replicas elect their leader with.
-func pairTemplate(ctx context.Context, t *testing.T, c *cluster.Cluster) (string, string, types.NamespacedName) {
+func pairTemplate(ctx context.Context, t *testing.T, c *cluster.Cluster, config string) (string, string, types.NamespacedName) {
 	t.Helper()
-	raw, err := readYAML(cluster.SchedulerConfigPath())
+	raw, err := readYAML(config)
 	if err != nil {
 		t.Fatalf("deployed scheduler configuration: %v", err)
 	}
@@ -313,10 +366,10 @@ func pairTemplate(ctx context.Context, t *testing.T, c *cluster.Cluster) (string
 	return path, name, lease
 }
 
-// pair is a scheduler+extender subprocess.
+// pair is a scheduler replica subprocess (runPair).
 type pair struct {
 	name string
-	addr string // the extender's host:port
+	addr string // where it serves bindsPath
 	cmd  *exec.Cmd
 	log  string
 
@@ -324,11 +377,11 @@ type pair struct {
 	waitErr  error
 }
 
-// startPair re-executes the test binary as a scheduler+extender pair
-// (TestMain, runPair) with the configuration template, and waits until its
-// extender serves. t.Cleanup kills it and shows its log when the test
-// failed.
-func startPair(t *testing.T, template, name string, env ...string) *pair {
+// startPair re-executes the test binary as a scheduler replica of the
+// given kind (TestMain, runPair) with the configuration template, and
+// waits until it serves. t.Cleanup kills it and shows its log when the
+// test failed.
+func startPair(t *testing.T, template, kind, name string, env ...string) *pair {
 	t.Helper()
 	dir := filepath.Join(filepath.Dir(template), "pair-"+name)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -348,7 +401,7 @@ func startPair(t *testing.T, template, name string, env ...string) *pair {
 	}
 	defer logFile.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"="+roleScheduler, pairDirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), roleEnv+"="+roleScheduler, pairDirEnv+"="+dir, pairKindEnv+"="+kind)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -365,7 +418,7 @@ func startPair(t *testing.T, template, name string, env ...string) *pair {
 		}
 	})
 	ctx := cluster.TestContext(t, 10*time.Minute)
-	waitFor(ctx, t, "extender of pair "+name, func(context.Context) (bool, error) {
+	waitFor(ctx, t, "pair "+name+" serving", func(context.Context) (bool, error) {
 		addr, err := os.ReadFile(filepath.Join(dir, pairAddr))
 		if err != nil {
 			return false, nil
@@ -391,18 +444,37 @@ func (p *pair) kill(t *testing.T) {
 	_ = p.wait()
 }
 
-// binds returns the bind calls the pair's extender received; 0 when it
-// cannot be asked.
+// binds returns the bindings the pair's dynmig component made (bind
+// calls its extender received, or pods/binding calls its kube-scheduler
+// made); 0 when it cannot be asked.
 func (p *pair) binds(ctx context.Context) int64 {
-	n, err := extenderBinds(ctx, p.addr)
+	s, err := ask(ctx, http.MethodGet, p.addr, bindsPath)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return 0
 	}
 	return n
 }
 
-// findLeader returns the pair whose extender has received bind calls:
-// only the leading kube-scheduler calls its extender.
+// holding reports whether the pair's pod watches are held (podGate).
+func (p *pair) holding(ctx context.Context) (bool, error) {
+	s, err := ask(ctx, http.MethodGet, p.addr, holdPath)
+	return err == nil && s == "true", nil
+}
+
+// release lets the pair's held pod watches catch up.
+func (p *pair) release(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if _, err := ask(ctx, http.MethodPost, p.addr, holdPath); err != nil {
+		t.Fatalf("release the pod watches of pair %s: %v", p.name, err)
+	}
+}
+
+// findLeader returns the pair that has made bindings: only the leading
+// kube-scheduler schedules.
 func findLeader(ctx context.Context, t *testing.T, pairs []*pair) *pair {
 	t.Helper()
 	var leader *pair
@@ -414,7 +486,7 @@ func findLeader(ctx context.Context, t *testing.T, pairs []*pair) *pair {
 			}
 		}
 		if len(active) > 1 {
-			return false, fmt.Errorf("both extenders received binds before any failover")
+			return false, fmt.Errorf("both replicas bound pods before any failover")
 		}
 		if len(active) == 1 {
 			leader = active[0]
@@ -457,6 +529,22 @@ func createPod(ctx context.Context, t *testing.T, client kubernetes.Interface, s
 		t.Fatalf("create pod %s: %v", name, err)
 	}
 	return name
+}
+
+// createMarker creates a pod named name that no scheduler serves: the
+// standby's pod watches are held after its creation (podGate).
+func createMarker(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name},
+		Spec: corev1.PodSpec{
+			SchedulerName: "e2e-no-scheduler",
+			Containers:    []corev1.Container{{Name: "main", Image: "registry.example/marker:1"}},
+		},
+	}
+	if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
 }
 
 // logPods logs where every pod stands, for a failed wait.

@@ -1,6 +1,7 @@
 package ha_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,11 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,37 +24,57 @@ import (
 
 	"go.uber.org/goleak"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynmig/dynmig/e2e/internal/cluster"
 	"github.com/dynmig/dynmig/extender"
+	"github.com/dynmig/dynmig/schedplugin"
 )
 
-// The environment of a scheduler+extender subprocess. pairDirEnv names
-// its directory, which holds the configuration template (pairConfig) and
-// receives the extender's address (pairAddr) once it listens.
+// The environment of a scheduler subprocess. pairDirEnv names its
+// directory, which holds the configuration template (pairConfig) and
+// receives the address it serves on (pairAddr) once it does; pairKindEnv
+// names the deployment it runs (kindExtender or kindPlugin).
 const (
 	roleEnv       = "DYNMIG_E2E_HA_ROLE"
 	roleScheduler = "scheduler-pair"
 	pairDirEnv    = "DYNMIG_E2E_HA_DIR"
+	pairKindEnv   = "DYNMIG_E2E_HA_KIND"
 	pairConfig    = "config.yaml"
-	pairAddr      = "extender.addr"
+	pairAddr      = "pair.addr"
 	bindsPath     = "/e2e/binds"
-	// watchLagEnv, when set to a duration, delays every watch event the
-	// pair's extender receives by that much (see lagWatches).
-	watchLagEnv = "DYNMIG_E2E_HA_WATCH_LAG"
+	// holdPath answers whether the pair's pod watches are held (GET) and
+	// releases them (POST); see podGate.
+	holdPath = "/e2e/hold"
+	// holdAfterEnv, when set, holds the pod watches of the pair's dynmig
+	// component from the first pod event that carries this string on
+	// (see podGate).
+	holdAfterEnv = "DYNMIG_E2E_HA_HOLD_AFTER"
 )
 
-// TestMain runs a scheduler+extender pair instead of the tests when the
-// binary is re-executed as one (see startPair). Otherwise it runs the
-// tests and checks that no goroutine outlives them, ignoring, as the other
-// e2e packages do, the control plane's process-lifetime goroutines
+// The scheduler deployments under test, by subtest name.
+const (
+	// kindExtender is the upstream kube-scheduler with the extender as a
+	// localhost sidecar (deploy/scheduler/kube-scheduler-config.yaml).
+	kindExtender = "extender"
+	// kindPlugin is kube-scheduler built with the DynMIG framework plugin
+	// (schedplugin/deploy/kube-scheduler-config.yaml).
+	kindPlugin = "plugin"
+)
+
+// TestMain runs a scheduler replica instead of the tests when the binary
+// is re-executed as one (see startPair). Otherwise it runs the tests and
+// checks that no goroutine outlives them, ignoring, as the other e2e
+// packages do, the control plane's process-lifetime goroutines
 // (wait.Forever) and the watch cache's wake-up timer, which ends within
 // 3 s of the API server stopping.
 func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) == roleScheduler {
-		if err := runPair(os.Getenv(pairDirEnv)); err != nil {
+		if err := runPair(os.Getenv(pairDirEnv), os.Getenv(pairKindEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "scheduler pair:", err)
 			os.Exit(1)
 		}
@@ -63,13 +86,22 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// runPair is one replica of the deployed scheduler pod: the example
-// extender on 127.0.0.1 (a port of its own, as a sidecar has one per pod)
-// and kube-scheduler with the configuration template in dir, its extender
-// URL pointed at that port. It returns when kube-scheduler does; a
-// leader-elected kube-scheduler that stops leading exits the process
-// itself.
-func runPair(dir string) error {
+// runPair is one replica of the deployed scheduler pod, of the given kind,
+// with the configuration template in dir. It serves on 127.0.0.1 (a port
+// of its own, as each pod has its own loopback) how many bindings its
+// dynmig component made (bindsPath), its podGate (holdPath), and:
+//
+//   - kindExtender: the extender, with kube-scheduler's extender URL
+//     pointed at that port; the extender's client watches pods through
+//     the gate.
+//   - kindPlugin: a reverse proxy to the API server that kube-scheduler,
+//     DynMIG included, reaches the API through (its kubeconfig is
+//     rewritten to point there), counting pods/binding calls; pod watches
+//     go through the gate.
+//
+// It returns when kube-scheduler does; a leader-elected kube-scheduler
+// that stops leading exits the process itself.
+func runPair(dir, kind string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -83,54 +115,73 @@ func runPair(dir string) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	if v := os.Getenv(watchLagEnv); v != "" {
-		lag, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("%s: %w", watchLagEnv, err)
-		}
-		cfg.Wrap(lagWatches(lag))
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+	gate := newPodGate(os.Getenv(holdAfterEnv))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	if err := pointExtenderAt(raw, ln.Addr().String()); err != nil {
-		return err
+	addr := ln.Addr().String()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var binds atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+bindsPath, func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, binds.Load())
+	})
+	mux.HandleFunc("GET "+holdPath, func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, gate.holding())
+	})
+	mux.HandleFunc("POST "+holdPath, func(w http.ResponseWriter, _ *http.Request) {
+		gate.release()
+	})
+	var plugins []schedulerapp.Option
+	switch kind {
+	case kindExtender:
+		cfg.Wrap(gate.wrap)
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		ext := extender.New(client, extender.Options{Logger: log})
+		informers, stopInformers := context.WithCancel(context.Background())
+		defer stopInformers()
+		go func() { _ = ext.Run(informers) }()
+		handler := ext.Handler()
+		mux.HandleFunc("POST /bind", func(w http.ResponseWriter, r *http.Request) {
+			binds.Add(1)
+			handler.ServeHTTP(w, r)
+		})
+		mux.Handle("/", handler)
+		if err := pointExtenderAt(raw, addr); err != nil {
+			return err
+		}
+	case kindPlugin:
+		proxy, err := apiProxy(cfg, func(rt http.RoundTripper) http.RoundTripper { return countBinds(gate.wrap(rt), &binds) })
+		if err != nil {
+			return err
+		}
+		mux.Handle("/", proxy)
+		kc := filepath.Join(dir, "proxy.kubeconfig")
+		if err := writeProxyKubeconfig(kc, addr); err != nil {
+			return err
+		}
+		conn["kubeconfig"] = kc
+		plugins = append(plugins, cluster.WithDynMIG(schedplugin.Options{Logger: log}, nil))
+	default:
+		return fmt.Errorf("%s=%q: want %q or %q", pairKindEnv, kind, kindExtender, kindPlugin)
 	}
 	final := filepath.Join(dir, "kube-scheduler.yaml")
 	if err := writeYAML(final, raw); err != nil {
 		return err
 	}
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ext := extender.New(client, extender.Options{Logger: log})
-	informers, stopInformers := context.WithCancel(context.Background())
-	defer stopInformers()
-	go func() { _ = ext.Run(informers) }()
-
-	var binds atomic.Int64
-	mux := http.NewServeMux()
-	handler := ext.Handler()
-	mux.HandleFunc("POST /bind", func(w http.ResponseWriter, r *http.Request) {
-		binds.Add(1)
-		handler.ServeHTTP(w, r)
-	})
-	mux.Handle("/", handler)
-	mux.HandleFunc("GET "+bindsPath, func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprint(w, binds.Load())
-	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
-	// Published only once the extender serves, so the test can ask it.
+	// Published only once the pair serves, so the test can ask it.
 	tmp := filepath.Join(dir, pairAddr+".tmp")
-	if err := os.WriteFile(tmp, []byte(ln.Addr().String()), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(addr), 0o600); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, pairAddr)); err != nil {
@@ -139,26 +190,136 @@ func runPair(dir string) error {
 
 	// No HTTPS endpoint: two replicas share the host, and the test needs
 	// none of kube-scheduler's own endpoints.
-	cmd := schedulerapp.NewSchedulerCommand()
+	cmd := schedulerapp.NewSchedulerCommand(plugins...)
 	cmd.SetArgs([]string{"--config=" + final, "--secure-port=0", "--v=2"})
 	return cmd.ExecuteContext(ctx)
 }
 
-// lagWatches returns a transport wrapper that delivers the body of every
-// watch response lag late: each chunk read from the server is handed to
-// the client lag after it arrived, in order. An extender whose informers
-// watch through it sees the cluster as it was lag ago (its listings are
-// current), like a replica whose watch stream is slow.
-func lagWatches(lag time.Duration) func(http.RoundTripper) http.RoundTripper {
-	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(r)
-			if err != nil || r.URL.Query().Get("watch") != "true" {
-				return resp, err
+// apiProxy returns a reverse proxy to cfg's API server that authenticates
+// as cfg does; wrap wraps its transport. It asks the API server for gzip
+// itself, so that wrap sees watch events uncompressed.
+func apiProxy(cfg *rest.Config, wrap func(http.RoundTripper) http.RoundTripper) (*httputil.ReverseProxy, error) {
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("API server %q: %w", cfg.Host, err)
+	}
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Header.Del("Accept-Encoding")
+		},
+		Transport:     wrap(rt),
+		FlushInterval: -1, // watch events as they come
+	}, nil
+}
+
+// countBinds counts the pods/binding calls made through rt.
+func countBinds(rt http.RoundTripper, n *atomic.Int64) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/binding") {
+			n.Add(1)
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// writeProxyKubeconfig writes a kubeconfig for the plain-HTTP proxy on
+// addr, which adds the credentials itself.
+func writeProxyKubeconfig(path, addr string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: "http://" + addr}
+	kc.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
+	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
+	kc.CurrentContext = "proxy"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// podGate holds back the pod watch events a replica receives, so that
+// its view of pods stays as it was at one event while the cluster moves
+// on (a replica whose pod watch stalls). Armed with a marker, it passes
+// every pod watch response through until a chunk carrying the marker has
+// passed, then holds everything after it, on every pod watch, until
+// released; node watches and all other requests pass (listings are
+// current). Unarmed, it never holds.
+type podGate struct {
+	marker []byte
+
+	mu       sync.Mutex
+	held     bool
+	released bool
+	changed  chan struct{} // closed and replaced when held or released changes
+}
+
+func newPodGate(marker string) *podGate {
+	g := &podGate{changed: make(chan struct{})}
+	if marker != "" {
+		g.marker = []byte(marker)
+	}
+	return g
+}
+
+// holding reports whether the gate holds pod events now.
+func (g *podGate) holding() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held && !g.released
+}
+
+// release passes every held event, in order, and everything after.
+func (g *podGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.released = true
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// wrap is a transport wrapper that puts the body of every pod watch
+// response behind the gate.
+func (g *podGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(r)
+		if err != nil || g.marker == nil || r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/pods") {
+			return resp, err
+		}
+		resp.Body = &gatedBody{body: resp.Body, gate: g, closed: make(chan struct{}), watch: r.URL.Query().Get("watch") == "true"}
+		return resp, nil
+	})
+}
+
+// pass returns once data, the next chunk of a pod watch (watch) or
+// listing, may be handed on, or with io.ErrClosedPipe when closed is
+// closed first. A listing is never held, but the marker in it closes the
+// gate too (the replica listed after the marker was written). tail is the
+// end of the previous chunk, so that a marker split between chunks is
+// found.
+func (g *podGate) pass(watch bool, tail, data []byte, closed <-chan struct{}) error {
+	for {
+		g.mu.Lock()
+		if !g.held || !watch {
+			if !g.held && bytes.Contains(append(slices.Clip(tail), data...), g.marker) {
+				g.held = true
+				close(g.changed)
+				g.changed = make(chan struct{})
 			}
-			resp.Body = newLaggingBody(resp.Body, lag)
-			return resp, nil
-		})
+			g.mu.Unlock()
+			return nil // the chunk with the marker still passes
+		}
+		if g.released {
+			g.mu.Unlock()
+			return nil
+		}
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-closed:
+			return io.ErrClosedPipe
+		}
 	}
 }
 
@@ -166,67 +327,39 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-type chunk struct {
-	data []byte
-	at   time.Time
-	err  error
-}
-
-// laggingBody reads the real body on its own goroutine (which ends when
-// the body does or is closed) and releases each chunk lag after it
-// arrived.
-type laggingBody struct {
+// gatedBody reads a pod watch (watch) or listing response and hands each
+// chunk on once its gate passes it. Close unblocks a Read waiting at the
+// gate.
+type gatedBody struct {
 	body    io.ReadCloser
-	lag     time.Duration
-	chunks  chan chunk
+	gate    *podGate
+	watch   bool
 	closed  chan struct{}
 	once    sync.Once
+	buf     [32 << 10]byte
+	tail    []byte
 	pending []byte
 	err     error
 }
 
-func newLaggingBody(body io.ReadCloser, lag time.Duration) *laggingBody {
-	b := &laggingBody{body: body, lag: lag, chunks: make(chan chunk, 64), closed: make(chan struct{})}
-	go func() {
-		defer close(b.chunks)
-		for {
-			buf := make([]byte, 32<<10)
-			n, err := body.Read(buf)
-			select {
-			case b.chunks <- chunk{data: buf[:n], at: time.Now(), err: err}:
-			case <-b.closed:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return b
-}
-
-func (b *laggingBody) Read(p []byte) (int, error) {
+func (b *gatedBody) Read(p []byte) (int, error) {
 	for len(b.pending) == 0 {
 		if b.err != nil {
 			return 0, b.err
 		}
-		c, ok := <-b.chunks
-		if !ok {
-			return 0, io.EOF
+		n, err := b.body.Read(b.buf[:])
+		if gerr := b.gate.pass(b.watch, b.tail, b.buf[:n], b.closed); gerr != nil {
+			return 0, gerr
 		}
-		select {
-		case <-time.After(time.Until(c.at.Add(b.lag))):
-		case <-b.closed:
-			return 0, io.ErrClosedPipe
-		}
-		b.pending, b.err = c.data, c.err
+		b.pending, b.err = b.buf[:n], err
+		b.tail = append(b.tail[:0], b.buf[max(0, n-len(b.gate.marker)):n]...)
 	}
 	n := copy(p, b.pending)
 	b.pending = b.pending[n:]
 	return n, nil
 }
 
-func (b *laggingBody) Close() error {
+func (b *gatedBody) Close() error {
 	b.once.Do(func() { close(b.closed) })
 	return b.body.Close()
 }
@@ -269,18 +402,20 @@ func writeYAML(path string, raw map[string]any) error {
 	return os.WriteFile(path, data, 0o600)
 }
 
-// extenderBinds asks a pair's extender how many bind calls it received.
-func extenderBinds(ctx context.Context, addr string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+bindsPath, nil)
+// ask makes a request to a pair's endpoint path and returns the answer.
+func ask(ctx context.Context, method, addr, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer resp.Body.Close()
-	var buf [32]byte
-	n, _ := resp.Body.Read(buf[:])
-	return strconv.ParseInt(string(buf[:n]), 10, 64)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	return string(body), err
 }

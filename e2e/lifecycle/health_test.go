@@ -17,7 +17,7 @@ import (
 // (the plugin's own node record, under the deployed admission policy), and
 // the driver's recovery event brings the GPU back.
 func TestGPUHealth(t *testing.T) {
-	e := startEnv(t)
+	e := startEnv(t, &extenderScheduling{})
 	victim := e.create(e.migPod("victim", 5000))
 	e.waitBound(victim.Name)
 	realized := e.admitNext(victim.Name)

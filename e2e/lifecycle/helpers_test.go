@@ -22,7 +22,6 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
-	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
@@ -33,23 +32,21 @@ import (
 const testNamespace = "e2e"
 
 // env is one running system: control plane, the deployed RBAC, a fake
-// kubelet node over fakehal hardware, the device plugin, the extender and
-// the kube-scheduler, each component with its own identity.
+// kubelet node over fakehal hardware, the device plugin and the scheduler
+// (sched), each component with its own identity.
 type env struct {
-	t       *testing.T
-	ctx     context.Context
-	c       *cluster.Cluster
-	admin   kubernetes.Interface
-	node    *cluster.Node
-	hw      *fakehal.Node
-	plugin  *cluster.Plugin
-	ext     *cluster.Extender
-	sched   *cluster.Scheduler
-	schedCf string
+	t      *testing.T
+	ctx    context.Context
+	c      *cluster.Cluster
+	admin  kubernetes.Interface
+	node   *cluster.Node
+	hw     *fakehal.Node
+	plugin *cluster.Plugin
+	sched  scheduling
 
-	extenderSA, pluginSA  saRef
-	extenderCfg, pluginCf *rest.Config
-	schedulerName         string
+	schedulerSA, pluginSA  saRef
+	schedulerCfg, pluginCf *rest.Config
+	schedulerName          string
 }
 
 type saRef struct{ Namespace, Name string }
@@ -63,10 +60,10 @@ func logger(component string) *slog.Logger {
 }
 
 // deployManifests applies deploy/namespace.yaml and deploy/rbac/*.yaml and
-// returns the ServiceAccounts of the scheduler extender (from
+// returns the ServiceAccounts of the scheduler (from
 // deploy/rbac/scheduler.yaml) and of the device plugin (from
 // deploy/rbac/device-plugin.yaml).
-func deployManifests(t *testing.T, ctx context.Context, c *cluster.Cluster) (extenderSA, pluginSA saRef) {
+func deployManifests(t *testing.T, ctx context.Context, c *cluster.Cluster) (schedulerSA, pluginSA saRef) {
 	t.Helper()
 	files := []string{cluster.DeployPath("namespace.yaml")}
 	rbac, err := filepath.Glob(cluster.DeployPath("rbac", "*.yaml"))
@@ -113,17 +110,18 @@ func deployManifests(t *testing.T, ctx context.Context, c *cluster.Cluster) (ext
 	return find("scheduler.yaml"), find("device-plugin.yaml")
 }
 
-// startEnv starts the whole system on one node with two A100-40GB GPUs.
-func startEnv(t *testing.T) *env {
+// startEnv starts the whole system on one node with two A100-40GB GPUs,
+// scheduled by sched.
+func startEnv(t *testing.T, sched scheduling) *env {
 	t.Helper()
 	ctx := cluster.TestContext(t, 10*time.Minute)
 	c := cluster.Start(t, cluster.Options{})
-	e := &env{t: t, ctx: ctx, c: c, admin: c.Admin(), schedCf: cluster.SchedulerConfigPath()}
-	e.extenderSA, e.pluginSA = deployManifests(t, ctx, c)
+	e := &env{t: t, ctx: ctx, c: c, admin: c.Admin(), sched: sched}
+	e.schedulerSA, e.pluginSA = deployManifests(t, ctx, c)
 	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := cluster.ReadSchedulerConfig(e.schedCf)
+	sc, err := cluster.ReadSchedulerConfig(sched.configFile())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +130,10 @@ func startEnv(t *testing.T) *env {
 	}
 
 	// The scheduler pod's ServiceAccount (deploy/rbac/scheduler.yaml) is
-	// shared by kube-scheduler and the extender sidecar, as deployed.
+	// shared by kube-scheduler and the extender sidecar, as deployed; the
+	// plugin scheduler runs under it too.
 	var errCfg error
-	if e.extenderCfg, errCfg = c.ServiceAccountConfig(ctx, e.extenderSA.Namespace, e.extenderSA.Name, cluster.TokenOptions{}); errCfg != nil {
+	if e.schedulerCfg, errCfg = c.ServiceAccountConfig(ctx, e.schedulerSA.Namespace, e.schedulerSA.Name, cluster.TokenOptions{}); errCfg != nil {
 		t.Fatal(errCfg)
 	}
 
@@ -154,7 +153,7 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(errCfg)
 	}
 	e.startPlugin()
-	e.startScheduling()
+	sched.start(e)
 	return e
 }
 
@@ -205,27 +204,6 @@ func (e *env) startPlugin() {
 		e.t.Fatal(err)
 	}
 	e.plugin = p
-}
-
-// startScheduling starts the extender (extender ServiceAccount) and the
-// kube-scheduler with the deployed configuration.
-func (e *env) startScheduling() {
-	e.t.Helper()
-	addr, err := cluster.ExtenderAddr(e.schedCf)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if e.ext, err = cluster.StartExtender(e.ctx, e.t, clientFor(e.t, e.extenderCfg), addr, extender.Options{Logger: logger("extender")}); err != nil {
-		e.t.Fatal(err)
-	}
-	if e.sched, err = e.c.StartScheduler(e.t, cluster.SchedulerOptions{ConfigFile: e.schedCf, Client: e.extenderCfg}); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-func (e *env) stopScheduling() {
-	e.sched.Stop()
-	e.ext.Stop()
 }
 
 // migPod is a MIG pod with one container per gpumemMiB value, each

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
@@ -19,13 +18,21 @@ import (
 )
 
 // TestLifecycle runs dynmig's whole lifecycle through real Kubernetes
-// objects: registration, scheduling through the extender, admission by the
-// kubelet's device manager, realization, a two-container pod, an
-// unschedulable pod, graceful deletion and reclamation, and restarts of the
-// device plugin, the kubelet, the scheduler and the API server. The steps
-// share one system and run in order.
+// objects: registration, scheduling, admission by the kubelet's device
+// manager, realization, a two-container pod, an unschedulable pod,
+// graceful deletion and reclamation, and restarts of the device plugin,
+// the kubelet, the scheduler and the API server. It runs once per
+// scheduler (schedulings): the upstream kube-scheduler with the extender,
+// and kube-scheduler with the DynMIG framework plugin, each from its
+// shipped configuration. Each run's steps share one system and run in
+// order.
 func TestLifecycle(t *testing.T) {
-	e := startEnv(t)
+	for _, s := range schedulings {
+		t.Run(s.name, func(t *testing.T) { lifecycle(t, startEnv(t, s.new())) })
+	}
+}
+
+func lifecycle(t *testing.T, e *env) {
 	hwGPUs := e.hw.NumGPUs()
 
 	t.Run("registration", func(t *testing.T) {
@@ -56,7 +63,7 @@ func TestLifecycle(t *testing.T) {
 		})
 	})
 
-	// Three pods, created in this order. The extender lets one unrealized
+	// Three pods, created in this order. The scheduler lets one unrealized
 	// MIG pod at a time onto a node, so the kubelet (the test, here) always
 	// has at most one MIG pod to admit: it admits whatever the scheduler
 	// binds, earliest created first, and the plugin must realize exactly
@@ -98,7 +105,7 @@ func TestLifecycle(t *testing.T) {
 		assertHardwareMatches(t, e, realized)
 	})
 
-	t.Run("unschedulable pod stays pending with the extender's reason", func(t *testing.T) {
+	t.Run("unschedulable pod stays pending with dynmig's reason", func(t *testing.T) {
 		// 100 GB on one device: no MIG profile of an A100-40GB has it.
 		e.create(e.migPod("too-big", 100000))
 		var cond corev1.PodCondition
@@ -119,23 +126,21 @@ func TestLifecycle(t *testing.T) {
 			return false, nil
 		})
 		t.Logf("PodScheduled: %s: %s", cond.Reason, cond.Message)
-		// The scheduler itself ignores nvidia.com/gpumem (the configuration
-		// marks it ignoredByScheduler), so the refusal must be the
-		// extender's: its filter reason for the node is in the condition.
+		// The scheduler's own plugins ignore nvidia.com/gpumem (the
+		// configuration marks it ignoredByScheduler, or lists it in
+		// NodeResourcesFit's ignoredResources), so the refusal must be
+		// dynmig's: the extender's filter reason for the node, or the
+		// DynMIG plugin's, is in the condition.
 		pod, err := e.get("too-big")
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := e.ext.Filter(e.ctx, extender.Args{Pod: pod, NodeNames: &[]string{e.node.Name}})
-		reason := res.FailedNodes[e.node.Name]
+		reason := e.sched.refusal(e, pod, e.node.Name)
 		if reason == "" {
-			reason = res.FailedAndUnresolvableNodes[e.node.Name]
-		}
-		if reason == "" {
-			t.Fatalf("the extender's filter accepts too-big on %s: %+v", e.node.Name, res)
+			t.Fatalf("dynmig accepts too-big on %s", e.node.Name)
 		}
 		if !strings.Contains(cond.Message, reason) {
-			t.Errorf("PodScheduled message %q does not carry the extender's reason %q", cond.Message, reason)
+			t.Errorf("PodScheduled message %q does not carry dynmig's reason %q", cond.Message, reason)
 		}
 		if err := e.admin.CoreV1().Pods(testNamespace).Delete(e.ctx, "too-big", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -220,10 +225,11 @@ func TestLifecycle(t *testing.T) {
 		// The node's status is not published until the plugin has
 		// registered again (see Node.PauseStatus): a status showing no
 		// devices would leave a MIG pod created meanwhile Unschedulable
-		// for minutes, because kube-scheduler v1.37.2 does not requeue it
-		// when the devices come back (its NodeResourcesFit queueing hint
-		// ignores the extender's ignoredByScheduler resources, so
-		// nvidia.com/gpumem never "fits" a node there).
+		// for minutes with the extender, because kube-scheduler v1.37.2
+		// does not requeue it when the devices come back (its
+		// NodeResourcesFit queueing hint ignores the extender's
+		// ignoredByScheduler resources, so nvidia.com/gpumem never "fits"
+		// a node there). Both schedulers see the same statuses.
 		e.node.PauseStatus(true)
 		if err := e.node.RestartKubelet(); err != nil {
 			t.Fatal(err)
@@ -251,9 +257,9 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("scheduler restart rebuilds the ledger", func(t *testing.T) {
-		e.stopScheduling()
-		e.startScheduling()
-		// The new extender rebuilds its ledger from the API alone: every
+		e.sched.stop()
+		e.sched.start(e)
+		// The new scheduler rebuilds its ledger from the API alone: every
 		// realized reservation occupies its slots there, without conflict.
 		uids := map[string]string{}
 		for key := range realized {
@@ -263,9 +269,9 @@ func TestLifecycle(t *testing.T) {
 			}
 			uids[key] = string(p.UID)
 		}
-		e.wait("the new extender's ledger", func(context.Context) (bool, error) {
+		e.wait("the new scheduler's ledger", func(context.Context) (bool, error) {
 			for key, a := range realized {
-				rs, assumed, ok := e.ext.Ledger().Pod(uids[key])
+				rs, assumed, ok := e.sched.ledger().Pod(uids[key])
 				if !ok || assumed {
 					return false, nil
 				}
@@ -277,13 +283,13 @@ func TestLifecycle(t *testing.T) {
 					return false, nil
 				}
 			}
-			gpus, ok := e.ext.Ledger().Node(e.node.Name)
+			gpus, ok := e.sched.ledger().Node(e.node.Name)
 			return ok && len(gpus) == hwGPUs, nil
 		})
-		if c := e.ext.Ledger().Conflicts(); len(c) != 0 {
+		if c := e.sched.ledger().Conflicts(); len(c) != 0 {
 			t.Errorf("ledger conflicts after the restart: %v", c)
 		}
-		// A new extender knows the reservations only from the API. A ledger
+		// A new scheduler knows the reservations only from the API. A ledger
 		// that forgot any would place new pods over a live instance, which
 		// the disjointness check (and fakehal) refuses.
 		for i, name := range []string{"after-sched-restart-1", "after-sched-restart-2"} {

@@ -17,10 +17,13 @@ import (
 //   - the API server watch cache's wake-up timer
 //     (watchCache.waitUntilFreshLocked), which a request for a
 //     resourceVersion newer than the cache leaves behind and which ends
-//     within the cache's block timeout (3 s) after the server has stopped.
+//     within the cache's block timeout (3 s) after the server has stopped;
+//   - klog's flush daemon, which kube-scheduler's setup (app.Setup, for
+//     the framework plugin's scheduler) starts once per process.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.Forever"),
 		goleak.IgnoreTopFunction("k8s.io/apiserver/pkg/storage/cacher.(*watchCache).waitUntilFreshLocked.func2"),
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
 	)
 }

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
@@ -77,7 +76,7 @@ func startEnvConfig(t *testing.T, withExtender bool, schedConfig string) *env {
 	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	schedCf := filepath.Join(cluster.RepoRoot(), "schedplugin", "deploy", "kube-scheduler-config.yaml")
+	schedCf := cluster.PluginSchedulerConfigPath()
 	if withExtender {
 		schedCf = cluster.SchedulerConfigPath()
 	} else if schedConfig != "" {
@@ -134,7 +133,7 @@ func startEnvConfig(t *testing.T, withExtender bool, schedConfig string) *env {
 		return e
 	}
 	if _, err := c.StartSchedulerWith(t, cluster.SchedulerOptions{ConfigFile: schedCf, Client: schedCfg},
-		app.WithPlugin(schedplugin.Name, schedplugin.Factory(schedplugin.Options{Logger: logger("schedplugin")}))); err != nil {
+		cluster.WithDynMIG(schedplugin.Options{Logger: logger("schedplugin")}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -19,10 +19,12 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/configz"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	kubeschedulertesting "k8s.io/kubernetes/cmd/kube-scheduler/app/testing"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/extender"
+	"github.com/dynmig/dynmig/schedplugin"
 )
 
 // RepoRoot returns the dynmig repository root (the parent of the e2e
@@ -60,6 +63,28 @@ func DeployPath(elem ...string) string {
 
 // SchedulerConfigPath is the deployed KubeSchedulerConfiguration.
 func SchedulerConfigPath() string { return DeployPath("scheduler", "kube-scheduler-config.yaml") }
+
+// PluginSchedulerConfigPath returns the path of
+// schedplugin/deploy/kube-scheduler-config.yaml, the shipped configuration
+// of kube-scheduler built with the DynMIG framework plugin.
+func PluginSchedulerConfigPath() string {
+	return filepath.Join(RepoRoot(), "schedplugin", "deploy", "kube-scheduler-config.yaml")
+}
+
+// WithDynMIG registers the DynMIG framework plugin with opts, as
+// schedplugin/cmd/kube-scheduler does, for StartSchedulerWith or
+// app.NewSchedulerCommand. built, when not nil, is handed every plugin
+// the scheduler builds (one per profile that enables it), for inspection.
+func WithDynMIG(opts schedplugin.Options, built func(*schedplugin.Plugin)) app.Option {
+	factory := schedplugin.Factory(opts)
+	return app.WithPlugin(schedplugin.Name, func(ctx context.Context, args k8sruntime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		p, err := factory(ctx, args, h)
+		if pl, ok := p.(*schedplugin.Plugin); ok && err == nil && built != nil {
+			built(pl)
+		}
+		return p, err
+	})
+}
 
 // TokenOptions configures ServiceAccountToken. The zero value works.
 type TokenOptions struct {
