@@ -712,6 +712,7 @@ func TestCloseStopsWakes(t *testing.T) {
 		t.Fatalf("%v activated after Close", keys)
 	default:
 	}
+}
 
 // A new leader whose informer lags schedules p, which the previous leader
 // already bound to n1, onto n2; while it binds p there, p's bind to n1
