@@ -113,19 +113,23 @@ const (
 	bound                // bound by this view's owner: only bound views apply
 )
 
+// viewPod is what the view keeps of a pod; one exists per bound MIG pod,
+// so its fields are ordered to pack.
 type viewPod struct {
-	ref      reservation.PodRef
-	node     string
-	created  time.Time
-	version  uint64 // resourceVersion of the last applied event; 0 unknown
-	state    bindState
-	held     *corev1.Pod // newest event held back while binding
-	gone     bool        // deleted while being bound
-	ours     bool        // bound through Bound
-	since    time.Time   // when bound through Bound or first seen unrealized
-	deleting time.Time   // deletion deadline still to pass; zero when none
-	indexed  string      // node it is indexed under in byNode
+	ref     reservation.PodRef
+	node    string
+	indexed string // node it is indexed under in byNode
+	created time.Time
+	since   time.Time   // when bound through Bound or first seen unrealized
+	version uint64      // resourceVersion of the last applied event; 0 unknown
+	held    *corev1.Pod // newest event held back while binding
+	// entries are the trusted entries while some lack a runtime
+	// identity, nil once all are realized: only unrealized entries make
+	// a claim ([SchedulerView.Claims]), and the ledger has its own copy.
 	entries  []reservation.Allocation
+	state    bindState
+	gone     bool // deleted while being bound
+	ours     bool // bound through Bound
 	untrust  bool // some entries failed the trust rule
 	admitted bool // the kubelet admitted the pod ([Admitted]): it holds no claim
 }
@@ -379,15 +383,18 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 		p.since = time.Time{}
 	}
 	p.ref, p.node, p.created, p.version = view.Ref(), pod.Spec.NodeName, view.Created, version
-	p.state, p.entries, p.untrust, p.admitted = notBinding, kept, untrusted != nil, admitted
-	if p.since.IsZero() && unrealizedCounts(kept) != nil && !admitted {
-		p.since = now
+	p.state, p.entries, p.untrust, p.admitted = notBinding, nil, untrusted != nil, admitted
+	if unrealizedCounts(kept) != nil {
+		p.entries = kept
+		if p.since.IsZero() && !admitted {
+			p.since = now
+		}
 	}
-	p.deleting = time.Time{}
+	var deadline time.Time
 	if view.Deleting {
-		p.deleting = view.DeletionDeadline
+		deadline = view.DeletionDeadline
 	}
-	v.put(uid, p)
+	v.put(uid, p, deadline)
 	if err := v.ledger.UpdatePod(p.node, uid, schedule.LedgerReservations(uid, kept)); err != nil {
 		// Before the node's registration is seen (informers deliver pods
 		// and nodes in any order) every reservation on it reads as "GPU
@@ -574,9 +581,9 @@ func (v *SchedulerView) RegisteredGPUs(node string) (gpus int, annotated bool) {
 	return len(n.gpus), n.reg != ""
 }
 
-// put records p as the pod uid and indexes it by node and deadline.
-// v.mu is held.
-func (v *SchedulerView) put(uid string, p *viewPod) {
+// put records p as the pod uid and indexes it by node and by its
+// deletion deadline (zero when none). v.mu is held.
+func (v *SchedulerView) put(uid string, p *viewPod, deadline time.Time) {
 	if old := v.pods[uid]; old != nil && old != p {
 		v.unindex(uid, old)
 	}
@@ -588,8 +595,8 @@ func (v *SchedulerView) put(uid string, p *viewPod) {
 		v.byNode[p.node] = ps
 	}
 	ps[uid], p.indexed = p, p.node
-	if !p.deleting.IsZero() {
-		v.deadline[uid] = p.deleting
+	if !deadline.IsZero() {
+		v.deadline[uid] = deadline
 	}
 }
 
@@ -643,7 +650,7 @@ func (v *SchedulerView) Reserve(node string, pod *corev1.Pod, req *placement.Req
 	if prev != nil {
 		p.version = prev.version
 	}
-	v.put(uid, p)
+	v.put(uid, p, time.Time{})
 	return as, nil
 }
 
