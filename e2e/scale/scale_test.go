@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/yaml"
 
@@ -281,11 +283,73 @@ type result struct {
 	pods         int
 	total        time.Duration // first create to last bound
 	rate, steady float64       // pods/s over total, and between the 10th and 90th percentile bind
+	sched        schedMetrics  // the scheduler's metrics over the measurement
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("%d nodes, %s: %d pods in %v: %.1f pods/s (steady %.1f pods/s)",
-		r.nodes, r.what, r.pods, r.total.Round(time.Millisecond), r.rate, r.steady)
+	return fmt.Sprintf("%d nodes, %s: %d pods in %v: %.1f pods/s (steady %.1f pods/s); %v",
+		r.nodes, r.what, r.pods, r.total.Round(time.Millisecond), r.rate, r.steady, r.sched)
+}
+
+// schedMetrics are kube-scheduler's scheduling attempts by result and the
+// mean duration of its successful attempts (scheduling and binding
+// cycle), from its metrics in the process's registry. The scheduler
+// records some of them asynchronously, so a measurement's counts may lag
+// by a few pods.
+type schedMetrics struct {
+	attempts         map[string]float64
+	cycleSum, cycles float64
+}
+
+func readSchedMetrics(t *testing.T) schedMetrics {
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := schedMetrics{attempts: map[string]float64{}}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			result := ""
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "result" {
+					result = l.GetValue()
+				}
+			}
+			switch mf.GetName() {
+			case "scheduler_schedule_attempts_total":
+				m.attempts[result] += s.GetCounter().GetValue()
+			case "scheduler_scheduling_attempt_duration_seconds":
+				if result == "scheduled" {
+					m.cycleSum += s.GetHistogram().GetSampleSum()
+					m.cycles += float64(s.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return m
+}
+
+// since is m less before.
+func (m schedMetrics) since(before schedMetrics) schedMetrics {
+	d := schedMetrics{attempts: map[string]float64{}, cycleSum: m.cycleSum - before.cycleSum, cycles: m.cycles - before.cycles}
+	for k, v := range m.attempts {
+		if v -= before.attempts[k]; v != 0 {
+			d.attempts[k] = v
+		}
+	}
+	return d
+}
+
+func (m schedMetrics) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m.attempts)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, m.attempts[k]))
+	}
+	mean := time.Duration(0)
+	if m.cycles > 0 {
+		mean = time.Duration(m.cycleSum / m.cycles * float64(time.Second))
+	}
+	return fmt.Sprintf("attempts: %s; mean attempt to bound %v", strings.Join(parts, ", "), mean.Round(10*time.Microsecond))
 }
 
 var round int
@@ -310,11 +374,13 @@ func (e *env) measure(n int, what string, mig bool, pods int) result {
 		return names
 	}
 	e.binds.wait(e.t, e.ctx, create(0, warmup, prefix+"warm-"))
+	before := readSchedMetrics(e.t)
 	began := time.Now()
 	names := create(0, pods, prefix)
 	times := e.binds.wait(e.t, e.ctx, names)
+	sched := readSchedMetrics(e.t).since(before)
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
-	r := result{nodes: n, what: what, pods: pods, total: times[len(times)-1].Sub(began)}
+	r := result{nodes: n, what: what, pods: pods, total: times[len(times)-1].Sub(began), sched: sched}
 	r.rate = float64(pods) / r.total.Seconds()
 	lo, hi := len(times)/10, len(times)*9/10
 	if d := times[hi-1].Sub(times[lo]); hi-1 > lo && d > 0 {
