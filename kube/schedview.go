@@ -379,12 +379,13 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 		p = &viewPod{}
 	}
 	admitted := Admitted(pod)
-	if p.node != pod.Spec.NodeName || len(kept) > 0 && unrealizedCounts(kept) == nil || admitted {
+	unrealized := unrealizedCounts(kept) != nil
+	if p.node != pod.Spec.NodeName || len(kept) > 0 && !unrealized || admitted {
 		p.since = time.Time{}
 	}
 	p.ref, p.node, p.created, p.version = view.Ref(), pod.Spec.NodeName, view.Created, version
 	p.state, p.entries, p.untrust, p.admitted = notBinding, nil, untrusted != nil, admitted
-	if unrealizedCounts(kept) != nil {
+	if unrealized {
 		p.entries = kept
 		if p.since.IsZero() && !admitted {
 			p.since = now
