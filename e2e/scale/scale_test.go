@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,8 +106,9 @@ func TestThroughput(t *testing.T) {
 	t.Log("ratios to plain pods through the same scheduler binary in the same round:")
 	for i := 0; i+3 < len(results); i += 4 {
 		p, m, pe, me := results[i], results[i+1], results[i+2], results[i+3]
-		t.Logf("%d nodes: plugin MIG/plain %.2f (steady %.2f); extender MIG/plain %.2f (steady %.2f); extender MIG/plugin MIG %.2f",
-			p.nodes, m.rate/p.rate, m.steady/p.steady, me.rate/pe.rate, me.steady/pe.steady, me.rate/m.rate)
+		t.Logf("%d nodes: plugin MIG/plain %.2f (steady %.2f, CPU per pod %.2fx); extender MIG/plain %.2f (steady %.2f, CPU per pod %.2fx); extender MIG/plugin MIG %.2f",
+			p.nodes, m.rate/p.rate, m.steady/p.steady, float64(m.cpu)/float64(p.cpu),
+			me.rate/pe.rate, me.steady/pe.steady, float64(me.cpu)/float64(pe.cpu), me.rate/m.rate)
 	}
 }
 
@@ -283,12 +285,23 @@ type result struct {
 	pods         int
 	total        time.Duration // first create to last bound
 	rate, steady float64       // pods/s over total, and between the 10th and 90th percentile bind
+	cpu          time.Duration // the test process's CPU time (control plane, scheduler, extender, stand-ins) per pod
 	sched        schedMetrics  // the scheduler's metrics over the measurement
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("%d nodes, %s: %d pods in %v: %.1f pods/s (steady %.1f pods/s); %v",
-		r.nodes, r.what, r.pods, r.total.Round(time.Millisecond), r.rate, r.steady, r.sched)
+	return fmt.Sprintf("%d nodes, %s: %d pods in %v: %.1f pods/s (steady %.1f pods/s), %v CPU per pod; %v",
+		r.nodes, r.what, r.pods, r.total.Round(time.Millisecond), r.rate, r.steady, r.cpu.Round(10*time.Microsecond), r.sched)
+}
+
+// cpuTime is the process's user and system CPU time so far: the machine's
+// load does not inflate it as it does wall time.
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // schedMetrics are kube-scheduler's scheduling attempts by result and the
@@ -374,13 +387,13 @@ func (e *env) measure(n int, what string, mig bool, pods int) result {
 		return names
 	}
 	e.binds.wait(e.t, e.ctx, create(0, warmup, prefix+"warm-"))
-	before := readSchedMetrics(e.t)
+	before, cpuBefore := readSchedMetrics(e.t), cpuTime(e.t)
 	began := time.Now()
 	names := create(0, pods, prefix)
 	times := e.binds.wait(e.t, e.ctx, names)
-	sched := readSchedMetrics(e.t).since(before)
+	sched, cpu := readSchedMetrics(e.t).since(before), cpuTime(e.t)-cpuBefore
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
-	r := result{nodes: n, what: what, pods: pods, total: times[len(times)-1].Sub(began), sched: sched}
+	r := result{nodes: n, what: what, pods: pods, total: times[len(times)-1].Sub(began), sched: sched, cpu: cpu / time.Duration(pods)}
 	r.rate = float64(pods) / r.total.Seconds()
 	lo, hi := len(times)/10, len(times)*9/10
 	if d := times[hi-1].Sub(times[lo]); hi-1 > lo && d > 0 {
