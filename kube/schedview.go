@@ -114,24 +114,32 @@ const (
 )
 
 // viewPod is what the view keeps of a pod; one exists per bound MIG pod,
-// so its fields are ordered to pack.
+// so what only a claim needs lives in claim, and the fields are ordered
+// to pack.
 type viewPod struct {
 	ref     reservation.PodRef
 	node    string
-	indexed string // node it is indexed under in byNode
-	created time.Time
-	since   time.Time   // when bound through Bound or first seen unrealized
+	indexed string      // node it is indexed under in byNode
 	version uint64      // resourceVersion of the last applied event; 0 unknown
 	held    *corev1.Pod // newest event held back while binding
+	claim   *viewClaim  // nil once every entry is realized, or the pod was admitted
+	state   bindState
+	gone    bool // deleted while being bound
+	ours    bool // bound through Bound
+	untrust bool // some entries failed the trust rule
+	// admitted: the kubelet admitted the pod ([Admitted]); it holds no
+	// claim.
+	admitted bool
+}
+
+// viewClaim is what a pod being bound, or bound with unrealized entries,
+// needs for its claim on the node ([SchedulerView.Claims]).
+type viewClaim struct {
+	created time.Time
+	since   time.Time // when bound through Bound or first seen unrealized
 	// entries are the trusted entries while some lack a runtime
-	// identity, nil once all are realized: only unrealized entries make
-	// a claim ([SchedulerView.Claims]), and the ledger has its own copy.
-	entries  []reservation.Allocation
-	state    bindState
-	gone     bool // deleted while being bound
-	ours     bool // bound through Bound
-	untrust  bool // some entries failed the trust rule
-	admitted bool // the kubelet admitted the pod ([Admitted]): it holds no claim
+	// identity, nil otherwise (the ledger has its own copy).
+	entries []reservation.Allocation
 }
 
 type viewNode struct {
@@ -380,17 +388,27 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	}
 	admitted := Admitted(pod)
 	unrealized := unrealizedCounts(kept) != nil
+	c := p.claim
 	if p.node != pod.Spec.NodeName || len(kept) > 0 && !unrealized || admitted {
-		p.since = time.Time{}
+		c = nil // the claim, and when it began, end
 	}
-	p.ref, p.node, p.created, p.version = view.Ref(), pod.Spec.NodeName, view.Created, version
-	p.state, p.entries, p.untrust, p.admitted = notBinding, nil, untrusted != nil, admitted
-	if unrealized {
-		p.entries = kept
-		if p.since.IsZero() && !admitted {
-			p.since = now
+	switch {
+	case unrealized:
+		if c == nil {
+			c = &viewClaim{}
 		}
+		c.entries = kept
+		if c.since.IsZero() && !admitted {
+			c.since = now
+		}
+	case c != nil:
+		c.entries = nil // no trusted entries: no claim, but when it began is kept
 	}
+	if c != nil {
+		c.created = view.Created
+	}
+	p.ref, p.node, p.version, p.claim = view.Ref(), pod.Spec.NodeName, version, c
+	p.state, p.untrust, p.admitted = notBinding, untrusted != nil, admitted
 	var deadline time.Time
 	if view.Deleting {
 		deadline = view.DeletionDeadline
@@ -565,7 +583,7 @@ func (v *SchedulerView) Unrealized(uid string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p := v.pods[uid]
-	return p != nil && p.state != binding && !p.admitted && unrealizedCounts(p.entries) != nil
+	return p != nil && p.state != binding && !p.admitted && p.claim != nil && unrealizedCounts(p.claim.entries) != nil
 }
 
 // RegisteredGPUs returns how many GPUs of the node's registration the view
@@ -647,7 +665,7 @@ func (v *SchedulerView) Reserve(node string, pod *corev1.Pod, req *placement.Req
 	}
 	prev := v.pods[uid]
 	view := PodViewFor(pod, v.resource)
-	p := &viewPod{ref: view.Ref(), node: node, created: pod.CreationTimestamp.Time, state: binding}
+	p := &viewPod{ref: view.Ref(), node: node, claim: &viewClaim{created: pod.CreationTimestamp.Time}, state: binding}
 	if prev != nil {
 		p.version = prev.version
 	}
@@ -689,8 +707,11 @@ func (v *SchedulerView) Bound(pod *corev1.Pod, node string, as []placement.Assig
 		return
 	}
 	held := p.held
-	p.state, p.held, p.ours, p.since = bound, nil, true, v.clock.Now()
-	p.entries = schedule.Allocations(as)
+	if p.claim == nil {
+		p.claim = &viewClaim{created: pod.CreationTimestamp.Time}
+	}
+	p.state, p.held, p.ours = bound, nil, true
+	p.claim.since, p.claim.entries = v.clock.Now(), schedule.Allocations(as)
 	if err := v.ledger.AddPod(node, uid, placement.Reservations(uid, as)); err != nil {
 		v.log.Warn("confirming reservation", "pod", p.ref.String(), "err", err)
 	}
@@ -771,11 +792,14 @@ func (v *SchedulerView) Claims(node string) []NodeClaim {
 		if p.state == binding {
 			continue
 		}
-		pending := unrealizedCounts(p.entries)
-		if pending == nil || p.admitted || !p.ours && !onNode(p.entries, gpus) {
+		if p.claim == nil {
 			continue
 		}
-		out = append(out, NodeClaim{Pod: p.ref, Created: p.created, Since: p.since, Pending: pending, Ours: p.ours})
+		pending := unrealizedCounts(p.claim.entries)
+		if pending == nil || p.admitted || !p.ours && !onNode(p.claim.entries, gpus) {
+			continue
+		}
+		out = append(out, NodeClaim{Pod: p.ref, Created: p.claim.created, Since: p.claim.since, Pending: pending, Ours: p.ours})
 	}
 	slices.SortFunc(out, func(a, b NodeClaim) int {
 		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Pod.UID, b.Pod.UID))
