@@ -85,7 +85,7 @@ type SchedulerView struct {
 	clock    clock.PassiveClock
 	log      *slog.Logger
 
-	mu    sync.Mutex
+	mu    sync.RWMutex         // read-locked by the scheduler's per-node checks (Claims), which run in parallel
 	pods  map[string]*viewPod  // by UID: bound pods with a record, and pods being bound
 	nodes map[string]*viewNode // by name
 	regs  []cache.ResourceEventHandlerRegistration
@@ -193,9 +193,9 @@ func (v *SchedulerView) Register(factory informers.SharedInformerFactory) error 
 // HasSynced reports whether every registration's initial listing has been
 // applied. A view that was never registered is not synced.
 func (v *SchedulerView) HasSynced() bool {
-	v.mu.Lock()
+	v.mu.RLock()
 	regs := slices.Clone(v.regs)
-	v.mu.Unlock()
+	v.mu.RUnlock()
 	for _, r := range regs {
 		if !r.HasSynced() {
 			return false
@@ -580,8 +580,8 @@ func (v *SchedulerView) endRead(began uint64) {
 // node's claim ([SchedulerView.Claims]). It is false once the pod is seen
 // realized, released or deleted, and for a pod being bound.
 func (v *SchedulerView) Unrealized(uid string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	p := v.pods[uid]
 	return p != nil && p.state != binding && !p.admitted && p.claim != nil && unrealizedCounts(p.claim.entries) != nil
 }
@@ -591,8 +591,8 @@ func (v *SchedulerView) Unrealized(uid string) bool {
 // not), and whether the node carries a registration annotation at all. A
 // node the view does not know, or that was deleted, has neither.
 func (v *SchedulerView) RegisteredGPUs(node string) (gpus int, annotated bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	n := v.nodes[node]
 	if n == nil || !n.applied {
 		return 0, false
@@ -784,8 +784,8 @@ func (c NodeClaim) confusable(req *placement.Request) bool {
 // Pods with entries the trust rule rejects claim nothing by those entries,
 // whatever their annotations say.
 func (v *SchedulerView) Claims(node string) []NodeClaim {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	var out []NodeClaim
 	gpus := v.nodes[node]
 	for _, p := range v.byNode[node] {

@@ -118,7 +118,7 @@ type Plugin struct {
 	opts   Options
 	log    *slog.Logger
 
-	mu       sync.Mutex
+	mu       sync.RWMutex      // read-locked by Filter's per-node check of binding
 	binding  map[string]string // node -> UID of the MIG pod being bound to it (Reserve to PostBind or Unreserve)
 	reported map[string]bool   // UIDs whose stale claim was reported
 	// UIDs Unreserve found bound although their binding cycle failed; the
@@ -363,9 +363,9 @@ func (p *Plugin) noMIG(node string) error {
 // timeout, or an older one the device plugin could confuse with the pod
 // (reported once when report is set).
 func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.Request, report bool) string {
-	p.mu.Lock()
+	p.mu.RLock()
 	inflight := p.binding[node]
-	p.mu.Unlock()
+	p.mu.RUnlock()
 	if inflight != "" && inflight != uid {
 		return "pod " + inflight + " (being bound)"
 	}
