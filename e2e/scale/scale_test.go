@@ -312,6 +312,10 @@ func cpuTime(t *testing.T) time.Duration {
 type schedMetrics struct {
 	attempts         map[string]float64
 	cycleSum, cycles float64
+	// The scheduling algorithm's (Filter and Score, sequential per pod)
+	// and the extension points' durations: sum and count each.
+	algorithm [2]float64
+	points    map[string][2]float64
 }
 
 func readSchedMetrics(t *testing.T) schedMetrics {
@@ -319,16 +323,27 @@ func readSchedMetrics(t *testing.T) schedMetrics {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := schedMetrics{attempts: map[string]float64{}}
+	m := schedMetrics{attempts: map[string]float64{}, points: map[string][2]float64{}}
 	for _, mf := range mfs {
 		for _, s := range mf.GetMetric() {
-			result := ""
+			result, point := "", ""
 			for _, l := range s.GetLabel() {
-				if l.GetName() == "result" {
+				switch l.GetName() {
+				case "result":
 					result = l.GetValue()
+				case "extension_point":
+					point = l.GetValue()
 				}
 			}
 			switch mf.GetName() {
+			case "scheduler_scheduling_algorithm_duration_seconds":
+				m.algorithm[0] += s.GetHistogram().GetSampleSum()
+				m.algorithm[1] += float64(s.GetHistogram().GetSampleCount())
+			case "scheduler_framework_extension_point_duration_seconds":
+				pt := m.points[point]
+				pt[0] += s.GetHistogram().GetSampleSum()
+				pt[1] += float64(s.GetHistogram().GetSampleCount())
+				m.points[point] = pt
 			case "scheduler_schedule_attempts_total":
 				m.attempts[result] += s.GetCounter().GetValue()
 			case "scheduler_scheduling_attempt_duration_seconds":
@@ -344,7 +359,11 @@ func readSchedMetrics(t *testing.T) schedMetrics {
 
 // since is m less before.
 func (m schedMetrics) since(before schedMetrics) schedMetrics {
-	d := schedMetrics{attempts: map[string]float64{}, cycleSum: m.cycleSum - before.cycleSum, cycles: m.cycles - before.cycles}
+	d := schedMetrics{attempts: map[string]float64{}, cycleSum: m.cycleSum - before.cycleSum, cycles: m.cycles - before.cycles,
+		algorithm: [2]float64{m.algorithm[0] - before.algorithm[0], m.algorithm[1] - before.algorithm[1]}, points: map[string][2]float64{}}
+	for k, v := range m.points {
+		d.points[k] = [2]float64{v[0] - before.points[k][0], v[1] - before.points[k][1]}
+	}
 	for k, v := range m.attempts {
 		if v -= before.attempts[k]; v != 0 {
 			d.attempts[k] = v
@@ -358,11 +377,19 @@ func (m schedMetrics) String() string {
 	for _, k := range slices.Sorted(maps.Keys(m.attempts)) {
 		parts = append(parts, fmt.Sprintf("%s %.0f", k, m.attempts[k]))
 	}
-	mean := time.Duration(0)
-	if m.cycles > 0 {
-		mean = time.Duration(m.cycleSum / m.cycles * float64(time.Second))
+	mean := func(sum, n float64) time.Duration {
+		if n == 0 {
+			return 0
+		}
+		return time.Duration(sum / n * float64(time.Second)).Round(10 * time.Microsecond)
 	}
-	return fmt.Sprintf("attempts: %s; mean attempt to bound %v", strings.Join(parts, ", "), mean.Round(10*time.Microsecond))
+	pts := []string{fmt.Sprintf("algorithm %v", mean(m.algorithm[0], m.algorithm[1]))}
+	for _, k := range []string{"PreFilter", "Filter", "Score", "Reserve", "PreBind", "Bind"} {
+		if v := m.points[k]; v[1] > 0 {
+			pts = append(pts, fmt.Sprintf("%s %v", k, mean(v[0], v[1])))
+		}
+	}
+	return fmt.Sprintf("attempts: %s; mean attempt to bound %v; mean %s", strings.Join(parts, ", "), mean(m.cycleSum, m.cycles), strings.Join(pts, ", "))
 }
 
 var round int
