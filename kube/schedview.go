@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,15 +90,10 @@ type SchedulerView struct {
 	nodes map[string]*viewNode // by name
 	regs  []cache.ResourceEventHandlerRegistration
 
-	byNode map[string]map[string]*viewPod // pods by node, then UID
-	// claiming counts, by node, the pods indexed there with a claim struct
-	// (viewPod.counted), a superset of the node's claims: Claims answers a
-	// node without any from it, without the lock. node -> *atomic.Int32,
-	// written under mu, removed at zero.
-	claiming sync.Map
-	deadline map[string]time.Time // by UID: deletion deadlines still to pass
-	seen     map[string]string    // by UID: resourceVersion of every pod's last event or fresh read
-	changed  chan struct{}        // closed and replaced on every event
+	byNode   map[string]map[string]*viewPod // pods by node, then UID
+	deadline map[string]time.Time           // by UID: deletion deadlines still to pass
+	seen     map[string]string              // by UID: resourceVersion of every pod's last event or fresh read
+	changed  chan struct{}                  // closed and replaced on every event
 
 	// Pods deleted while a fresh read ([SchedulerView.ObservePods]) was
 	// in flight, so that its listing, which may predate the deletion,
@@ -133,7 +127,6 @@ type viewPod struct {
 	gone    bool // deleted while being bound
 	ours    bool // bound through Bound
 	untrust bool // some entries failed the trust rule
-	counted bool // counted in claiming under indexed
 	// admitted: the kubelet admitted the pod ([Admitted]); it holds no
 	// claim.
 	admitted bool
@@ -621,36 +614,8 @@ func (v *SchedulerView) put(uid string, p *viewPod, deadline time.Time) {
 		v.byNode[p.node] = ps
 	}
 	ps[uid], p.indexed = p, p.node
-	if p.claim != nil {
-		v.count(p)
-	}
 	if !deadline.IsZero() {
 		v.deadline[uid] = deadline
-	}
-}
-
-// count counts p, which has a claim struct, under the node it is indexed
-// at, unless it is counted. v.mu is held.
-func (v *SchedulerView) count(p *viewPod) {
-	if p.counted {
-		return
-	}
-	c, ok := v.claiming.Load(p.indexed)
-	if !ok {
-		c, _ = v.claiming.LoadOrStore(p.indexed, new(atomic.Int32))
-	}
-	c.(*atomic.Int32).Add(1)
-	p.counted = true
-}
-
-// uncount reverses count. v.mu is held.
-func (v *SchedulerView) uncount(p *viewPod) {
-	if !p.counted {
-		return
-	}
-	p.counted = false
-	if c, ok := v.claiming.Load(p.indexed); ok && c.(*atomic.Int32).Add(-1) <= 0 {
-		v.claiming.Delete(p.indexed)
 	}
 }
 
@@ -672,7 +637,6 @@ func (v *SchedulerView) drop(uid string) {
 }
 
 func (v *SchedulerView) unindex(uid string, p *viewPod) {
-	v.uncount(p)
 	if ps := v.byNode[p.indexed]; ps[uid] == p {
 		delete(ps, uid)
 		if len(ps) == 0 {
@@ -745,7 +709,6 @@ func (v *SchedulerView) Bound(pod *corev1.Pod, node string, as []placement.Assig
 	held := p.held
 	if p.claim == nil {
 		p.claim = &viewClaim{created: pod.CreationTimestamp.Time}
-		v.count(p)
 	}
 	p.state, p.held, p.ours = bound, nil, true
 	p.claim.since, p.claim.entries = v.clock.Now(), schedule.Allocations(as)
@@ -821,9 +784,6 @@ func (c NodeClaim) confusable(req *placement.Request) bool {
 // Pods with entries the trust rule rejects claim nothing by those entries,
 // whatever their annotations say.
 func (v *SchedulerView) Claims(node string) []NodeClaim {
-	if c, ok := v.claiming.Load(node); !ok || c.(*atomic.Int32).Load() == 0 {
-		return nil // no pod on the node has a claim struct
-	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []NodeClaim
