@@ -74,9 +74,9 @@ type Ledger struct {
 
 // nodeLedger is one node's GPUs, occupancy and pods.
 type nodeLedger struct {
-	mu     sync.RWMutex
-	name   string
-	gpus   []GPUState
+	mu   sync.RWMutex
+	name string
+	gpus []GPUState
 	// Per GPU, per slot: reservations covering it. Each GPU's slice is
 	// as long as its grid and grows only for a reservation beyond it,
 	// rather than capability.MaxSlots long (8 slots on most models, 64
