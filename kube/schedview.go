@@ -259,7 +259,7 @@ func (v *SchedulerView) applyNode(obj any, deleted bool) {
 	}
 	if n.applied && n.reg == reg && !deleted {
 		// Keep the newest object's copy: a string kept from an older
-		// object would hold a registration's bytes (about 10 KB for eight
+		// object would hold a registration's bytes (about 6 KB for eight
 		// GPUs) beside the informer's current copy.
 		n.reg = reg
 		return
