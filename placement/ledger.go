@@ -140,8 +140,17 @@ func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
 	defer n.mu.Unlock()
 	n.gpus = states
 	n.counts = make([][]uint16, len(states))
+	width := 0
 	for i := range states {
-		n.counts[i] = make([]uint16, states[i].Grid.Width())
+		width += int(states[i].Grid.Width())
+	}
+	// One backing array for the node; each GPU's slice is capped at its
+	// width, so growing one (occupy) copies it instead of overwriting the
+	// next GPU's.
+	buf := make([]uint16, width)
+	for i := range states {
+		w := int(states[i].Grid.Width())
+		n.counts[i], buf = buf[:w:w], buf[w:]
 	}
 	var errs []error
 	for _, uid := range n.sortedPods() {
