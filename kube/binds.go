@@ -14,7 +14,7 @@ import (
 // framework plugin's binding cycle both keep one. It is safe for
 // concurrent use; the zero value holds nothing.
 type NodeBinds struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex      // read-locked by Blocker, which a scheduler's parallel Filter calls
 	byNode map[string]string // node -> UID
 }
 
@@ -67,9 +67,9 @@ func (h Holder) String() string {
 // else the claim [Blocking] finds among the node's claims (with now,
 // timeout and stale as there).
 func (b *NodeBinds) Blocker(node, uid string, req *placement.Request, claims []NodeClaim, now time.Time, timeout time.Duration, stale func(NodeClaim)) (Holder, bool) {
-	b.mu.Lock()
+	b.mu.RLock()
 	who := b.byNode[node]
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if who != "" && who != uid {
 		return Holder{Binding: who}, true
 	}

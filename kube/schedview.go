@@ -89,7 +89,7 @@ type SchedulerView struct {
 	clock    clock.PassiveClock
 	log      *slog.Logger
 
-	mu    sync.Mutex
+	mu    sync.RWMutex         // read-locked by the scheduler's per-node checks (Claims), which run in parallel
 	pods  map[string]*viewPod  // by UID: bound pods with a record, and pods being bound
 	nodes map[string]*viewNode // by name
 	regs  []cache.ResourceEventHandlerRegistration
@@ -117,21 +117,33 @@ const (
 	bound                // bound by this view's owner: only bound views apply
 )
 
+// viewPod is what the view keeps of a pod; one exists per bound MIG pod,
+// so what only a claim needs lives in claim, and the fields are ordered
+// to pack.
 type viewPod struct {
-	ref      reservation.PodRef
-	node     string
-	created  time.Time
-	version  uint64 // resourceVersion of the last applied event; 0 unknown
-	state    bindState
-	held     *corev1.Pod // newest event held back while binding
-	gone     bool        // deleted while being bound
-	ours     bool        // bound through Bound
-	since    time.Time   // when bound through Bound or first seen unrealized
-	deleting time.Time   // deletion deadline still to pass; zero when none
-	indexed  string      // node it is indexed under in byNode
-	entries  []reservation.Allocation
-	untrust  bool // some entries failed the trust rule
-	admitted bool // the kubelet admitted the pod ([Admitted]): it holds no claim
+	ref     reservation.PodRef
+	node    string
+	indexed string      // node it is indexed under in byNode
+	version uint64      // resourceVersion of the last applied event; 0 unknown
+	held    *corev1.Pod // newest event held back while binding
+	claim   *viewClaim  // nil once every entry is realized, or the pod was admitted
+	state   bindState
+	gone    bool // deleted while being bound
+	ours    bool // bound through Bound
+	untrust bool // some entries failed the trust rule
+	// admitted: the kubelet admitted the pod ([Admitted]); it holds no
+	// claim.
+	admitted bool
+}
+
+// viewClaim is what a pod being bound, or bound with unrealized entries,
+// needs for its claim on the node ([SchedulerView.Claims]).
+type viewClaim struct {
+	created time.Time
+	since   time.Time // when bound through Bound or first seen unrealized
+	// entries are the trusted entries while some lack a runtime
+	// identity, nil otherwise (the ledger has its own copy).
+	entries []reservation.Allocation
 }
 
 type viewNode struct {
@@ -185,9 +197,9 @@ func (v *SchedulerView) Register(factory informers.SharedInformerFactory) error 
 // HasSynced reports whether every registration's initial listing has been
 // applied. A view that was never registered is not synced.
 func (v *SchedulerView) HasSynced() bool {
-	v.mu.Lock()
+	v.mu.RLock()
 	regs := slices.Clone(v.regs)
-	v.mu.Unlock()
+	v.mu.RUnlock()
 	for _, r := range regs {
 		if !r.HasSynced() {
 			return false
@@ -250,6 +262,10 @@ func (v *SchedulerView) applyNode(obj any, deleted bool) {
 		}
 	}
 	if n.applied && n.reg == reg && !deleted {
+		// Keep the newest object's copy: a string kept from an older
+		// object would hold a registration's bytes (about 6 KB for eight
+		// GPUs) beside the informer's current copy.
+		n.reg = reg
 		return
 	}
 	n.applied = !deleted
@@ -384,19 +400,33 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 		p = &viewPod{}
 	}
 	admitted := Admitted(pod)
-	if p.node != pod.Spec.NodeName || len(kept) > 0 && unrealizedCounts(kept) == nil || admitted {
-		p.since = time.Time{}
+	unrealized := unrealizedCounts(kept) != nil
+	c := p.claim
+	if p.node != pod.Spec.NodeName || len(kept) > 0 && !unrealized || admitted {
+		c = nil // the claim, and when it began, end
 	}
-	p.ref, p.node, p.created, p.version = view.Ref(), pod.Spec.NodeName, view.Created, version
-	p.state, p.entries, p.untrust, p.admitted = notBinding, kept, untrusted != nil, admitted
-	if p.since.IsZero() && unrealizedCounts(kept) != nil && !admitted {
-		p.since = now
+	switch {
+	case unrealized:
+		if c == nil {
+			c = &viewClaim{}
+		}
+		c.entries = kept
+		if c.since.IsZero() && !admitted {
+			c.since = now
+		}
+	case c != nil:
+		c.entries = nil // no trusted entries: no claim, but when it began is kept
 	}
-	p.deleting = time.Time{}
+	if c != nil {
+		c.created = view.Created
+	}
+	p.ref, p.node, p.version, p.claim = view.Ref(), pod.Spec.NodeName, version, c
+	p.state, p.untrust, p.admitted = notBinding, untrusted != nil, admitted
+	var deadline time.Time
 	if view.Deleting {
-		p.deleting = view.DeletionDeadline
+		deadline = view.DeletionDeadline
 	}
-	v.put(uid, p)
+	v.put(uid, p, deadline)
 	if err := v.ledger.UpdatePod(p.node, uid, schedule.LedgerReservations(uid, kept)); err != nil {
 		// Before the node's registration is seen (informers deliver pods
 		// and nodes in any order) every reservation on it reads as "GPU
@@ -563,10 +593,10 @@ func (v *SchedulerView) endRead(began uint64) {
 // node's claim ([SchedulerView.Claims]). It is false once the pod is seen
 // realized, released or deleted, and for a pod being bound.
 func (v *SchedulerView) Unrealized(uid string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	p := v.pods[uid]
-	return p != nil && p.state != binding && !p.admitted && unrealizedCounts(p.entries) != nil
+	return p != nil && p.state != binding && !p.admitted && p.claim != nil && unrealizedCounts(p.claim.entries) != nil
 }
 
 // RegisteredGPUs returns how many GPUs of the node's registration the view
@@ -574,8 +604,8 @@ func (v *SchedulerView) Unrealized(uid string) bool {
 // not), and whether the node carries a registration annotation at all. A
 // node the view does not know, or that was deleted, has neither.
 func (v *SchedulerView) RegisteredGPUs(node string) (gpus int, annotated bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	n := v.nodes[node]
 	if n == nil || !n.applied {
 		return 0, false
@@ -583,9 +613,9 @@ func (v *SchedulerView) RegisteredGPUs(node string) (gpus int, annotated bool) {
 	return len(n.gpus), n.reg != ""
 }
 
-// put records p as the pod uid and indexes it by node and deadline.
-// v.mu is held.
-func (v *SchedulerView) put(uid string, p *viewPod) {
+// put records p as the pod uid and indexes it by node and by its
+// deletion deadline (zero when none). v.mu is held.
+func (v *SchedulerView) put(uid string, p *viewPod, deadline time.Time) {
 	if old := v.pods[uid]; old != nil && old != p {
 		v.unindex(uid, old)
 	}
@@ -597,8 +627,8 @@ func (v *SchedulerView) put(uid string, p *viewPod) {
 		v.byNode[p.node] = ps
 	}
 	ps[uid], p.indexed = p, p.node
-	if !p.deleting.IsZero() {
-		v.deadline[uid] = p.deleting
+	if !deadline.IsZero() {
+		v.deadline[uid] = deadline
 	}
 }
 
@@ -648,11 +678,11 @@ func (v *SchedulerView) Reserve(node string, pod *corev1.Pod, req *placement.Req
 	}
 	prev := v.pods[uid]
 	view := PodViewFor(pod, v.resource)
-	p := &viewPod{ref: view.Ref(), node: node, created: pod.CreationTimestamp.Time, state: binding}
+	p := &viewPod{ref: view.Ref(), node: node, claim: &viewClaim{created: pod.CreationTimestamp.Time}, state: binding}
 	if prev != nil {
 		p.version = prev.version
 	}
-	v.put(uid, p)
+	v.put(uid, p, time.Time{})
 	return as, nil
 }
 
@@ -690,8 +720,11 @@ func (v *SchedulerView) Bound(pod *corev1.Pod, node string, as []placement.Assig
 		return
 	}
 	held := p.held
-	p.state, p.held, p.ours, p.since = bound, nil, true, v.clock.Now()
-	p.entries = schedule.Allocations(as)
+	if p.claim == nil {
+		p.claim = &viewClaim{created: pod.CreationTimestamp.Time}
+	}
+	p.state, p.held, p.ours = bound, nil, true
+	p.claim.since, p.claim.entries = v.clock.Now(), schedule.Allocations(as)
 	if err := v.ledger.AddPod(node, uid, placement.Reservations(uid, as)); err != nil {
 		v.log.Warn("confirming reservation", "pod", p.ref.String(), "err", err)
 	}
@@ -764,19 +797,22 @@ func (c NodeClaim) confusable(req *placement.Request) bool {
 // Pods with entries the trust rule rejects claim nothing by those entries,
 // whatever their annotations say.
 func (v *SchedulerView) Claims(node string) []NodeClaim {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	var out []NodeClaim
 	gpus := v.nodes[node]
 	for _, p := range v.byNode[node] {
 		if p.state == binding {
 			continue
 		}
-		pending := unrealizedCounts(p.entries)
-		if pending == nil || p.admitted || !p.ours && !onNode(p.entries, gpus) {
+		if p.claim == nil {
 			continue
 		}
-		out = append(out, NodeClaim{Pod: p.ref, Created: p.created, Since: p.since, Pending: pending, Ours: p.ours})
+		pending := unrealizedCounts(p.claim.entries)
+		if pending == nil || p.admitted || !p.ours && !onNode(p.claim.entries, gpus) {
+			continue
+		}
+		out = append(out, NodeClaim{Pod: p.ref, Created: p.claim.created, Since: p.claim.since, Pending: pending, Ours: p.ours})
 	}
 	slices.SortFunc(out, func(a, b NodeClaim) int {
 		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Pod.UID, b.Pod.UID))

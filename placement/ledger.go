@@ -74,10 +74,14 @@ type Ledger struct {
 
 // nodeLedger is one node's GPUs, occupancy and pods.
 type nodeLedger struct {
-	mu     sync.RWMutex
-	name   string
-	gpus   []GPUState
-	counts [][capability.MaxSlots]uint16 // per GPU, per slot: reservations covering it
+	mu   sync.RWMutex
+	name string
+	gpus []GPUState
+	// Per GPU, per slot: reservations covering it. Each GPU's slice is
+	// as long as its grid and grows only for a reservation beyond it,
+	// rather than capability.MaxSlots long (8 slots on most models, 64
+	// possible): it is a third of a 5,000-node ledger otherwise.
+	counts [][]uint16
 	pods   map[string]*podEntry
 }
 
@@ -135,7 +139,19 @@ func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.gpus = states
-	n.counts = make([][capability.MaxSlots]uint16, len(states))
+	n.counts = make([][]uint16, len(states))
+	width := 0
+	for i := range states {
+		width += int(states[i].Grid.Width())
+	}
+	// One backing array for the node; each GPU's slice is capped at its
+	// width, so growing one (occupy) copies it instead of overwriting the
+	// next GPU's.
+	buf := make([]uint16, width)
+	for i := range states {
+		w := int(states[i].Grid.Width())
+		n.counts[i], buf = buf[:w:w], buf[w:]
+	}
 	var errs []error
 	for _, uid := range n.sortedPods() {
 		e := n.pods[uid]
@@ -602,7 +618,12 @@ func (n *nodeLedger) occupy(h *held) {
 	if h.gpu < 0 {
 		return
 	}
-	c := &n.counts[h.gpu]
+	c := n.counts[h.gpu]
+	if end := int(h.Placement.End()); end > len(c) {
+		// A reservation outside the grid (see SetNode) keeps its slots.
+		c = append(c, make([]uint16, end-len(c))...)
+		n.counts[h.gpu] = c
+	}
 	for s := h.Placement.Start; s < h.Placement.End(); s++ {
 		c[s]++
 	}
@@ -627,7 +648,7 @@ func (n *nodeLedger) remove(podUID string) bool {
 		if h.gpu < 0 {
 			continue
 		}
-		c := &n.counts[h.gpu]
+		c := n.counts[h.gpu]
 		for s := h.Placement.Start; s < h.Placement.End(); s++ {
 			c[s]--
 			if c[s] == 0 {

@@ -375,9 +375,9 @@ func (p *Plugin) noMIG(node string) error {
 	return fmt.Errorf("%w: the %s annotation of node %s lists no usable MIG GPU", ErrNoMIGGPUs, capability.NodeRegisterAnnotation, node)
 }
 
-// blocker returns the pod that keeps the pod uid with request req off node
-// ([kube.NodeBinds.Blocker]), or "". A stale claim is reported once when
-// report is set.
+// blocker returns what keeps the pod uid with request req off node
+// ([kube.NodeBinds.Blocker]) and whether anything does. A stale claim is
+// reported once when report is set.
 func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.Request, report bool) (kube.Holder, bool) {
 	var stale func(kube.NodeClaim)
 	if report {
