@@ -62,7 +62,7 @@ func TestDeployConfig(t *testing.T) {
 	plugins := fw.ListPlugins()
 	for point, set := range map[string]config.PluginSet{"preFilter": plugins.PreFilter, "filter": plugins.Filter,
 		"preScore": plugins.PreScore, "score": plugins.Score, "reserve": plugins.Reserve,
-		"preBind": plugins.PreBind, "postBind": plugins.PostBind} {
+		"postFilter": plugins.PostFilter, "postBind": plugins.PostBind} {
 		assert.True(t, slices.ContainsFunc(set.Enabled, func(p config.Plugin) bool { return p.Name == schedplugin.Name }),
 			"DynMIG not enabled at %s", point)
 	}

@@ -25,12 +25,12 @@
 //   - Score returns the node score Filter computed, scaled to 0..100; no
 //     second placement search runs.
 //   - Reserve claims the node and assumes the placements in the ledger.
-//   - PreBind reads the node's pods consistently, decides again against
-//     that read, and reads the pod (the scheduler's copy may lag behind its
-//     own status writes); it writes nothing.
-//   - Bind, for a MIG pod, makes one pods/binding call whose Binding
-//     carries the record and the bind time as annotations, with the UID
-//     and resourceVersion PreBind read as preconditions: the API server
+//   - Bind, for a MIG pod, reads the node's pods consistently, decides
+//     again against that read, and reads the pod (the scheduler's copy may
+//     lag behind its own status writes); then it makes one pods/binding
+//     call whose Binding carries the record and the bind time as
+//     annotations, with the UID and resourceVersion it read as
+//     preconditions: the API server
 //     merges them into the pod atomically with nodeName and PodScheduled,
 //     so a pod that arrives scheduled carries the record this plugin
 //     decided, never one its owner wrote in between. Other pods are left
@@ -58,14 +58,14 @@
 //
 // Replicas of the custom kube-scheduler are leader-elected as upstream's
 // are. A new leader's informers may not have delivered the previous
-// leader's last writes, so PreBind lists the node's pods with a consistent
+// leader's last writes, so Bind lists the node's pods with a consistent
 // read (fieldSelector spec.nodeName, resourceVersion unset), applies them
 // to the view ([kube.SchedulerView.ObservePods]), checks the node lock
 // again and decides the placements again before writing anything. The read
 // runs in the binding cycle, off the scheduling cycle's critical path;
 // [Options.SkipFreshNodeRead] turns it off for a single scheduler. The same
 // lag shows the new leader the previous one's last binds as pending pods,
-// which it schedules again: their binding fails (PreBind reads the pod),
+// which it schedules again: their binding fails (Bind reads the pod),
 // and a read that lists such a pod bound to another node counts its slots
 // there at once, even while the pod's own binding cycle runs.
 //
@@ -96,7 +96,7 @@
 //
 // The profile enables DynMIG at bind ahead of DefaultBinder (an explicit
 // bind entry: multiPoint alone would order it after the default binder),
-// at preFilter, filter, postFilter, preScore, score, reserve, preBind and
+// at preFilter, filter, postFilter, preScore, score, reserve and
 // postBind,
 // and configures NodeResourcesFit with
 // ignoredResources listing the device resource, nvidia.com/gpumem and

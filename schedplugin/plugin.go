@@ -69,7 +69,7 @@ var (
 	// device plugin's resource) minus what its pods request is below the
 	// pod's request.
 	ErrInsufficientDevices = errors.New("schedplugin: insufficient devices")
-	// ErrPodChanged: between the scheduling cycle and PreBind the pod was
+	// ErrPodChanged: between the scheduling cycle and Bind the pod was
 	// replaced, bound, or changed its MIG request; nothing was written.
 	ErrPodChanged = errors.New("schedplugin: pod changed while being bound")
 	// ErrInvalidArgs is wrapped by every error about the plugin's
@@ -88,7 +88,7 @@ type Options struct {
 	// node to itself; 0 means [DefaultLockTimeout].
 	LockTimeout time.Duration
 	// SkipFreshNodeRead turns off the consistent listing of the node's
-	// pods in PreBind (see "High availability" in the package
+	// pods in Bind (see "High availability" in the package
 	// documentation). Only a single scheduler that never follows another
 	// may turn it off.
 	SkipFreshNodeRead bool
@@ -128,6 +128,8 @@ type Plugin struct {
 	// scheduler reports such a pod deleted (see afterPodDelete).
 	settled map[string]bool
 
+	index atomic.Pointer[nodeIndex] // the last node list's positions (nodeIndex)
+
 	hintMu   sync.Mutex
 	hintLast any // the last object a queueing hint applied to the view
 
@@ -144,7 +146,6 @@ var (
 	_ fwk.PreScorePlugin    = (*Plugin)(nil)
 	_ fwk.ScorePlugin       = (*Plugin)(nil)
 	_ fwk.ReservePlugin     = (*Plugin)(nil)
-	_ fwk.PreBindPlugin     = (*Plugin)(nil)
 	_ fwk.BindPlugin        = (*Plugin)(nil)
 	_ fwk.PostBindPlugin    = (*Plugin)(nil)
 	_ fwk.PostFilterPlugin  = (*Plugin)(nil)
@@ -242,7 +243,7 @@ func (p *Plugin) View() *kube.SchedulerView { return p.view }
 const stateKey fwk.StateKey = Name
 
 // cycleState is what PreFilter learns about the pod, and what Reserve and
-// PreBind decided for it.
+// Bind decided for it.
 type cycleState struct {
 	mig     bool // a MIG pod: the ledger decides
 	req     placement.Request
@@ -252,11 +253,11 @@ type cycleState struct {
 	index  map[string]int
 	scores []atomic.Int64
 
-	// Written by Reserve, PreBind and Bind, which run one after the other.
+	// Written by Reserve and Bind, which run one after the other.
 	as       []placement.Assignment
 	value    string      // the record Bind writes
 	bindTime string      // the hami.io/bind-time Bind writes
-	read     *corev1.Pod // the pod PreBind read: Bind is conditioned on its version
+	read     *corev1.Pod // the pod Bind read: the binding is conditioned on its version
 	tried    bool        // Bind called the API server
 
 	// The earliest end of a young claim's lock Filter met (Unix ns, 0 for
@@ -303,14 +304,45 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 	p.view.Refresh()
 	p.prune()
 	s := &cycleState{mig: true, req: req, devices: devices,
-		index: make(map[string]int, len(nodes)), scores: make([]atomic.Int64, len(nodes))}
-	for i, n := range nodes {
-		if node := n.Node(); node != nil {
-			s.index[node.Name] = i
-		}
-	}
+		index: p.nodeIndex(nodes), scores: make([]atomic.Int64, len(nodes))}
 	cs.Write(stateKey, s)
 	return nil, nil
+}
+
+// nodeIndex returns the position of each node in nodes, by name. The
+// scheduler passes the same list, in the same order, cycle after cycle
+// until a node comes or goes, so the index of the previous call is reused
+// when it still matches: checking it costs a comparison per node, building
+// it a map of every node. An index is never changed once built, so cycles
+// running at once may share it.
+func (p *Plugin) nodeIndex(nodes []fwk.NodeInfo) map[string]int {
+	if c := p.index.Load(); c != nil && len(c.names) == len(nodes) {
+		same := true
+		for i, n := range nodes {
+			if node := n.Node(); node == nil || node.Name != c.names[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return c.byName
+		}
+	}
+	c := &nodeIndex{names: make([]string, len(nodes)), byName: make(map[string]int, len(nodes))}
+	for i, n := range nodes {
+		if node := n.Node(); node != nil {
+			c.names[i] = node.Name
+			c.byName[node.Name] = i
+		}
+	}
+	p.index.Store(c)
+	return c.byName
+}
+
+// nodeIndex is a node list's positions by name (Plugin.nodeIndex).
+type nodeIndex struct {
+	names  []string
+	byName map[string]int
 }
 
 // PreFilterExtensions returns nil: the ledger, not the NodeInfo, holds what
@@ -545,25 +577,11 @@ func samePlacements(have, want string) bool {
 	return true
 }
 
-// PreBindPreFlight skips PreBind for pods the ledger does not place. The
-// record's patch is conditioned on the pod's resourceVersion, so PreBind
-// does not run beside other plugins' PreBind.
-func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if s := readState(cs); s == nil || !s.mig || s.as == nil {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
-	return &fwk.PreBindPreFlightResult{AllowParallel: false}, nil
-}
-
-// PreBind reads the node's pods consistently (unless
-// [Options.SkipFreshNodeRead]), decides the placements again against what
-// it read, and reads the pod: [Plugin.Bind] writes the record with the
-// binding, conditioned on that version.
-func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
-	s := readState(cs)
-	if s == nil || !s.mig || s.as == nil {
-		return nil
-	}
+// prepareBind is Bind's first half: it reads the node's pods
+// consistently (unless [Options.SkipFreshNodeRead]), decides the
+// placements again against what it read, and reads the pod, whose version
+// the binding is conditioned on. It writes nothing.
+func (p *Plugin) prepareBind(ctx context.Context, s *cycleState, pod *corev1.Pod, node string) *fwk.Status {
 	uid := string(pod.UID)
 	if !p.opts.SkipFreshNodeRead {
 		if err := p.readNode(ctx, node); err != nil {
@@ -602,18 +620,23 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	return nil
 }
 
-// Bind binds a MIG pod with its record in one write: a pods/binding call
+// Bind binds a MIG pod with its record in one write, after reading the
+// node and the pod (see the package documentation): a pods/binding call
 // whose Binding carries the hami.io/vgpu-mig-allocations record and the
-// bind time as annotations, with the UID and resourceVersion PreBind read
-// as preconditions. The API server merges the annotations into the pod
-// atomically with nodeName and PodScheduled, so a pod that arrives on the
-// node scheduled carries the record this plugin decided, not one its
-// owner wrote meanwhile (the extender binds the same way). Other pods are
-// left to the profile's next binder.
+// bind time as annotations, with the UID and resourceVersion it read as
+// preconditions. Other pods are left to the profile's next binder.
+//
+// The reads are not a PreBind: kube-scheduler writes a NominatedNodeName
+// to every pod whose PreBind has work, and then runs every Filter twice on
+// the nodes of nominated pods, for no gain here (the pod is assumed in the
+// scheduler's cache either way).
 func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
 	s := readState(cs)
-	if s == nil || !s.mig || s.as == nil || s.read == nil {
+	if s == nil || !s.mig || s.as == nil {
 		return fwk.NewStatus(fwk.Skip)
+	}
+	if st := p.prepareBind(ctx, s, pod, node); !st.IsSuccess() {
+		return st
 	}
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.read.Namespace, Name: s.read.Name, UID: s.read.UID,

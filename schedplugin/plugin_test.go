@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -185,9 +187,6 @@ func (e *env) schedule(t *testing.T, pod *corev1.Pod, node string) *corev1.Pod {
 	cs, kept, statuses := e.cycle(t, pod, node)
 	require.Contains(t, kept, node, "filter: %v", statuses[node])
 	require.True(t, e.pl.Reserve(e.ctx, cs, pod, node).IsSuccess())
-	_, st := e.pl.PreBindPreFlight(e.ctx, cs, pod, node)
-	require.True(t, st.IsSuccess())
-	require.True(t, e.pl.PreBind(e.ctx, cs, pod, node).IsSuccess())
 	require.True(t, e.pl.Bind(e.ctx, cs, pod, node).IsSuccess())
 	e.pl.PostBind(e.ctx, cs, pod, node)
 	out, err := e.client.CoreV1().Pods(pod.Namespace).Get(e.ctx, pod.Name, metav1.GetOptions{})
@@ -300,7 +299,6 @@ func TestHintPodDelete(t *testing.T) {
 	cs, kept, _ := e.cycle(t, whole, "n1")
 	require.Contains(t, kept, "n1")
 	require.True(t, e.pl.Reserve(e.ctx, cs, whole, "n1").IsSuccess())
-	require.True(t, e.pl.PreBind(e.ctx, cs, whole, "n1").IsSuccess())
 	require.True(t, e.pl.Bind(e.ctx, cs, whole, "n1").IsSuccess())
 	e.pl.Unreserve(e.ctx, cs, whole, "n1") // the binding cycle failed, but the bind applied
 	assumed := whole.DeepCopy()
@@ -406,15 +404,14 @@ func TestHintNodeChange(t *testing.T) {
 	}
 }
 
-// PreBind writes nothing: Unreserve after it forgets the assumption, the
+// Reserve writes nothing: Unreserve after it forgets the assumption, the
 // pod carries no record, and the node is free again.
-func TestUnreserveAfterPreBind(t *testing.T) {
+func TestUnreserveAfterReserve(t *testing.T) {
 	e := newEnv(t, schedplugin.Options{})
 	pod := e.create(t, migPod("a", "4000"))
 	cs, kept, _ := e.cycle(t, pod, "n1")
 	require.Contains(t, kept, "n1")
 	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
-	require.True(t, e.pl.PreBind(e.ctx, cs, pod, "n1").IsSuccess())
 	read, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.NotContains(t, read.Annotations, reservation.AnnotationKey, "the record goes with the binding")
@@ -436,7 +433,6 @@ func TestUnreserveKeepsAppliedBind(t *testing.T) {
 	pod := e.create(t, migPod("a", "4000"))
 	cs, _, _ := e.cycle(t, pod, "n1")
 	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
-	require.True(t, e.pl.PreBind(e.ctx, cs, pod, "n1").IsSuccess())
 	require.True(t, e.pl.Bind(e.ctx, cs, pod, "n1").IsSuccess()) // applied; the cycle fails later
 
 	e.pl.Unreserve(e.ctx, cs, pod, "n1")
@@ -448,9 +444,10 @@ func TestUnreserveKeepsAppliedBind(t *testing.T) {
 	assert.False(t, assumed)
 }
 
-// PreBind's consistent read counts a pod another scheduler bound that the
-// informer has not delivered: the plugin decides again and locks.
-func TestPreBindReadsTheNode(t *testing.T) {
+// Bind's consistent read counts a pod another scheduler bound that the
+// informer has not delivered: the plugin decides again, locks, and binds
+// nothing.
+func TestBindReadsTheNode(t *testing.T) {
 	e := newEnv(t, schedplugin.Options{})
 	pod := e.create(t, migPod("a", "4000"))
 	cs, kept, _ := e.cycle(t, pod, "n1")
@@ -465,12 +462,13 @@ func TestPreBindReadsTheNode(t *testing.T) {
 		GPUUUID: rs[0].GPUUUID, Profile: rs[0].Profile, Placement: rs[0].Placement}})
 	e.create(t, other)
 
-	st := e.pl.PreBind(e.ctx, cs, pod, "n1")
+	st := e.pl.Bind(e.ctx, cs, pod, "n1")
 	assert.Equal(t, fwk.Unschedulable, st.Code(), "%v", st)
 	e.pl.Unreserve(e.ctx, cs, pod, "n1")
 	cur, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.NotContains(t, cur.Annotations, reservation.AnnotationKey, "nothing written")
+	assert.Empty(t, cur.Spec.NodeName, "not bound")
 }
 
 // A pod that is not a MIG pod but requests devices is checked against the
@@ -527,10 +525,10 @@ func TestFactoryArgs(t *testing.T) {
 	}
 }
 
-// PreBind writes to the pod as the API server has it: the scheduler's copy
-// may lag behind its own status writes. A pod whose MIG request changed
+// Bind binds the pod as the API server has it: the scheduler's copy may
+// lag behind its own status writes. A pod whose MIG request changed
 // meanwhile gets nothing written.
-func TestPreBindReadsThePod(t *testing.T) {
+func TestBindReadsThePod(t *testing.T) {
 	tests := []struct {
 		name   string
 		change func(*corev1.Pod)
@@ -553,11 +551,8 @@ func TestPreBindReadsThePod(t *testing.T) {
 			_, err := e.client.CoreV1().Pods("default").Update(e.ctx, cur, metav1.UpdateOptions{})
 			require.NoError(t, err)
 
-			st := e.pl.PreBind(e.ctx, cs, pod, "n1")
+			st := e.pl.Bind(e.ctx, cs, pod, "n1")
 			assert.Equal(t, tc.want, st.Code(), "%v", st)
-			if st.IsSuccess() {
-				require.True(t, e.pl.Bind(e.ctx, cs, pod, "n1").IsSuccess(), "bound on the version PreBind read")
-			}
 			got, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
 			require.NoError(t, err)
 			_, written := got.Annotations[reservation.AnnotationKey]
@@ -597,8 +592,8 @@ func TestHintPodReleased(t *testing.T) {
 }
 
 // The binding carries the record: an owner who writes the pod between
-// PreBind and Bind (here a forged record) makes the binding fail on its
-// version, so the pod never arrives scheduled with a record the plugin did
+// Bind's read and its binding call (here a forged record) makes the
+// binding fail on the version read, so the pod never arrives scheduled with a record the plugin did
 // not write; Unreserve then forgets the assumption.
 func TestBindCarriesTheRecord(t *testing.T) {
 	e := newEnv(t, schedplugin.Options{})
@@ -606,14 +601,21 @@ func TestBindCarriesTheRecord(t *testing.T) {
 	cs, kept, _ := e.cycle(t, pod, "n1")
 	require.Contains(t, kept, "n1")
 	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
-	require.True(t, e.pl.PreBind(e.ctx, cs, pod, "n1").IsSuccess())
 
-	cur, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+	// The owner writes the pod right after Bind read it: Bind's read
+	// returns the version before the write.
+	read, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
 	require.NoError(t, err)
+	cur := read.DeepCopy()
 	forged := `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-00000000-0000-4000-8000-000000000000","profile":"1g.5gb","placement":{"start":0,"size":1}}]`
 	cur.Annotations[reservation.AnnotationKey] = forged
 	_, err = e.client.CoreV1().Pods("default").Update(e.ctx, cur, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	var once sync.Once
+	e.client.PrependReactor("get", "pods", func(a k8stesting.Action) (handled bool, obj runtime.Object, err error) {
+		once.Do(func() { handled, obj = true, read.DeepCopy() })
+		return handled, obj, nil
+	})
 
 	st := e.pl.Bind(e.ctx, cs, pod, "n1")
 	assert.Equal(t, fwk.Unschedulable, st.Code(), "%v", st)
@@ -754,7 +756,7 @@ func TestBoundElsewhereWhileBinding(t *testing.T) {
 	_, kept, statuses := e.cycle(t, e.create(t, migPod("whole", "40000")), "n1")
 	assert.NotContains(t, kept, "n1", "a whole GPU fits n1 over p's slot: %v", statuses["n1"])
 
-	st := e.pl.PreBind(e.ctx, cs, p, "n2")
+	st := e.pl.Bind(e.ctx, cs, p, "n2")
 	assert.Equal(t, fwk.Unschedulable, st.Code(), "%v", st)
 	e.pl.Unreserve(e.ctx, cs, p, "n2")
 	rs, assumed, ok := e.pl.View().Ledger().Pod("uid-p")
@@ -764,4 +766,18 @@ func TestBoundElsewhereWhileBinding(t *testing.T) {
 	assert.Equal(t, held, rs[0].Placement)
 	_, kept, statuses = e.cycle(t, e.create(t, migPod("other", "40000")), "n2")
 	assert.Contains(t, kept, "n2", "n2 is free: %v", statuses["n2"])
+}
+
+// The node index PreFilter keeps between cycles follows the node list: the
+// same nodes in another order score each node as its own.
+func TestScoreFollowsNodeOrder(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	e.schedule(t, e.create(t, migPod("a", "4000")), "n1")
+	e.pl.View().Refresh()
+	pod := e.create(t, migPod("b", "4000"))
+	_, first, _ := e.cycle(t, pod, "n1", "n2")
+	_, second, _ := e.cycle(t, pod, "n2", "n1")
+	_, alone, _ := e.cycle(t, pod, "n1")
+	assert.Equal(t, first, second)
+	assert.Equal(t, first["n1"], alone["n1"])
 }
