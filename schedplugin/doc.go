@@ -75,8 +75,9 @@
 // returns Queue only when the pending pod fits the event's node afterwards
 // (allocatable devices, node lock, ledger): a bound pod deleted (its slots,
 // claim or devices freed; the scheduler also sends this event when a
-// binding fails), a bound MIG pod's record or lifecycle changing (realized:
-// the node lock is lifted; deleting or ended: slots freed), and a node
+// binding fails), a bound MIG pod's record or lifecycle changing (realized
+// or admitted by the kubelet: the node lock is lifted; deleting or ended:
+// slots freed), and a node
 // added or its hami.io/node-nvidia-register annotation or allocatable
 // changing. The scheduler's own informer handler and the view's run
 // independently, so a hint applies its event to the view before deciding

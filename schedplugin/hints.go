@@ -56,7 +56,8 @@ func (p *Plugin) afterPodDelete(logger klog.Logger, pod *corev1.Pod, oldObj, new
 }
 
 // afterPodUpdate answers a bound pod's update that changes its record
-// (realized) or may release it (deleting, ended).
+// (realized), lifts its node claim (the kubelet admitted it: kube.Admitted)
+// or may release it (deleting, ended).
 func (p *Plugin) afterPodUpdate(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldPod, newPod := asPod(oldObj), asPod(newObj)
 	if newPod == nil || newPod.Spec.NodeName == "" {
@@ -70,7 +71,8 @@ func (p *Plugin) afterPodUpdate(logger klog.Logger, pod *corev1.Pod, oldObj, new
 		return fwk.QueueSkip, nil // not a MIG pod: its updates change no slots
 	}
 	ending := newPod.DeletionTimestamp != nil || newPod.Status.Phase == corev1.PodSucceeded || newPod.Status.Phase == corev1.PodFailed
-	if before == after && !ending {
+	admitted := kube.Admitted(newPod) && (oldPod == nil || !kube.Admitted(oldPod))
+	if before == after && !ending && !admitted {
 		return fwk.QueueSkip, nil
 	}
 	p.applyOnce(newPod, func() { p.view.PodHandler().OnUpdate(oldPod, newPod) })

@@ -781,3 +781,31 @@ func TestScoreFollowsNodeOrder(t *testing.T) {
 	assert.Equal(t, first, second)
 	assert.Equal(t, first["n1"], alone["n1"])
 }
+
+// A pod the kubelet admitted holds no node claim, whatever its record
+// says: the update that admits it requeues the pods its claim kept off
+// the node, although its record is unchanged.
+func TestHintPodAdmitted(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	a := e.schedule(t, e.create(t, migPod("a", "4000")), "n1")
+	b := e.create(t, migPod("b", "4000"))
+	_, _, statuses := e.cycle(t, b, "n1")
+	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code(), "a's claim locks n1")
+	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update})
+
+	relabeled := a.DeepCopy()
+	relabeled.Labels = map[string]string{"x": "y"}
+	got, err := hint(klog.Background(), b, a, relabeled)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.QueueSkip, got, "an update that admits nothing")
+
+	running := relabeled.DeepCopy()
+	running.Status.Phase = corev1.PodRunning
+	running, err = e.client.CoreV1().Pods("default").UpdateStatus(e.ctx, running, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	got, err = hint(klog.Background(), b, relabeled, running)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.Queue, got, "admitted: the claim is lifted")
+	_, kept, _ := e.cycle(t, b, "n1")
+	assert.Contains(t, kept, "n1")
+}
