@@ -70,11 +70,11 @@ type Server struct {
 // resourceVersions they carry; every later write of a pod gets a new one,
 // greater than any before.
 func New(opts Options, objs ...runtime.Object) *Server {
-	s := &Server{Clientset: fake.NewClientset(objs...), clock: opts.Clock, immediate: opts.DeleteImmediately}
-	if opts.Untracked {
-		//lint:ignore SA1019 the simple clientset is the fake without field management, which Untracked asks for
-		s.Clientset = fake.NewSimpleClientset(objs...)
+	cs := fake.NewSimpleClientset
+	if !opts.Untracked {
+		cs = fake.NewClientset
 	}
+	s := &Server{Clientset: cs(objs...), clock: opts.Clock, immediate: opts.DeleteImmediately}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
