@@ -86,8 +86,9 @@
 // and may be adopted for the forger; and a record its owner replaced
 // after the binding is, at the first listing, indistinguishable from the
 // binder's, so it wins against an overlapping record that never arrived
-// with a configured scheduler's binding. Records a configured scheduler
-// wrote lose nothing either way.
+// with a configured scheduler's binding, even one whose instance a
+// running container uses. Records a configured scheduler wrote lose
+// nothing either way.
 //
 // # Release rule
 //

@@ -104,13 +104,14 @@
 //     the plugin can read tells the copy from the record of a pod whose
 //     earlier plugin handed it the device and lost its checkpoint; the
 //     ended pod's containers no longer run.
-//  2. swapLost: with the checkpoint lost, a record its owner replaced
-//     after the scheduler's binding arrives, at the restart's first
-//     listing, as the binder's (it is on the pod with PodScheduled); it
-//     then wins against an overlapping record that never arrived with a
-//     binding of the scheduler (a forger's, or a pod's bound by another
-//     scheduler), whose running device may be destroyed. Pods whose
-//     records the scheduler wrote are never affected.
+//  2. unboundLost: with the checkpoint lost, a running pod whose record
+//     never arrived with the scheduler's binding (a forger's, created on
+//     the node, or one bound by another scheduler) may lose its device.
+//     The restarted plugin knows nothing of that handout, and a record
+//     that counts as the binder's at its first listing (one its owner
+//     replaced after the binding is indistinguishable from one the
+//     binder wrote) wins against it. Pods whose records the scheduler
+//     wrote are never affected.
 //
 // The model waits, after each start, until the plugin watches pods: the
 // fake clientset starts a watch at the call, not at the listing's

@@ -59,7 +59,7 @@ func (p *dpPod) running() bool { return p.mig != "" && !p.ended }
 
 // dpStats counts what the device-plugin model exercised.
 type dpStats struct {
-	sequences, kept, lost, corrupted, whileDown, allocs, refused, stripped, swaps, bindConflicts, forged, optOuts, gpuFree, endedReused, swapLost, honestRefused int
+	sequences, kept, lost, corrupted, whileDown, allocs, refused, stripped, swaps, bindConflicts, forged, optOuts, gpuFree, endedReused, unboundLost, honestRefused int
 }
 
 // dpSystem drives a real deviceplugin.Plugin over a kubetest API server
@@ -628,17 +628,15 @@ func (s *dpSystem) corrupt(t *rapid.T, how string) {
 	}
 }
 
-// swapResidual reports whether p's loss of its device is the counted
-// residual: the checkpoint was lost since p was handed it, p's record
-// did not arrive with a binding of the scheduler (a forger's or an
-// opt-out pod's), and a live pod's owner replaced its record after the
-// scheduler's binding with one that claims p's slot, which the restarted
-// plugin, with no record of that change, takes for the binder's.
-func (s *dpSystem) swapResidual(p *dpPod) bool {
-	if p.epoch == s.epoch || p.kind == honest || p.kind == swapped {
-		return false
-	}
-	return slices.ContainsFunc(s.pods, func(o *dpPod) bool { return o.kind == swapped && !o.ended && o.swap == p.slot })
+// lostResidual reports whether p's loss of its device is the counted
+// residual: the checkpoint was lost since p was handed it, and p's
+// record never arrived with the scheduler's binding (a forger's, or an
+// opt-out pod's bound by another scheduler). The restarted plugin then
+// knows nothing of that handout, and a record that counts as the binder's
+// at its first listing (one its owner replaced after the binding) wins
+// against p's.
+func (s *dpSystem) lostResidual(p *dpPod) bool {
+	return p.epoch != s.epoch && (p.kind == forger || p.kind == optOut)
 }
 
 // check: every running pod's device is live, the hardware is legal.
@@ -654,12 +652,12 @@ func (s *dpSystem) check(t *rapid.T) {
 		if !p.running() || live[p.mig] {
 			continue
 		}
-		if !s.swapResidual(p) {
+		if !s.lostResidual(p) {
 			t.Fatalf("running pod %s (%s) lost its device %s", p.name, p.kind, p.mig)
 		}
 		// The residual: the kubelet fails the container whose device
 		// went away.
-		s.stats.swapLost++
+		s.stats.unboundLost++
 		s.endPod(t, p, "failed")
 	}
 	if err := s.hw.Check(); err != nil {
