@@ -126,7 +126,7 @@
 // each model by default (TestMain sets -rapid.checks=2000 and
 // -rapid.steps=50 unless the flags or RAPID_CHECKS and RAPID_STEPS are
 // given); -short runs a fifth of them. Under the race detector
-// TestDevicePlugin runs 200 sequences unless the count is given (its real
+// TestDevicePlugin runs 500 sequences unless the count is given (its real
 // plugin is several times slower there). TestSystem logs what the sequences exercised (allocations, restarts,
 // faults, forgeries) with go test -v. A longer campaign:
 //

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,21 +80,27 @@ type dpSystem struct {
 	n       int
 	epoch   int // incremented whenever the checkpoint is lost
 	stats   *dpStats
-	writes  int // pod writes since the plugin's cache last caught up (barrier)
+	writes  int        // pod writes since the plugin's cache last caught up (barrier)
+	log     syncBuffer // the plugin's log, shown when an invariant fails
 	created time.Time
 }
 
-const dpInterval = time.Second // the plugin's ReconcileInterval, on the fake clock
+// The plugin's ReconcileInterval and its manager's AbsentPodGrace, on the
+// fake clock. The model steps the clock past the grace only once the
+// plugin's cache holds every write (barrier): the grace covers a lagging
+// cache, which the fake clock's leaps would otherwise outrun.
+const (
+	dpInterval = time.Second
+	dpGrace    = time.Hour
+)
 
 var bound = testwait.Bound()
 
 func (s *dpSystem) config() deviceplugin.Config {
 	cfg := deviceplugin.Config{Node: "n1", Client: s.client, Hardware: s.hw, SocketDir: s.dir, Checkpoint: s.ckpt,
 		Clock: s.clk, ReconcileInterval: dpInterval, SocketCheckInterval: time.Hour,
-		Manager: realize.Options{LeakInterval: time.Nanosecond, Now: s.clk.Now}}
-	if os.Getenv("DYNMIG_MODEL_LOG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
+		Manager: realize.Options{LeakInterval: time.Nanosecond, AbsentPodGrace: dpGrace, Now: s.clk.Now}}
+	cfg.Logger = slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	return cfg
 }
 
@@ -153,7 +161,9 @@ func (s *dpSystem) pass(t *rapid.T) {
 			t.Fatalf("no maintenance pass")
 		}
 		s.clk.Step(2 * dpInterval)
-		time.Sleep(20 * time.Microsecond)
+		for i := 0; i < 100 && s.plugin.Reconciles() < n+2; i++ {
+			time.Sleep(20 * time.Microsecond)
+		}
 	}
 }
 
@@ -350,9 +360,10 @@ func (s *dpSystem) admit(t *rapid.T) {
 	// until a maintenance pass reclaims it: the kubelet retries.
 	// The kubelet retries; an instance whose pod vanished from the
 	// listing without being seen deleting is kept for the manager's
-	// AbsentPodGrace (a minute), which the fake clock passes.
+	// AbsentPodGrace, which the fake clock passes.
 	for try := 0; err != nil && p.kind == honest && try < 3; try++ {
-		s.clk.Step(time.Minute)
+		s.barrier(t)
+		s.clk.Step(dpGrace)
 		s.pass(t)
 		resp, err = s.plugin.Allocate(context.Background(), req)
 	}
@@ -628,6 +639,26 @@ func (s *dpSystem) corrupt(t *rapid.T, how string) {
 	}
 }
 
+// syncBuffer is a log sink safe for the plugin's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// tail returns the last n lines written.
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lines := strings.Split(b.buf.String(), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // lostResidual reports whether p's loss of its device is the counted
 // residual: the checkpoint was lost since p was handed it, and p's
 // record never arrived with the scheduler's binding (a forger's, or an
@@ -653,7 +684,7 @@ func (s *dpSystem) check(t *rapid.T) {
 			continue
 		}
 		if !s.lostResidual(p) {
-			t.Fatalf("running pod %s (%s) lost its device %s", p.name, p.kind, p.mig)
+			t.Fatalf("running pod %s (%s) lost its device %s; the plugin's log:\n%s", p.name, p.kind, p.mig, s.log.tail(60))
 		}
 		// The residual: the kubelet fails the container whose device
 		// went away.
@@ -682,7 +713,7 @@ func (s *dpSystem) drain(t *rapid.T) {
 		}
 	}
 	s.barrier(t)
-	s.clk.Step(2 * time.Minute) // past the manager's grace for pods that vanished without being seen deleting
+	s.clk.Step(dpGrace) // past the manager's grace for pods that vanished without being seen deleting
 	for range 20 {
 		if len(s.hw.Snapshot()) == 0 {
 			break
