@@ -12,33 +12,25 @@ import (
 )
 
 // Prepare realizes every device of the holder holderUID of d, for a DRA
-// driver's NodePrepareResources: it reconciles against d (destructively
-// only when d authorises that), checks every device against its GPU's MIG
-// mode and capability (nothing is created when one fails), then, one
-// device at a time under that GPU's lock, creates the GI and CI at exactly
-// the wanted placement, or returns the instance already managed for that
-// device, or adopts the live instance the device's recorded runtime
-// identity names after verifying it exactly (or, with d.AdoptAtPlacement
-// and nothing recorded, the idle instance at exactly its placement that no
-// released holder may have left and no one else names; any other unmanaged
-// instance there is destroyed and created afresh when idle, as Allocate
-// does). It never tries another
-// placement and writes no record: the caller persists each
-// Device.Runtime itself (a checkpoint) and reports it in later demands as
-// the device's runtime identity.
+// driver's NodePrepareResources, under the package's safety rules (see the
+// package documentation, "Safety rules"), as Allocate does for a
+// container: it reconciles against d, validates every device before
+// creating anything, then, one device at a time under its GPU's lock,
+// creates the instance at exactly the wanted placement, returns the one
+// already managed for the device, or adopts the one its recorded runtime
+// identity names. With d.AdoptAtPlacement and nothing recorded, it also
+// adopts the idle instance at exactly the device's placement that no
+// released holder may have left and no one else names. It writes no
+// record: the caller persists each Device.Runtime itself (a checkpoint)
+// and reports it in later demands as the device's runtime identity.
 //
 // Devices are returned ordered by (ContainerIndex, DeviceIndex);
 // Device.Index is the device's position in Holder.Devices. Prepare is
 // idempotent: a repeated call returns the same MIG UUIDs without creating
 // anything. Calls for one holder, and [Manager.Unprepare] calls for it,
-// wait for each other (honouring ctx). The rules are Allocate's: a device
-// whose key is managed for another owner, whose runtime identity names an
-// instance other than the one at its key, or that overlaps another
-// holder's device or managed instance fails with [ErrConflict]; so does a
-// holder that conflicts with another (both are withheld). When a device
-// fails, the instances this call created are destroyed (CI, then GI) and
-// the error joins the rollback failures, if any; instances it adopted or
-// found managed stay.
+// wait for each other (honouring ctx). When a device fails, the instances
+// this call created are destroyed (CI, then GI) and the error joins the
+// rollback failures, if any.
 //
 // Errors are an [*EntryError] for a failed device (its PodUID is the
 // holder's UID, its Index the device's position), [ErrConflict] for a
