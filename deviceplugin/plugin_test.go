@@ -26,6 +26,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	// rapid defines its -rapid.* flags in its init, so only test binaries
+	// that link it accept them: linked here, go test ./... -rapid.checks=N
+	// runs this package too.
+	_ "pgregory.net/rapid"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"

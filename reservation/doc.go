@@ -78,6 +78,18 @@
 // the node-local record resolves before [Desired] sees them: an identity
 // counts only for the container that was handed the instance).
 //
+// The rule relies on fact 3 surviving restarts. Where the node-local
+// record is lost (an operator deleted a corrupt checkpoint), two
+// residuals remain, counted by package systemtest's device-plugin model:
+// a forged copy of an ended pod's record, runtime identity included,
+// cannot be told from a record whose realization the lost record held,
+// and may be adopted for the forger; and a record its owner replaced
+// after the binding is, at the first listing, indistinguishable from the
+// binder's, so it wins against an overlapping record that never arrived
+// with a configured scheduler's binding, even one whose instance a
+// running container uses. Records a configured scheduler wrote lose
+// nothing either way.
+//
 // # Release rule
 //
 // A pod's devices may be reclaimed only once [Pod.Released] holds: it

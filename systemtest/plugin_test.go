@@ -1,0 +1,782 @@
+package systemtest_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"pgregory.net/rapid"
+
+	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/deviceplugin"
+	"github.com/dynmig/dynmig/fakehal"
+	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/kube/kubetest"
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
+
+// Kinds of pods in the device-plugin model.
+const (
+	honest  = "honest"   // bound by the scheduler with its record
+	swapped = "swapped"  // its owner replaced the record after the binding
+	forger  = "forger"   // created with spec.nodeName preset and a copied record
+	optOut  = "opt-out"  // requests nvidia.com/gpu without MIG opt-in, bound by another scheduler with a copied record
+	gpuFree = "gpu-free" // requests no GPU, created on the node with a bad record
+)
+
+// dpPod is one pod of the device-plugin model.
+type dpPod struct {
+	name  string
+	kind  string
+	slot  uint32 // the placement [slot, slot+1) the scheduler chose (honest, swapped) or the record claims
+	swap  uint32 // the slot a swapped pod's record claims instead
+	mig   string // the MIG device the plugin handed it, once admitted
+	epoch int    // the checkpoint epoch in which it was handed mig
+	done  bool   // admitted, refused or never admitted (GPU-free)
+	ended bool
+}
+
+// running reports whether the pod holds a device its containers may use.
+func (p *dpPod) running() bool { return p.mig != "" && !p.ended }
+
+// dpStats counts what the device-plugin model exercised.
+type dpStats struct {
+	sequences, kept, lost, corrupted, whileDown, allocs, refused, stripped, swaps, bindConflicts, forged, optOuts, gpuFree, endedReused, unboundLost, honestRefused int
+}
+
+// dpSystem drives a real deviceplugin.Plugin over a kubetest API server
+// and fake hardware, on a fake clock whose maintenance passes the model
+// triggers. See the package documentation, "Device plugin model".
+type dpSystem struct {
+	client  kubernetes.Interface
+	hw      *fakehal.Node
+	clk     *clocktesting.FakeClock
+	gpu     string
+	dir     string
+	ckpt    string
+	pods    []*dpPod
+	plugin  *deviceplugin.Plugin
+	stopFn  func() error
+	n       int
+	epoch   int // incremented whenever the checkpoint is lost
+	stats   *dpStats
+	writes  int        // pod writes since the plugin's cache last caught up (barrier)
+	log     syncBuffer // the plugin's log, shown when an invariant fails
+	created time.Time
+}
+
+// The plugin's ReconcileInterval and its manager's AbsentPodGrace, on the
+// fake clock. The model steps the clock past the grace only once the
+// plugin's cache holds every write (barrier): the grace covers a lagging
+// cache, which the fake clock's leaps would otherwise outrun.
+const (
+	dpInterval = time.Second
+	dpGrace    = time.Hour
+)
+
+var bound = testwait.Bound()
+
+func (s *dpSystem) config() deviceplugin.Config {
+	cfg := deviceplugin.Config{Node: "n1", Client: s.client, Hardware: s.hw, SocketDir: s.dir, Checkpoint: s.ckpt,
+		Clock: s.clk, ReconcileInterval: dpInterval, SocketCheckInterval: time.Hour,
+		Manager: realize.Options{LeakInterval: time.Nanosecond, AbsentPodGrace: dpGrace, Now: s.clk.Now}}
+	cfg.Logger = slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return cfg
+}
+
+func (s *dpSystem) start(t *rapid.T) {
+	before := len(s.client.(*fake.Clientset).Actions())
+	p, err := deviceplugin.New(s.config())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case <-p.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("plugin stopped during startup: %v", err)
+	}
+	s.plugin = p
+	s.stopFn = func() error {
+		cancel()
+		return <-done
+	}
+	// The fake clientset starts a watch at the time of the call, not at
+	// the listing's resourceVersion as an API server does: a write
+	// between the plugin's listing and its watch would be lost for good.
+	// The model writes only once the watch runs.
+	deadline := time.Now().Add(bound)
+	for !slices.ContainsFunc(s.client.(*fake.Clientset).Actions()[before:], func(a k8stesting.Action) bool {
+		return a.GetVerb() == "watch" && a.GetResource().Resource == "pods"
+	}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin never watched pods")
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+func (s *dpSystem) stop(t *rapid.T) {
+	if s.stopFn == nil {
+		return
+	}
+	err := s.stopFn()
+	s.plugin, s.stopFn = nil, nil
+	if err != nil {
+		t.Fatalf("plugin run: %v", err)
+	}
+}
+
+// pass returns once a maintenance pass that started after the call has
+// completed: it steps the fake clock past the plugin's interval until the
+// pass count grew by two.
+func (s *dpSystem) pass(t *rapid.T) {
+	n := s.plugin.Reconciles()
+	deadline := time.Now().Add(bound)
+	for s.plugin.Reconciles() < n+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no maintenance pass")
+		}
+		s.clk.Step(2 * dpInterval)
+		for i := 0; i < 100 && s.plugin.Reconciles() < n+2; i++ {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// barrier returns once the plugin's pod cache holds every write made
+// before it: it creates a pod that requests nothing and waits until the
+// checkpoint records its first observation (one watch delivers events in
+// order).
+func (s *dpSystem) barrier(t *rapid.T) {
+	s.n++
+	name := fmt.Sprintf("b%d", s.n)
+	pod := s.newPod(name, nil)
+	pod.Spec.NodeName = "n1"
+	s.create(t, pod)
+	deadline := time.Now().Add(bound)
+	for {
+		c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
+		if err == nil && slices.ContainsFunc(c.Pods, func(p deviceplugin.PodObservation) bool { return p.UID == "uid-"+name }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin never observed %s: %v", name, err)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	if err := s.client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.writes = 0
+}
+
+// settle keeps the fake's watch buffer (100 events) from overflowing: a
+// barrier once the writes since the last one approach it.
+func (s *dpSystem) settle(t *rapid.T) {
+	if s.writes >= 30 && s.plugin != nil {
+		s.barrier(t)
+	}
+}
+
+// newPod is a pod of the model's namespace, created after every earlier
+// one, whose container "main" requests gpus devices (none when nil).
+func (s *dpSystem) newPod(name string, gpus *int64) *corev1.Pod {
+	s.created = s.created.Add(time.Second)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(s.created), Annotations: map[string]string{}},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	if gpus != nil {
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(*gpus, resource.DecimalSI)}
+	}
+	return pod
+}
+
+func (s *dpSystem) create(t *rapid.T, pod *corev1.Pod) *corev1.Pod {
+	s.writes++
+	out, err := s.client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (s *dpSystem) get(t *rapid.T, name string) *corev1.Pod {
+	p, err := s.client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (s *dpSystem) update(t *rapid.T, pod *corev1.Pod) {
+	s.writes++
+	if _, err := s.client.CoreV1().Pods("default").Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *dpSystem) updateStatus(t *rapid.T, name string, edit func(*corev1.PodStatus)) {
+	s.writes++
+	p := s.get(t, name)
+	edit(&p.Status)
+	if _, err := s.client.CoreV1().Pods("default").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *dpSystem) entry(slot uint32) reservation.Allocation {
+	return reservation.Allocation{GPUUUID: s.gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: slot, Size: 1}}
+}
+
+func record(a reservation.Allocation) string {
+	return reservation.EncodeString([]reservation.Allocation{a})
+}
+
+// pending returns the pod the kubelet admits next: the earliest created
+// MIG-requesting pod that is not done.
+func (s *dpSystem) pending() *dpPod {
+	for _, p := range s.pods {
+		if !p.done && !p.ended && p.kind != gpuFree {
+			return p
+		}
+	}
+	return nil
+}
+
+// claimed reports whether a pod that may still be admitted or run claims
+// slot: the scheduler counts what the records of the node's GPU pods
+// claim, and the slot it chose for a pod until that pod ends.
+func (s *dpSystem) claimed(slot uint32) bool {
+	return slices.ContainsFunc(s.pods, func(p *dpPod) bool {
+		return !p.ended && p.kind != gpuFree && (p.slot == slot || p.kind == swapped && p.swap == slot)
+	})
+}
+
+func (s *dpSystem) pick(t *rapid.T, label string, ok func(*dpPod) bool) *dpPod {
+	var out []*dpPod
+	for _, p := range s.pods {
+		if ok(p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no " + label)
+	}
+	return rapid.SampledFrom(out).Draw(t, label)
+}
+
+// arrive: the scheduler binds a pod with its record on a free slot,
+// through pods/binding with the version it read as precondition. Its
+// owner may replace the record before the binding (the binding is refused
+// and the scheduler binds again) or after it (the pod then carries a
+// record the scheduler never wrote).
+func (s *dpSystem) arrive(t *rapid.T) {
+	var free []uint32
+	for slot := uint32(0); slot < 7; slot++ {
+		if !s.claimed(slot) {
+			free = append(free, slot)
+		}
+	}
+	if len(free) == 0 || s.pending() != nil { // one unrealized pod per node, as the scheduler's node lock keeps it
+		t.Skip("no free slot, or a pod is pending")
+	}
+	slot := rapid.SampledFrom(free).Draw(t, "slot")
+	s.n++
+	name := fmt.Sprintf("p%d", s.n)
+	one := int64(1)
+	pod := s.newPod(name, &one)
+	pod.Annotations[kube.VGPUModeAnnotation] = kube.VGPUModeMIG
+	pod.Spec.SchedulerName = deviceplugin.DefaultSchedulerName
+	read := s.create(t, pod)
+	swap := rapid.SampledFrom([]string{"none", "before", "after"}).Draw(t, "owner swaps the record")
+	swapSlot := rapid.Uint32Range(0, 6).Draw(t, "swapped slot")
+	forged := record(s.entry(swapSlot))
+	if swap == "before" {
+		read.Annotations[reservation.AnnotationKey] = forged
+		s.update(t, read)
+	}
+	bind := func(rv string) error {
+		return s.client.CoreV1().Pods("default").Bind(context.Background(), &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: pod.UID, ResourceVersion: rv,
+				Annotations: map[string]string{reservation.AnnotationKey: record(s.entry(slot))}},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{})
+	}
+	if err := bind(read.ResourceVersion); err != nil {
+		if swap != "before" {
+			t.Fatalf("binding %s: %v", name, err)
+		}
+		s.stats.bindConflicts++
+		if err := bind(s.get(t, name).ResourceVersion); err != nil { // the scheduler's retry, from a fresh read
+			t.Fatalf("binding %s again: %v", name, err)
+		}
+	}
+	kind := honest
+	if swap == "after" {
+		cur := s.get(t, name)
+		cur.Annotations[reservation.AnnotationKey] = forged
+		s.update(t, cur)
+		kind = swapped
+		s.stats.swaps++
+	}
+	s.pods = append(s.pods, &dpPod{name: name, kind: kind, slot: slot, swap: swapSlot})
+}
+
+// admit: the kubelet's Allocate for the next pod, then its status.
+func (s *dpSystem) admit(t *rapid.T) {
+	p := s.pending()
+	if p == nil {
+		t.Skip("nothing pending")
+	}
+	req := &v1beta1.AllocateRequest{ContainerRequests: []*v1beta1.ContainerAllocateRequest{{DevicesIds: []string{"id"}}}}
+	resp, err := s.plugin.Allocate(context.Background(), req)
+	// A slot freed by a pod that just ended may still hold its instance
+	// until a maintenance pass reclaims it: the kubelet retries.
+	// The kubelet retries; an instance whose pod vanished from the
+	// listing without being seen deleting is kept for the manager's
+	// AbsentPodGrace, which the fake clock passes.
+	for try := 0; err != nil && p.kind == honest && try < 3; try++ {
+		s.barrier(t)
+		s.clk.Step(dpGrace)
+		s.pass(t)
+		resp, err = s.plugin.Allocate(context.Background(), req)
+	}
+	if err != nil {
+		if p.kind == honest {
+			// Liveness, not safety: a record or instance the rule
+			// cannot decide pauses reclamation (see the package
+			// documentation); the drain at the end asserts that it
+			// resumes.
+			s.stats.honestRefused++
+		}
+		// The kubelet rejects the pod. The next Allocate waits until the
+		// plugin saw that, as the kubelet admits one pod at a time.
+		s.stats.refused++
+		p.done, p.ended = true, true
+		s.updateStatus(t, p.name, func(st *corev1.PodStatus) { st.Phase = corev1.PodFailed })
+		s.barrier(t)
+		return
+	}
+	s.stats.allocs++
+	mig := resp.ContainerResponses[0].Envs[deviceplugin.VisibleDevicesEnv]
+	for _, o := range s.pods {
+		if o.mig != mig {
+			continue
+		}
+		if o.running() {
+			t.Fatalf("%s (%s) was handed %s, which %s holds", p.name, p.kind, mig, o.name)
+		}
+		// An ended pod's device handed to a pod whose record copies
+		// it: the residual, only once the checkpoint that recorded the
+		// handout is lost.
+		if o.epoch == s.epoch {
+			t.Fatalf("%s (%s) was handed %s, which ended %s was handed and the checkpoint recorded", p.name, p.kind, mig, o.name)
+		}
+		s.stats.endedReused++
+	}
+	allocs, err := kube.PodAllocations(s.get(t, p.name))
+	if err != nil || len(allocs) != 1 {
+		t.Fatalf("%s's record: %v %v", p.name, allocs, err)
+	}
+	id, ok := allocs[0].Runtime()
+	if !ok || id.MIGUUID != mig {
+		t.Fatalf("%s was handed %s but its record names %v", p.name, mig, allocs[0])
+	}
+	if at := s.placementOf(mig); p.kind == honest && at != s.entry(p.slot).Placement {
+		t.Fatalf("%s was scheduled at slot %d but handed %s at %v", p.name, p.slot, mig, at)
+	}
+	p.mig, p.epoch, p.done = mig, s.epoch, true
+	s.updateStatus(t, p.name, func(st *corev1.PodStatus) {
+		st.Phase = corev1.PodRunning
+		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + p.name,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	})
+}
+
+func (s *dpSystem) placementOf(mig string) capability.Placement {
+	for _, in := range s.hw.Snapshot() {
+		for _, ci := range in.ComputeInstances {
+			if ci.MIGUUID == mig {
+				return in.Placement
+			}
+		}
+	}
+	return capability.Placement{}
+}
+
+// strip: an owner deletes the runtime identity from its running pod's
+// record.
+func (s *dpSystem) strip(t *rapid.T) {
+	p := s.pick(t, "running pod", (*dpPod).running)
+	pod := s.get(t, p.name)
+	allocs, err := kube.PodAllocations(pod)
+	if err != nil {
+		return // its record no longer decodes (a swap after admission): nothing to strip
+	}
+	for i := range allocs {
+		allocs[i] = allocs[i].Scheduled()
+	}
+	pod.Annotations[reservation.AnnotationKey] = reservation.EncodeString(allocs)
+	s.update(t, pod)
+	s.stats.stripped++
+}
+
+// copied returns a record copying a pod's: its placement, and its MIG
+// UUID when drawn and known.
+func (s *dpSystem) copied(t *rapid.T, victim *dpPod) (string, uint32) {
+	a := s.entry(victim.slot)
+	if victim.mig != "" && rapid.Bool().Draw(t, "copy the MIG UUID") {
+		if allocs, err := kube.PodAllocations(s.get(t, victim.name)); err == nil && len(allocs) == 1 {
+			if id, ok := allocs[0].Runtime(); ok {
+				a = a.WithRuntime(id)
+			}
+		}
+		if _, ok := a.Runtime(); !ok { // stripped: the forger knew it from before
+			a = a.WithRuntime(reservation.RuntimeIdentity{MIGUUID: victim.mig, GPUInstanceID: 1})
+		}
+	}
+	return record(a), victim.slot
+}
+
+// forge: a pod created with the node preset copies another's record
+// (running or ended: the API keeps a Succeeded pod's record).
+func (s *dpSystem) forge(t *rapid.T) {
+	if s.pending() != nil {
+		t.Skip("a pod is pending")
+	}
+	victim := s.pick(t, "victim", func(p *dpPod) bool {
+		return p.mig != "" && !s.deleted(p)
+	})
+	value, slot := s.copied(t, victim)
+	s.n++
+	name := fmt.Sprintf("f%d", s.n)
+	one := int64(1)
+	pod := s.newPod(name, &one)
+	pod.Annotations[kube.VGPUModeAnnotation] = kube.VGPUModeMIG
+	pod.Annotations[reservation.AnnotationKey] = value
+	pod.Spec.NodeName = "n1"
+	s.create(t, pod)
+	s.pods = append(s.pods, &dpPod{name: name, kind: forger, slot: slot})
+	s.stats.forged++
+}
+
+// optOut: a pod that requests nvidia.com/gpu without opting in to MIG,
+// bound by another scheduler (whose binding proves nothing) with a copy
+// of another pod's record.
+func (s *dpSystem) optOut(t *rapid.T) {
+	if s.pending() != nil {
+		t.Skip("a pod is pending")
+	}
+	victim := s.pick(t, "victim", func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) })
+	value, slot := s.copied(t, victim)
+	s.n++
+	name := fmt.Sprintf("o%d", s.n)
+	one := int64(1)
+	pod := s.newPod(name, &one)
+	pod.Annotations[reservation.AnnotationKey] = value
+	read := s.create(t, pod)
+	if err := s.client.CoreV1().Pods("default").Bind(context.Background(), &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: read.UID, ResourceVersion: read.ResourceVersion},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.pods = append(s.pods, &dpPod{name: name, kind: optOut, slot: slot})
+	s.stats.optOuts++
+}
+
+// gpuFree: a pod that requests no GPU, created on the node with a bad
+// record: undecodable, invalid, legacy, or a copy of another pod's.
+func (s *dpSystem) gpuFree(t *rapid.T) {
+	s.n++
+	name := fmt.Sprintf("g%d", s.n)
+	pod := s.newPod(name, nil)
+	pod.Spec.NodeName = "n1"
+	switch rapid.SampledFrom([]string{"undecodable", "invalid", "legacy", "copy"}).Draw(t, "GPU-free record") {
+	case "undecodable":
+		pod.Annotations[reservation.AnnotationKey] = `[{"containerIndex":`
+	case "invalid":
+		pod.Annotations[reservation.AnnotationKey] = `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + s.gpu +
+			`","profile":"1g.5gb","placement":{"start":0,"size":0}}]`
+	case "legacy":
+		pod.Annotations[reservation.LegacyDevicesAnnotationKey] = s.gpu + "[1-3],NVIDIA,4864,0:;"
+	case "copy":
+		victim := s.pick(t, "victim", func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) })
+		pod.Annotations[reservation.AnnotationKey], _ = s.copied(t, victim)
+	}
+	s.create(t, pod)
+	s.pods = append(s.pods, &dpPod{name: name, kind: gpuFree, done: true})
+	s.stats.gpuFree++
+	s.updateStatus(t, name, func(st *corev1.PodStatus) { st.Phase = corev1.PodRunning })
+}
+
+// deleted reports whether p is gone from the API.
+func (s *dpSystem) deleted(p *dpPod) bool {
+	_, err := s.client.CoreV1().Pods("default").Get(context.Background(), p.name, metav1.GetOptions{})
+	return err != nil
+}
+
+// end: a pod finishes (Succeeded or Failed) or is deleted.
+func (s *dpSystem) end(t *rapid.T) {
+	p := s.pick(t, "pod to end", func(p *dpPod) bool { return !p.ended && p.done })
+	s.endPod(t, p, rapid.SampledFrom([]string{"succeeded", "failed", "deleted"}).Draw(t, "how"))
+}
+
+func (s *dpSystem) endPod(t *rapid.T, p *dpPod, how string) {
+	p.ended = true
+	switch how {
+	case "succeeded":
+		s.updateStatus(t, p.name, func(st *corev1.PodStatus) { st.Phase = corev1.PodSucceeded })
+	case "failed":
+		s.updateStatus(t, p.name, func(st *corev1.PodStatus) { st.Phase = corev1.PodFailed })
+	default:
+		s.writes++
+		if err := s.client.CoreV1().Pods("default").Delete(context.Background(), p.name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// restart: the plugin stops; while it is down pods may end or be forged
+// (it first sees them in its startup listing); it starts again with its
+// checkpoint kept, lost, or corrupted. A corrupted one stops it with a
+// *deviceplugin.CheckpointError and nothing destroyed, and the operator
+// then removes the file.
+func (s *dpSystem) restart(t *rapid.T) {
+	s.stop(t)
+	switch rapid.SampledFrom([]string{"", "forge", "end"}).Draw(t, "while down") {
+	case "forge":
+		if s.pending() == nil && slices.ContainsFunc(s.pods, func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) }) {
+			s.forge(t)
+			s.stats.whileDown++
+		}
+	case "end":
+		if slices.ContainsFunc(s.pods, func(p *dpPod) bool { return !p.ended && p.done }) {
+			s.end(t)
+			s.stats.whileDown++
+		}
+	}
+	switch how := rapid.SampledFrom([]string{"kept", "lost", "garbage", "truncated", "version"}).Draw(t, "checkpoint"); how {
+	case "kept":
+		s.stats.kept++
+	case "lost":
+		s.stats.lost++
+		s.lose(t)
+	default:
+		s.stats.corrupted++
+		s.corrupt(t, how)
+		s.lose(t)
+	}
+	s.start(t)
+}
+
+func (s *dpSystem) lose(t *rapid.T) {
+	if err := os.Remove(s.ckpt); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	s.epoch++
+}
+
+// corrupt damages the checkpoint and checks that the plugin refuses it
+// with a *deviceplugin.CheckpointError, leaving the file and the hardware
+// as they were.
+func (s *dpSystem) corrupt(t *rapid.T, how string) {
+	data, err := os.ReadFile(s.ckpt)
+	if errors.Is(err, os.ErrNotExist) { // nothing observed yet
+		data, err = deviceplugin.EncodeCheckpoint(deviceplugin.Checkpoint{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch how {
+	case "garbage":
+		data = []byte("\x00\x7fnot a checkpoint")
+	case "truncated":
+		data = data[:rapid.IntRange(0, len(data)-1).Draw(t, "truncated length")]
+	case "version":
+		data = bytes.Replace(data, []byte(`"version": 1`), []byte(`"version": 2`), 1)
+	}
+	if err := os.WriteFile(s.ckpt, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := s.hw.Snapshot()
+	p, err := deviceplugin.New(s.config())
+	var ce *deviceplugin.CheckpointError
+	if !errors.As(err, &ce) || p != nil {
+		t.Fatalf("New on a %s checkpoint: %v, want a *CheckpointError", how, err)
+	}
+	if after := s.hw.Snapshot(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("refusing a %s checkpoint changed the hardware: %v, was %v", how, after, before)
+	}
+	if now, err := os.ReadFile(s.ckpt); err != nil || !bytes.Equal(now, data) {
+		t.Fatalf("refusing a %s checkpoint changed the file: %v", how, err)
+	}
+}
+
+// syncBuffer is a log sink safe for the plugin's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// tail returns the last n lines written.
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lines := strings.Split(b.buf.String(), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// lostResidual reports whether p's loss of its device is the counted
+// residual: the checkpoint was lost since p was handed it, and p's
+// record never arrived with the scheduler's binding (a forger's, or an
+// opt-out pod's bound by another scheduler). The restarted plugin then
+// knows nothing of that handout, and a record that counts as the binder's
+// at its first listing (one its owner replaced after the binding) wins
+// against p's.
+func (s *dpSystem) lostResidual(p *dpPod) bool {
+	return p.epoch != s.epoch && (p.kind == forger || p.kind == optOut)
+}
+
+// check: every running pod's device is live, the hardware is legal.
+func (s *dpSystem) check(t *rapid.T) {
+	s.settle(t)
+	live := map[string]bool{}
+	for _, in := range s.hw.Snapshot() {
+		for _, ci := range in.ComputeInstances {
+			live[ci.MIGUUID] = true
+		}
+	}
+	for _, p := range s.pods {
+		if !p.running() || live[p.mig] {
+			continue
+		}
+		if !s.lostResidual(p) {
+			t.Fatalf("running pod %s (%s) lost its device %s; the plugin's log:\n%s", p.name, p.kind, p.mig, s.log.tail(60))
+		}
+		// The residual: the kubelet fails the container whose device
+		// went away.
+		s.stats.unboundLost++
+		s.endPod(t, p, "failed")
+	}
+	if err := s.hw.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// drain ends every pod, deletes them all, and checks that the plugin
+// reclaims every instance and its checkpoint names no pod and no device
+// the API no longer holds.
+func (s *dpSystem) drain(t *rapid.T) {
+	for _, p := range s.pods {
+		if !p.ended {
+			s.endPod(t, p, "succeeded")
+			s.settle(t)
+		}
+	}
+	for _, p := range s.pods {
+		if !s.deleted(p) {
+			s.endPod(t, p, "deleted")
+			s.settle(t)
+		}
+	}
+	s.barrier(t)
+	s.clk.Step(dpGrace) // past the manager's grace for pods that vanished without being seen deleting
+	for range 20 {
+		if len(s.hw.Snapshot()) == 0 {
+			break
+		}
+		s.pass(t)
+	}
+	if in := s.hw.Snapshot(); len(in) > 0 {
+		t.Fatalf("instances left after every pod ended: %v", in)
+	}
+	// The plugin writes the checkpoint as its cache follows the API.
+	for try := 0; ; try++ {
+		s.pass(t)
+		c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Pods) == 0 && len(c.Devices) == 0 {
+			return
+		}
+		if try == 100 {
+			t.Fatalf("the checkpoint still names deleted pods: %+v", c)
+		}
+	}
+}
+
+// TestDevicePlugin is the device-plugin part of the whole-system model;
+// see the package documentation, "Device plugin model".
+func TestDevicePlugin(t *testing.T) {
+	stats := &dpStats{}
+	checks := devicePluginChecks
+	if testing.Short() {
+		checks /= 5
+	}
+	withChecks(t, checks, func() { rapid.Check(t, func(t *rapid.T) { runDevicePlugin(t, stats) }) })
+	t.Logf("%+v", *stats)
+}
+
+// runDevicePlugin is one sequence of the device-plugin model.
+func runDevicePlugin(t *rapid.T, stats *dpStats) {
+	stats.sequences++
+	dir, err := os.MkdirTemp("", "dynmig-dp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	hw := fakehal.MustNew(fakehal.Options{})
+	d, _ := hw.Device(0)
+	s := &dpSystem{client: kubetest.New(kubetest.Options{DeleteImmediately: true, Untracked: true},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}).Clientset,
+		hw: hw, gpu: d.UUID, dir: dir, ckpt: filepath.Join(dir, "checkpoint.json"), stats: stats,
+		clk: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), created: time.Unix(1_700_000_000, 0)}
+	s.start(t)
+	defer s.stop(t)
+	t.Repeat(map[string]func(*rapid.T){
+		"arrive":   s.arrive,
+		"admit":    s.admit,
+		"strip":    s.strip,
+		"forge":    s.forge,
+		"opt-out":  s.optOut,
+		"gpu-free": s.gpuFree,
+		"end":      s.end,
+		"restart":  s.restart,
+		"":         s.check,
+	})
+	s.drain(t)
+}

@@ -1,0 +1,8 @@
+//go:build race
+
+package systemtest_test
+
+// devicePluginChecks is TestDevicePlugin's default sequence count under the
+// race detector, which makes the real plugin's goroutines, gRPC server and
+// informer several times slower (see the package documentation, "Running").
+const devicePluginChecks = 500
