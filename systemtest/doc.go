@@ -131,7 +131,10 @@
 // times slower there. Measured on a shared 2-core machine at load 2 to 4:
 // go test -count=1 ./systemtest took 285 s (TestDevicePlugin 281 s,
 // TestSystem 4 s); go test -race -count=1 ./systemtest took 172 s
-// (TestDevicePlugin 151 s for 500 sequences, TestSystem 21 s). Both models log what their sequences exercised (allocations,
+// (TestDevicePlugin 151 s for 500 sequences, TestSystem 21 s). CI
+// (.ci/run) runs both: the race detector over 500 device-plugin
+// sequences, and the full 2,000 without it. Both models log what their
+// sequences exercised (allocations,
 // restarts, checkpoints kept, lost and corrupted, faults, forgeries, the
 // counted residuals) with go test -v. A longer campaign:
 //
