@@ -73,21 +73,19 @@ const (
 // (the extender's informers, or with the plugin the scheduler's own,
 // which DynMIG's view is fed from) are held from the moment it has seen
 // the first batch of MIG pods created, all pending on cordoned nodes,
-// until it has made its first binding as the leader (podGate; node
+// until it has made its first binding or its first consistent read of a
+// node's pods as the leader (podGate; node
 // watches and listings stay current). The nodes are uncordoned, the
 // leader binds one pod per node (a node takes one unrealized MIG pod at a
 // time, and the kubelets do not admit yet) and is killed with SIGKILL;
 // the kubelets start. So when b takes over, its view shows every node
 // free and lacks all of a's binds, and it decides on that view: only
-// dynmig's consistent read of the node's pods before each bind (the
-// extender's in Bind, DynMIG's in PreBind) keeps it from handing out a's
+// dynmig's consistent read of the node's pods in each bind (the
+// extender's and DynMIG's alike) keeps it from handing out a's
 // placements again (either test fails without it). Once b has bound a
-// pod its watches catch up, and a second batch of MIG pods follows. The
-// waits are on events; only b's first binding also expects the kubelets
-// to have realized a's pods while the Lease ran out (8 s): on a slower
-// machine b finds them unrealized and binds after the scheduler's
-// periodic retry of unschedulable pods instead (5 minutes), which the
-// test's deadline allows for.
+// pod, or read a node's pods to decide a bind (where a's unrealized pod
+// then keeps it off the node), its watches catch up, and a second batch
+// of MIG pods follows. The waits are on events.
 //
 // Claims: the standby takes over and binds; every pod of both batches is
 // eventually bound, admitted and realized (no pod lost, no admission
@@ -156,8 +154,8 @@ func leaderKilledMidStream(t *testing.T, kind, config string) {
 	t.Cleanup(func() { stopKubelets(); wg.Wait() })
 	heartbeat(ctx, t, admin, nodes)
 
-	waitFor(ctx, t, "the standby's first binding", func(ctx context.Context) (bool, error) {
-		return standby.binds(ctx) > 0, nil
+	waitFor(ctx, t, "the standby's first binding or consistent node read", func(ctx context.Context) (bool, error) {
+		return standby.binds(ctx) > 0 || standby.count(ctx, readsPath) > 0, nil
 	})
 	standby.release(ctx, t)
 	for i := firstBatch; i < firstBatch+secondBatch; i++ {
@@ -447,8 +445,12 @@ func (p *pair) kill(t *testing.T) {
 // binds returns the bindings the pair's dynmig component made (bind
 // calls its extender received, or pods/binding calls its kube-scheduler
 // made); 0 when it cannot be asked.
-func (p *pair) binds(ctx context.Context) int64 {
-	s, err := ask(ctx, http.MethodGet, p.addr, bindsPath)
+func (p *pair) binds(ctx context.Context) int64 { return p.count(ctx, bindsPath) }
+
+// count returns the number the pair serves at path (bindsPath,
+// readsPath); 0 when it cannot be asked.
+func (p *pair) count(ctx context.Context, path string) int64 {
+	s, err := ask(ctx, http.MethodGet, p.addr, path)
 	if err != nil {
 		return 0
 	}

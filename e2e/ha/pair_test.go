@@ -47,6 +47,9 @@ const (
 	pairConfig    = "config.yaml"
 	pairAddr      = "pair.addr"
 	bindsPath     = "/e2e/binds"
+	// readsPath answers how many consistent reads of a node's pods
+	// (listings by spec.nodeName) the pair's dynmig component made.
+	readsPath = "/e2e/reads"
 	// holdPath answers whether the pair's pod watches are held (GET) and
 	// releases them (POST); see podGate.
 	holdPath = "/e2e/hold"
@@ -127,6 +130,9 @@ func runPair(dir, kind string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+bindsPath, func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, binds.Load())
+	})
+	mux.HandleFunc("GET "+readsPath, func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, gate.reads.Load())
 	})
 	mux.HandleFunc("GET "+holdPath, func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, gate.holding())
@@ -247,6 +253,7 @@ func writeProxyKubeconfig(path, addr string) error {
 // current). Unarmed, it never holds.
 type podGate struct {
 	marker []byte
+	reads  atomic.Int64 // listings of one node's pods (spec.nodeName) that passed
 
 	mu       sync.Mutex
 	held     bool
@@ -283,7 +290,13 @@ func (g *podGate) release() {
 func (g *podGate) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripper(func(r *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(r)
-		if err != nil || g.marker == nil || r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/pods") {
+		if err != nil || r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/pods") {
+			return resp, err
+		}
+		if q := r.URL.Query(); q.Get("watch") != "true" && strings.Contains(q.Get("fieldSelector"), "spec.nodeName=") {
+			g.reads.Add(1)
+		}
+		if g.marker == nil {
 			return resp, err
 		}
 		resp.Body = &gatedBody{body: resp.Body, gate: g, closed: make(chan struct{}), watch: r.URL.Query().Get("watch") == "true"}
