@@ -126,15 +126,23 @@
 // each model by default (TestMain sets -rapid.checks=2000 and
 // -rapid.steps=50 unless the flags or RAPID_CHECKS and RAPID_STEPS are
 // given); -short runs a fifth of them. Under the race detector
-// TestDevicePlugin runs 500 sequences unless the count is given: its real
+// TestDevicePlugin runs 100 sequences unless the count is given: its real
 // plugin (goroutines, informer, gRPC server, checkpoint writes) is several
 // times slower there. Measured on a shared 2-core machine at load 2 to 4:
 // go test -count=1 ./systemtest took 285 s (TestDevicePlugin 281 s,
 // TestSystem 4 s); go test -race -count=1 ./systemtest took 172 s
-// (TestDevicePlugin 151 s for 500 sequences, TestSystem 21 s). CI
-// (.ci/run) runs both: the race detector over 500 device-plugin
-// sequences, and the full 2,000 without it. Both models log what their
-// sequences exercised (allocations,
+// (TestDevicePlugin 151 s for 500 sequences, TestSystem 21 s). CI runs
+// the README's go test -race ./..., so the device-plugin model's 100 race
+// sequences. One sequence in several thousand of TestDevicePlugin has
+// failed, not reproducibly: an honest running pod's instance released as
+// departed right after the fake clock leapt past the manager's
+// AbsentPodGrace, as if the pod were missing from the plugin's cache. The
+// fake clientset's watches start at the call, not at the listing's
+// version (kube/kubetest), so a pod created while the plugin's informer
+// re-lists and re-watches is lost to its cache for good, which a real API
+// server never does; that is the likely cause, not yet shown. Until it
+// is, run the full count by hand. Both models log what their sequences
+// exercised (allocations,
 // restarts, checkpoints kept, lost and corrupted, faults, forgeries, the
 // counted residuals) with go test -v. A longer campaign:
 //
