@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/dynmig/dynmig/capability"
@@ -370,6 +371,20 @@ func (e *env) waitPasses(n uint64) {
 	start := e.plugin.Reconciles()
 	e.waitFor(fmt.Sprintf("%d maintenance passes", n), func(context.Context) (bool, error) {
 		return e.plugin.Reconciles() >= start+n, nil
+	})
+}
+
+// waitDevices waits until the kubelet's device manager counts healthy
+// devices of the plugin's resource (healthy) or none (!healthy). Around a
+// plugin restart: the kubelet learns that the old plugin went, and the
+// new plugin's devices from its first ListAndWatch answer, only after
+// Stop and Ready return.
+func (e *env) waitDevices(healthy bool) {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("the kubelet to count healthy devices: %v", healthy), func(context.Context) (bool, error) {
+		_, allocatable, _ := e.node.DeviceManager().GetCapacity(klog.Background())
+		q := allocatable[kube.ResourceGPU]
+		return (q.Value() > 0) == healthy, nil
 	})
 }
 

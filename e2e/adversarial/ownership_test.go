@@ -50,6 +50,7 @@ func strippedIdentityRestart(t *testing.T, s scheduler) {
 	if err := e.plugin.Stop(); err != nil {
 		t.Fatalf("stop the device plugin: %v", err)
 	}
+	e.waitDevices(false)
 	e.plugin, err = e.node.StartPlugin(e.ctx, t, deviceplugin.Config{
 		Client: e.admin, Hardware: e.hw, ReconcileInterval: reconcileInterval,
 		Manager: realize.Options{AbsentPodGrace: absentPodGrace},
@@ -57,6 +58,7 @@ func strippedIdentityRestart(t *testing.T, s scheduler) {
 	if err != nil {
 		t.Fatalf("restart the device plugin: %v", err)
 	}
+	e.waitDevices(true)
 
 	migV := e.mustAdmit("v")
 	if migV == migA {
