@@ -561,7 +561,7 @@ func (e *Extender) bindFailed(ctx context.Context, pod *corev1.Pod, node, value 
 	defer cancel()
 	uid, ref := string(pod.UID), pod.Namespace+"/"+pod.Name
 	cur, err := e.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	if err == nil && cur.UID == pod.UID && cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], value) {
+	if err == nil && cur.UID == pod.UID && cur.Spec.NodeName == node && reservation.SameScheduled(cur.Annotations[reservation.AnnotationKey], value) {
 		e.view.Bound(pod, node, as)
 		e.log.Warn("bound MIG pod although the binding call failed", "pod", ref, "node", node, "reservation", value, "err", berr)
 		return nil
@@ -572,26 +572,6 @@ func (e *Extender) bindFailed(ctx context.Context, pod *corev1.Pod, node, value 
 		return errors.Join(berr, fmt.Errorf("extender: read the pod again: %w", err))
 	}
 	return berr
-}
-
-// samePlacements reports whether the annotation have holds the entries of
-// want, runtime identities aside (the device plugin may have realized
-// them already).
-func samePlacements(have, want string) bool {
-	h, err := reservation.DecodeString(have)
-	if err != nil {
-		return false
-	}
-	w, err := reservation.DecodeString(want)
-	if err != nil || len(h) != len(w) {
-		return false
-	}
-	for i := range h {
-		if h[i].Scheduled() != w[i].Scheduled() {
-			return false
-		}
-	}
-	return true
 }
 
 // bind binds pod to node with one pods/binding call whose metadata carries

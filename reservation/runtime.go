@@ -98,6 +98,26 @@ func (a Allocation) Scheduled() Allocation {
 	return a
 }
 
+// SameScheduled reports whether the records have and want (annotation
+// values) both decode and hold the same entries, runtime identities aside:
+// whether have is want as the scheduler wrote it, perhaps realized since.
+func SameScheduled(have, want string) bool {
+	h, err := DecodeString(have)
+	if err != nil {
+		return false
+	}
+	w, err := DecodeString(want)
+	if err != nil || len(h) != len(w) {
+		return false
+	}
+	for i := range h {
+		if h[i].Scheduled() != w[i].Scheduled() {
+			return false
+		}
+	}
+	return true
+}
+
 // ApplyRuntime sets the runtime identity of the entry (containerIndex,
 // deviceIndex) in allocs, in place. It reports whether anything changed:
 // setting the identity an entry already holds is a no-op. It refuses, with

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -179,5 +180,30 @@ func TestStrings(t *testing.T) {
 	e := reservation.Entry{PodUID: "u", Namespace: "ns", Name: "p", Index: 2, Allocation: a}
 	if got, want := e.String(), "ns/p (u) entry 2"; got != want {
 		t.Errorf("Entry.String() = %q, want %q", got, want)
+	}
+}
+
+func TestSameScheduled(t *testing.T) {
+	a := reservation.Allocation{GPUUUID: "GPU-6b813aea-996a-440d-ab86-4736b86702bf", Profile: "1g.5gb",
+		Placement: capability.Placement{Start: 2, Size: 1}}
+	other := a
+	other.Placement.Start = 3
+	realized := a.WithRuntime(reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 9})
+	enc := func(as ...reservation.Allocation) string { return reservation.EncodeString(as) }
+	for _, tc := range []struct {
+		name       string
+		have, want string
+		same       bool
+	}{
+		{"identical", enc(a), enc(a), true},
+		{"realized since", enc(realized), enc(a), true},
+		{"other placement", enc(other), enc(a), false},
+		{"extra entry", enc(a, other), enc(a), false},
+		{"undecodable", "[", enc(a), false},
+		{"empty", "", enc(a), false},
+	} {
+		if got := reservation.SameScheduled(tc.have, tc.want); got != tc.same {
+			t.Errorf("%s: SameScheduled = %v, want %v", tc.name, got, tc.same)
+		}
 	}
 }

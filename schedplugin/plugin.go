@@ -555,26 +555,7 @@ func (p *Plugin) settle(ctx context.Context, s *cycleState, node string) bool {
 		}
 		return false
 	}
-	return cur.UID == a.UID && cur.Spec.NodeName == node && samePlacements(cur.Annotations[reservation.AnnotationKey], s.value)
-}
-
-// samePlacements reports whether the record have holds the entries of
-// want, runtime identities aside.
-func samePlacements(have, want string) bool {
-	h, err := reservation.DecodeString(have)
-	if err != nil {
-		return false
-	}
-	w, err := reservation.DecodeString(want)
-	if err != nil || len(h) != len(w) {
-		return false
-	}
-	for i := range h {
-		if h[i].Scheduled() != w[i].Scheduled() {
-			return false
-		}
-	}
-	return true
+	return cur.UID == a.UID && cur.Spec.NodeName == node && reservation.SameScheduled(cur.Annotations[reservation.AnnotationKey], s.value)
 }
 
 // prepareBind is Bind's first half: it reads the node's pods
