@@ -330,17 +330,25 @@ func TestHintPodDelete(t *testing.T) {
 	assert.Equal(t, fwk.Queue, got, "the real deletion, before the view's informer delivers it")
 }
 
-// A pod removed at once (grace period 0, no deletionTimestamp in the
-// event) that the plugin bound normally is removed from the view by the
-// hint too.
-func TestHintForceDelete(t *testing.T) {
+// wholeGPUHeld binds pod "whole", which takes n1's GPU whole, past the lock
+// timeout, and runs a cycle of pod b, which n1 cannot take; it returns them
+// with the plugin's queueing hint for an assigned pod's event of action.
+func wholeGPUHeld(t *testing.T, action fwk.ActionType) (*env, *corev1.Pod, *corev1.Pod, fwk.QueueingHintFn) {
+	t.Helper()
 	e := newEnv(t, schedplugin.Options{LockTimeout: time.Nanosecond})
 	whole := e.schedule(t, e.create(t, migPod("whole", "")), "n1")
 	e.clk.SetTime(e.clk.Now().Add(time.Second))
 	b := e.create(t, migPodN("b", 2, "4000"))
 	_, _, statuses := e.cycle(t, b, "n1")
 	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code())
-	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete})
+	return e, whole, b, hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: action})
+}
+
+// A pod removed at once (grace period 0, no deletionTimestamp in the
+// event) that the plugin bound normally is removed from the view by the
+// hint too.
+func TestHintForceDelete(t *testing.T) {
+	_, whole, b, hint := wholeGPUHeld(t, fwk.Delete)
 	got, err := hint(klog.Background(), b, whole, nil)
 	require.NoError(t, err)
 	assert.Equal(t, fwk.Queue, got)
@@ -565,13 +573,7 @@ func TestBindReadsThePod(t *testing.T) {
 // A deleting pod frees its slots only once it is released (its containers
 // terminated): the update hint requeues then, not at the deletion itself.
 func TestHintPodReleased(t *testing.T) {
-	e := newEnv(t, schedplugin.Options{LockTimeout: time.Nanosecond})
-	whole := e.schedule(t, e.create(t, migPod("whole", "")), "n1")
-	e.clk.SetTime(e.clk.Now().Add(time.Second))
-	b := e.create(t, migPodN("b", 2, "4000"))
-	_, _, statuses := e.cycle(t, b, "n1")
-	require.Equal(t, fwk.Unschedulable, statuses["n1"].Code())
-	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update})
+	e, whole, b, hint := wholeGPUHeld(t, fwk.Update)
 
 	deleting := whole.DeepCopy()
 	deadline := metav1.NewTime(e.clk.Now().Add(10 * time.Minute))
