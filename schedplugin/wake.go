@@ -96,7 +96,7 @@ func (p *Plugin) wakeDue() {
 		}
 	}
 	p.timer = nil
-	if len(p.waking) > 0 && !p.closed {
+	if len(p.waking) > 0 {
 		p.timerAt = next
 		p.timer = c.AfterFunc(max(next.Sub(now), 0), p.fire)
 	}
