@@ -3,6 +3,7 @@ package realize
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -23,6 +24,11 @@ type Demand struct {
 	// the informer is synced and the list did not fail. An incomplete
 	// listing never authorises destruction.
 	Complete bool
+	// Now is when the listing was taken; zero means the manager's clock
+	// ([Options.Now]) when the pass runs. A holder missing from the
+	// listing keeps its instances for [Options.AbsentPodGrace] counted to
+	// this time.
+	Now time.Time
 	// Holders are the listed holders, in any order, including released
 	// ones (whose identities keep their instances from being handed to
 	// anyone else). A holder missing from a complete listing is gone.
@@ -189,7 +195,7 @@ func demandSet(d Demand) desiredSet {
 		count[d.Holders[i].UID]++
 	}
 	out := desiredSet{listed: make(map[string]bool, len(d.Holders)), active: make(map[string]bool, len(d.Holders)),
-		atPlacement: d.AdoptAtPlacement}
+		atPlacement: d.AdoptAtPlacement, at: d.Now}
 	unknown := make(map[string]reservation.PodRef)
 	var trusted []reservation.Entry
 	for i := range d.Holders {

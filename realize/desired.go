@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/reservation"
@@ -23,6 +24,11 @@ type desiredSet struct {
 	// (reservation.Pod.Released at the snapshot's time): its containers
 	// may still run.
 	active map[string]bool
+	// at is when the listing was taken (reservation.Snapshot.Now,
+	// Demand.Now); zero when unknown. An instance's absence from the
+	// listing is judged at this time, not when the pass runs: an instance
+	// taken over after the listing cannot be in it.
+	at time.Time
 	// atPlacement: Demand.AdoptAtPlacement. Adoption may take over a live
 	// instance at exactly an active entry's placement when the entry
 	// records no runtime identity.
@@ -67,7 +73,7 @@ func desired(snap reservation.Snapshot, extra *reservation.Pod) desiredSet {
 			active[snap.Pods[i].UID] = true
 		}
 	}
-	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap), listed: listed, active: active}
+	return desiredSet{DesiredSet: reservation.Desired(snap), ended: endedClaims(snap), listed: listed, active: active, at: snap.Now}
 }
 
 // endedClaims collects the runtime identities named by released pods.

@@ -36,9 +36,11 @@ type Options struct {
 	// AbsentPodGrace protects newly realized or adopted instances from an
 	// informer that lags: when an instance's pod is missing from an
 	// otherwise complete listing (rather than listed as ended), reconcile
-	// releases it only once the instance has been managed this long. Pods
-	// listed as deleting, Succeeded or Failed are released at once. Zero
-	// means 1 minute; a negative value disables the grace.
+	// releases it only once the instance had been managed this long when
+	// the listing was taken (reservation.Snapshot.Now, Demand.Now), so an
+	// instance realized after the listing is never released for its
+	// absence. Pods listed as deleting, Succeeded or Failed are released
+	// at once. Zero means 1 minute; a negative value disables the grace.
 	AbsentPodGrace time.Duration
 
 	// Now returns the current time, for AbsentPodGrace and LeakInterval.

@@ -98,10 +98,20 @@ func (m *Manager) reconcile(ctx context.Context, want *desiredSet) (ReconcileRep
 	return rep, errors.Join(errs...)
 }
 
-// young reports whether r's pod is absent from the listing and r is
-// still within the grace period for a lagging listing.
+// young reports whether r's pod is absent from the listing and r was
+// taken over less than the grace period before the listing was taken. A
+// pass may run long after its listing (it waits for GPU locks and slow
+// NVML calls); measured to the pass's own time, an instance created after
+// the listing, which the listing cannot show, would count as departed.
 func (m *Manager) young(want *desiredSet, r *record) bool {
-	return !want.listed[r.Owner.PodUID] && m.grace > 0 && m.now().Sub(r.since) < m.grace
+	if want.listed[r.Owner.PodUID] || m.grace <= 0 {
+		return false
+	}
+	at := want.at
+	if at.IsZero() {
+		at = m.now()
+	}
+	return at.Sub(r.since) < m.grace
 }
 
 // reconcileOne releases r under its GPU lock if it is still managed and

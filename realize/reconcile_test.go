@@ -186,6 +186,43 @@ func TestReconcileReportsHardwareFailures(t *testing.T) {
 	}
 }
 
+// A pass may run long after its listing was taken (it waits for GPU locks
+// and slow NVML calls): a pod's absence is judged at the listing's time,
+// so an instance realized after the listing is kept, however late the
+// pass runs, and released by a listing taken past the grace.
+func TestReconcileJudgesAbsenceAtListingTime(t *testing.T) {
+	for _, demand := range []bool{false, true} {
+		t.Run(map[bool]string{false: "snapshot", true: "demand"}[demand], func(t *testing.T) {
+			f := newFixture(t, 1)
+			reconcile := func(snap reservation.Snapshot) realize.ReconcileReport {
+				t.Helper()
+				var rep realize.ReconcileReport
+				var err error
+				if demand {
+					rep, err = f.m.ReconcileDemand(context.Background(), realize.Demand{Complete: snap.Complete, Now: snap.Now})
+				} else {
+					rep, err = f.m.Reconcile(context.Background(), snap)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rep
+			}
+			early := f.snapshot() // before pod a exists
+			f.schedule("a", ent(0, 0, f.gpuUUID(0), "3g.20gb", 0, 4))
+			f.mustAllocate("a", 0)
+			f.clock.Advance(time.Hour)
+			if rep := reconcile(early); len(rep.Released) != 0 || len(rep.Deferred) != 1 {
+				t.Errorf("a pass over a listing older than the instance = %v, want it deferred", rep)
+			}
+			f.pods = nil
+			if rep := reconcile(f.snapshot()); len(rep.Released) != 1 {
+				t.Errorf("a listing taken past the grace without the pod = %v, want it released", rep)
+			}
+		})
+	}
+}
+
 func TestReconcileFreesPlacementForNextPod(t *testing.T) {
 	f := newFixture(t, 1)
 	f.schedule("a", ent(0, 0, f.gpuUUID(0), "7g.40gb", 0, 8))
