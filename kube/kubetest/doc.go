@@ -46,10 +46,12 @@
 // [NewClientset] is a server that removes a deleted pod at once, as the
 // plain fake does, for tests that do not play the kubelet's part.
 //
-// A watch starts at the time of the call, whatever resourceVersion it
-// names, as in the plain fake: an event between a client's listing and its
-// watch is lost for good, where a real API server replays it. Tests that
-// write while a reflector starts wait until its watch call is made.
+// A watch that names a listing's resourceVersion, as a reflector's does,
+// first delivers each pod created or changed since that listing as one
+// ADDED event, as the plain fake does; a pod deleted between the listing
+// and the watch is not replayed, where a real API server replays its
+// deletion. Tests that delete pods while a reflector starts wait until its
+// watch call is made.
 //
 // Other resources, and pod writes the list does not name (strategic merge
 // and JSON patches, apply), behave as in the plain fake. Field selectors

@@ -437,3 +437,34 @@ func ExampleNew() {
 	// 12:00:30 30 2 <nil>
 	// true
 }
+
+// A watch from a listing's resourceVersion first delivers the pods created
+// or changed since the listing, as a reflector needs; a deletion between
+// the two is not replayed (the package documentation's limitation).
+func TestWatchFromListingReplaysWrites(t *testing.T) {
+	ctx := context.Background()
+	s := kubetest.New(kubetest.Options{DeleteImmediately: true}, pod("1"))
+	pods := s.CoreV1().Pods("ns")
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, list.ResourceVersion)
+	created := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "q"}}
+	_, err = pods.Create(ctx, created, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, pods.Delete(ctx, "p", metav1.DeleteOptions{}))
+	w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	require.NoError(t, err)
+	defer w.Stop()
+	select {
+	case ev := <-w.ResultChan():
+		assert.Equal(t, watch.Added, ev.Type)
+		assert.Equal(t, "q", ev.Object.(*corev1.Pod).Name)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pod created after the listing was not replayed")
+	}
+	select {
+	case ev := <-w.ResultChan():
+		t.Fatalf("unexpected event %v %s", ev.Type, ev.Object.(*corev1.Pod).Name)
+	default:
+	}
+}
