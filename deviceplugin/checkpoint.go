@@ -114,6 +114,7 @@ type podJSON struct {
 	Claim     string    `json:"claim"`
 	FirstSeen time.Time `json:"firstSeen"`
 	Scheduled bool      `json:"scheduled"`
+	Started   bool      `json:"started,omitempty"`
 	Inherited bool      `json:"inherited"`
 }
 
@@ -135,7 +136,8 @@ type deviceJSON struct {
 func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 	out := checkpointJSON{Version: checkpointVersion, Pods: []podJSON{}, Devices: []deviceJSON{}}
 	for _, p := range c.Pods {
-		out.Pods = append(out.Pods, podJSON{UID: p.UID, Claim: p.Claim, FirstSeen: p.At.UTC(), Scheduled: p.Scheduled, Inherited: p.Inherited})
+		out.Pods = append(out.Pods, podJSON{UID: p.UID, Claim: p.Claim, FirstSeen: p.At.UTC(), Scheduled: p.Scheduled,
+			Started: p.Started, Inherited: p.Inherited})
 	}
 	for _, d := range c.Devices {
 		out.Devices = append(out.Devices, deviceJSON{PodUID: d.PodUID, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex,
@@ -187,7 +189,7 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 		}
 		seen[p.UID] = true
 		out.Pods = append(out.Pods, PodObservation{UID: p.UID, Inherited: p.Inherited,
-			Observation: kube.Observation{Claim: p.Claim, At: p.FirstSeen, Scheduled: p.Scheduled}})
+			Observation: kube.Observation{Claim: p.Claim, At: p.FirstSeen, Scheduled: p.Scheduled, Started: p.Started}})
 	}
 	owners := map[managedRef]bool{}
 	migs := map[string]bool{}

@@ -34,7 +34,7 @@ func sampleCheckpoint() deviceplugin.Checkpoint {
 	return deviceplugin.Checkpoint{
 		Pods: []deviceplugin.PodObservation{
 			{UID: "a", Observation: kube.Observation{Claim: claim, At: time.Unix(1000, 5).UTC(), Scheduled: true}},
-			{UID: "b", Observation: kube.Observation{At: time.Unix(1001, 0).UTC()}, Inherited: true},
+			{UID: "b", Observation: kube.Observation{At: time.Unix(1001, 0).UTC(), Started: true}, Inherited: true},
 		},
 		Devices: []deviceplugin.HandedDevice{{PodUID: "a", GPUUUID: ckGPU, Profile: "1g.5gb",
 			Placement: capability.Placement{Start: 0, Size: 1}, Runtime: reservation.RuntimeIdentity{MIGUUID: ckMIG, GPUInstanceID: 7, ComputeInstanceID: 0}}},
@@ -275,4 +275,44 @@ func TestRestartResolvesFromTheCheckpoint(t *testing.T) {
 			})
 		}
 	}
+}
+
+// With the checkpoint lost, a running pod whose record no configured
+// scheduler's binding brought (f, created with spec.nodeName preset) keeps
+// its device against an overlapping record that arrived with a binding
+// (s: its owner may have replaced it after the binding, which the first
+// listing cannot show), even when f's owner stripped the runtime identity
+// from its record. Neither is decided, nothing is destroyed, and s is
+// handed nothing.
+func TestLostCheckpointKeepsARunningPodsDeviceAgainstABoundRecord(t *testing.T) {
+	ctx := context.Background()
+	hw := fakehal.MustNew(fakehal.Options{})
+	slot0 := reservation.Allocation{GPUUUID: gpuOf(t, hw, 0).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}}
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("f", slot0))
+	ckpt := filepath.Join(t.TempDir(), "checkpoint.json")
+	withCheckpoint := func(c *deviceplugin.Config) { c.Checkpoint = ckpt }
+	r := start(t, client, hw, withCheckpoint)
+	migF := admit(t, r)
+	runningStatus(t, client, "f")
+	stripRuntime(t, client, "f") // nothing then names f's instance
+	require.NoError(t, r.stop())
+	require.NoError(t, os.Remove(ckpt))
+
+	s := boundPod("s", slot0)
+	s.Spec.NodeName, s.Spec.SchedulerName = "", deviceplugin.DefaultSchedulerName
+	delete(s.Annotations, reservation.AnnotationKey)
+	_, err := client.CoreV1().Pods("default").Create(ctx, s, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, client.CoreV1().Pods("default").Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s", UID: s.UID,
+			Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{slot0})}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}))
+
+	r = start(t, client, hw, withCheckpoint, func(c *deviceplugin.Config) { c.ReconcileInterval = 20 * time.Millisecond })
+	_, err = allocate(ctx, r.client, "id")
+	assert.Error(t, err, "s is handed nothing")
+	before := r.p.Reconciles()
+	require.Eventually(t, func() bool { return r.p.Reconciles() > before+1 }, eventually, time.Millisecond)
+	assert.Equal(t, []string{migF}, liveMIGs(hw), "f's instance is untouched")
+	require.NoError(t, hw.Check())
 }

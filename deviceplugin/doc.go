@@ -67,9 +67,10 @@
 // the kubelet's device manager checkpoint:
 //
 //   - per pod UID, the first observation of its claim: the scheduled
-//     fields of its record, when the plugin first saw them and whether
-//     they arrived with the binding of a scheduler whose extender writes
-//     records (reservation.Pod.RecordSeen and RecordScheduled;
+//     fields of its record, when the plugin first saw them, whether they
+//     arrived with the binding of a scheduler whose extender writes
+//     records and whether the kubelet had already admitted the pod
+//     (reservation.Pod.RecordSeen, RecordScheduled and RecordStarted;
 //     kube.NodePodSourceOptions.Observations);
 //   - per container device, the instance the plugin created or adopted
 //     for it: GPU, profile, placement, GPU and compute instance IDs, MIG
@@ -91,7 +92,10 @@
 // checkpoint (first installation, or the file was removed) falls back to
 // the records: the pods it lists before it serves its first Allocate are
 // inherited, their annotated runtime identities trusted and adopted, and
-// the checkpoint holds them from then on.
+// the checkpoint holds them from then on. A running pod among them keeps
+// its claim against a record that arrived with a binding
+// (reservation.Pod.RecordStarted): its containers may use a device the
+// lost checkpoint recorded.
 //
 // # Failure semantics
 //

@@ -248,7 +248,7 @@ func newPodStore(fresh *freshness, clk clock.PassiveClock, node string, schedule
 	initial map[types.UID]Observation, onChange func(map[types.UID]Observation)) *podStore {
 	seen := make(map[types.UID]recordSeen, len(initial))
 	for uid, o := range initial {
-		seen[uid] = recordSeen{claim: o.Claim, at: o.At, scheduled: o.Scheduled, restored: true}
+		seen[uid] = recordSeen{claim: o.Claim, at: o.At, scheduled: o.Scheduled, started: o.Started, restored: true}
 	}
 	return &podStore{pods: cache.NewStore(cache.MetaNamespaceKeyFunc), fresh: fresh,
 		records: &records{clock: clk, node: node, schedulers: slices.Clone(schedulers), seen: seen, onChange: onChange}}
@@ -268,6 +268,9 @@ type Observation struct {
 	// Scheduled reports that the claim arrived with the binding of one of
 	// the configured schedulers (reservation.Pod.RecordScheduled).
 	Scheduled bool
+	// Started reports that the pod's containers had already started when
+	// the claim was first observed (reservation.Pod.RecordStarted).
+	Started bool
 }
 
 // ClaimOf returns the claim an annotation value makes, in the comparable
@@ -308,6 +311,9 @@ type recordSeen struct {
 	// scheduled: the claim was on the pod when the store first saw the
 	// pod, and the pod then carried PodScheduled=True (see podBound).
 	scheduled bool
+	// started: the store first saw the pod, with the claim, only after
+	// the kubelet had admitted it (Admitted).
+	started bool
 	// restored: the entry comes from NodePodSourceOptions.Observations and
 	// the store has not seen the pod since; value is unknown.
 	restored bool
@@ -340,7 +346,7 @@ func (r *records) changed() {
 	}
 	out := make(map[types.UID]Observation, len(r.seen))
 	for uid, e := range r.seen {
-		out[uid] = Observation{Claim: e.claim, At: e.at, Scheduled: e.scheduled}
+		out[uid] = Observation{Claim: e.claim, At: e.at, Scheduled: e.scheduled, Started: e.started}
 	}
 	r.onChange(out)
 }
@@ -388,7 +394,7 @@ func (r *records) observe(pod *corev1.Pod, now time.Time) bool {
 		r.seen[pod.UID] = old
 		return false
 	}
-	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now, scheduled: !ok && r.byOurScheduler(pod)}
+	r.seen[pod.UID] = recordSeen{value: value, claim: claim, at: now, scheduled: !ok && r.byOurScheduler(pod), started: !ok && Admitted(pod)}
 	return true
 }
 
@@ -462,21 +468,21 @@ func (r *records) replace(items []any) {
 	}
 }
 
-// at returns when pod's current claim was first observed and whether it
-// was scheduled (see observe), or the zero time and false when the store
-// has not observed this very annotation value (the pod changed between
-// the caller's read and the store's) or the pod has no record.
-func (r *records) at(pod *corev1.Pod) (time.Time, bool) {
+// at returns the first observation of pod's current claim (see
+// observe), or the zero recordSeen when the store has not observed this
+// very annotation value (the pod changed between the caller's read and
+// the store's) or the pod has no record.
+func (r *records) at(pod *corev1.Pod) recordSeen {
 	if pod == nil {
-		return time.Time{}, false
+		return recordSeen{}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.seen[pod.UID]
 	if !ok || e.restored || e.value == "" || e.value != pod.Annotations[reservation.AnnotationKey] {
-		return time.Time{}, false
+		return recordSeen{}
 	}
-	return e.at, e.scheduled
+	return e
 }
 
 func (s *podStore) old(obj any) *corev1.Pod {

@@ -185,6 +185,13 @@ type NodePodSourceOptions struct {
 // and their times are equal, so a conflict between two of them stays
 // unresolved.
 //
+// Last, reservation.Pod.RecordStarted is true when the source first saw
+// the pod, with its claim, only after the kubelet had admitted it
+// (Admitted: status only the kubelet writes). The device plugin then may
+// have handed it a device at that claim before a restart that lost its
+// record, so reservation.Desired no longer lets another record's binding
+// outrank it; the times decide, and the pods of one listing tie.
+//
 // Relisting follows the reflector's backoff: 0.8 to 1.6 s after a watch
 // ends while the API server is healthy, growing to at most a minute while
 // it keeps failing. Snapshots are therefore incomplete for about a second
@@ -290,18 +297,23 @@ func (s *NodePodSource) Snapshot() reservation.Snapshot {
 	pods := s.Pods()
 	snap := SnapshotFor(pods, complete, now, s.resource)
 	for i, p := range pods {
-		snap.Pods[i].RecordSeen, snap.Pods[i].RecordScheduled = s.store.records.at(p)
+		setObserved(&snap.Pods[i], s.store.records.at(p))
 	}
 	return snap
 }
 
 // View converts one of the node's pods as the source's snapshots do, for
-// the resource the source was configured with, RecordSeen and
-// RecordScheduled included.
+// the resource the source was configured with, RecordSeen,
+// RecordScheduled and RecordStarted included.
 func (s *NodePodSource) View(pod *corev1.Pod) reservation.Pod {
 	v := PodViewFor(pod, s.resource)
-	v.RecordSeen, v.RecordScheduled = s.store.records.at(pod)
+	setObserved(&v, s.store.records.at(pod))
 	return v
+}
+
+// setObserved copies the first observation of v's claim into v.
+func setObserved(v *reservation.Pod, e recordSeen) {
+	v.RecordSeen, v.RecordScheduled, v.RecordStarted = e.at, e.scheduled, e.started
 }
 
 // Pods returns the cached pods of the node, ordered by namespace and name.

@@ -638,6 +638,53 @@ func TestNodePodSourceRecordSeen(t *testing.T) {
 // then carries PodScheduled=True. A pod created with the node preset and
 // a copy of a record the extender wrote before binding reaches the node
 // first, but without the condition, and loses to the bound pod.
+// RecordStarted marks a claim the source first saw on a pod the kubelet
+// had already admitted, as after a restart that lost the plugin's
+// checkpoint; a claim seen before admission, or changed after it, is not.
+func TestNodePodSourceRecordStarted(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		withRecord := func(p *corev1.Pod, start uint32) *corev1.Pod {
+			p.Annotations = map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{{
+				GPUUUID: "GPU-8d7f3c2e-5b1a-4c3d-9e8f-0a1b2c3d4e5f", Profile: "1g.5gb", Placement: capability.Placement{Start: start, Size: 1}}})}
+			return p
+		}
+		admitted := withRecord(podOn("a", "admitted", "n1", nil), 0) // Running
+		pending := withRecord(podOn("a", "pending", "n1", nil), 1)
+		pending.Status.Phase = corev1.PodPending
+		client := fake.NewClientset(admitted, pending)
+		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{})
+		startSource(t, src)
+		settle(t, func() bool { return src.Snapshot().Complete })
+		view := func(name string) reservation.Pod {
+			t.Helper()
+			for _, p := range src.Snapshot().Pods {
+				if p.Name == name {
+					return p
+				}
+			}
+			t.Fatalf("pod %s not listed", name)
+			return reservation.Pod{}
+		}
+		update := func(p *corev1.Pod) {
+			t.Helper()
+			_, err := client.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			synctest.Wait()
+		}
+		assert.True(t, view("admitted").RecordStarted, "a running pod of the first listing")
+		assert.False(t, view("pending").RecordStarted, "a pending pod of the first listing")
+
+		pending = pending.DeepCopy()
+		pending.Status.Phase = corev1.PodRunning
+		update(pending)
+		assert.False(t, view("pending").RecordStarted, "a claim seen before admission")
+
+		admitted = withRecord(admitted.DeepCopy(), 2)
+		update(admitted)
+		assert.False(t, view("admitted").RecordStarted, "a claim changed on a pod the source holds")
+	})
+}
+
 func TestNodePodSourceRecordScheduled(t *testing.T) {
 	informerTest(t, func(t *testing.T) {
 		const gpu = "GPU-8d7f3c2e-5b1a-4c3d-9e8f-0a1b2c3d4e5f"
@@ -713,6 +760,7 @@ func TestNodePodSourceRecordScheduled(t *testing.T) {
 		w := withRecord(podOn("a", "w", "", nil), entry(2))
 		write(w, true)
 		x := withRecord(podOn("a", "x", "n1", nil), entry(2))
+		x.Status.Phase = corev1.PodPending // the API server clears a created pod's status
 		write(x, true)
 		clk.SetTime(t0.Add(2 * time.Second))
 		write(bound(w), false)

@@ -117,8 +117,17 @@ type Pod struct {
 	// admission). A claim that changed since the observer first saw the
 	// pod is not scheduled. False means not, or unknown. Of two
 	// overlapping records [Desired] keeps the one scheduled so when the
-	// other is not.
+	// other is not, unless the other is RecordStarted.
 	RecordScheduled bool
+	// RecordStarted reports that the observer first saw the pod, with its
+	// current claim, only after the kubelet had admitted it (its status,
+	// which only the kubelet writes, shows it Running or a container
+	// created): as after a restart that lost the observer's node-local
+	// record. A device may then have been handed to its containers at that
+	// claim by an earlier observer, whatever whoever bound the pod, so
+	// another record's arrival with a binding does not outrank it
+	// ([Desired]). False means not, or unknown.
+	RecordStarted bool
 }
 
 // Snapshot is a listing of the pods assigned to one node. Complete is false

@@ -235,7 +235,9 @@ type DesiredSet struct {
 // # Scheduled, then earlier, records win overlaps
 //
 // When two entries' placements overlap on one GPU and exactly one of the
-// two pods has [Pod.RecordScheduled], that pod's entry stays in Active and
+// two pods has [Pod.RecordScheduled], and the other pod lacks
+// [Pod.RecordStarted] (its containers may hold a device an observer that
+// lost its record handed out), that pod's entry stays in Active and
 // the other's goes to Withheld, its [*PodError] (wrapping a
 // [*ConflictError] that matches [ErrLaterConflict] and
 // [ErrUnscheduledConflict]) to Untrusted. Otherwise, when both pods carry
@@ -342,18 +344,18 @@ func Desired(snap Snapshot) DesiredSet {
 
 // resolve resolves the conflict of trusted[i] and trusted[j]: it returns
 // the winner's and the loser's indexes and true when the two overlap and
-// either exactly one pod's record arrived with a scheduler's binding
-// (unscheduled is then true) or both pods' first observations are known
-// and differ.
+// either exactly one pod's record arrived with a scheduler's binding and
+// the other's was not first seen on a started pod (unscheduled is then
+// true), or both pods' first observations are known and differ.
 func resolve(trusted []Entry, i, j int, pods map[string]*Pod) (winner, loser int, unscheduled, ok bool) {
 	if conflictProblem(&trusted[i], &trusted[j]) != ErrOverlap {
 		return 0, 0, false, false
 	}
 	pi, pj := pods[trusted[i].PodUID], pods[trusted[j].PodUID]
 	switch {
-	case pi.RecordScheduled && !pj.RecordScheduled:
+	case pi.RecordScheduled && !pj.RecordScheduled && !pj.RecordStarted:
 		return i, j, true, true
-	case pj.RecordScheduled && !pi.RecordScheduled:
+	case pj.RecordScheduled && !pi.RecordScheduled && !pi.RecordStarted:
 		return j, i, true, true
 	}
 	ti, tj := pi.RecordSeen, pj.RecordSeen

@@ -450,6 +450,10 @@ func TestDesiredEarlierRecordWins(t *testing.T) {
 		p.RecordScheduled = true
 		return p
 	}
+	started := func(p reservation.Pod) reservation.Pod {
+		p.Phase, p.RecordStarted = reservation.PodRunning, true
+		return p
+	}
 	owner := pod("owner", reservation.PodPending, alloc(0, 0, gpuA, "2g.10gb", 0, 2))
 	forged := pod("forged", reservation.PodPending, alloc(0, 0, gpuA, "2g.10gb", 0, 2))
 	third := pod("third", reservation.PodPending, alloc(0, 0, gpuA, "1g.5gb", 1, 1))
@@ -468,6 +472,26 @@ func TestDesiredEarlierRecordWins(t *testing.T) {
 		{
 			name:           "scheduled record wins over an earlier unscheduled one",
 			pods:           []reservation.Pod{seenAt(bound(owner), t0.Add(time.Second)), seenAt(forged, t0)},
+			wantAuthorized: true,
+			wantActive:     []string{"owner"}, wantWithheld: []string{"forged"}, wantLosers: []string{"forged"},
+			wantUnscheduled: true,
+		},
+		{
+			// After the observer lost its node-local record: the running
+			// pod may hold a device handed to it at its claim.
+			name:        "scheduled record does not outrank one first seen started: equal times, both unknown",
+			pods:        []reservation.Pod{seenAt(bound(owner), t0), seenAt(started(forged), t0)},
+			wantUnknown: []string{"forged", "owner"}, wantWithheld: []string{"forged", "owner"},
+		},
+		{
+			name:           "scheduled record later than one first seen started loses",
+			pods:           []reservation.Pod{seenAt(bound(owner), t0.Add(time.Second)), seenAt(started(forged), t0)},
+			wantAuthorized: true,
+			wantActive:     []string{"forged"}, wantWithheld: []string{"owner"}, wantLosers: []string{"owner"},
+		},
+		{
+			name:           "scheduled and first seen started wins over unscheduled",
+			pods:           []reservation.Pod{seenAt(started(bound(owner)), t0.Add(time.Second)), seenAt(forged, t0)},
 			wantAuthorized: true,
 			wantActive:     []string{"owner"}, wantWithheld: []string{"forged"}, wantLosers: []string{"forged"},
 			wantUnscheduled: true,
@@ -641,6 +665,7 @@ func TestDesiredRecordSeenProperties(t *testing.T) {
 		snap := reservation.Snapshot{Complete: true}
 		seen := map[string]time.Time{}
 		scheduled := map[string]bool{}
+		started := map[string]bool{}
 		anySeen, anyScheduled := false, false
 		for i := range rapid.IntRange(0, 5).Draw(t, "pods") {
 			uid := "p" + strconv.Itoa(i)
@@ -654,8 +679,10 @@ func TestDesiredRecordSeenProperties(t *testing.T) {
 			}
 			p.RecordScheduled = rapid.Bool().Draw(t, "scheduled")
 			anyScheduled = anyScheduled || p.RecordScheduled
+			p.RecordStarted = rapid.Bool().Draw(t, "started")
 			seen[uid] = p.RecordSeen
 			scheduled[uid] = p.RecordScheduled
+			started[uid] = p.RecordStarted
 			snap.Pods = append(snap.Pods, p)
 		}
 		set := reservation.Desired(snap)
@@ -696,9 +723,9 @@ func TestDesiredRecordSeenProperties(t *testing.T) {
 			switch {
 			case ce.Unscheduled != errors.Is(ce, reservation.ErrUnscheduledConflict):
 				t.Fatalf("conflict %v: Unscheduled = %t but ErrUnscheduledConflict match differs", ce, ce.Unscheduled)
-			case ce.Unscheduled && (!schedWin || schedLose):
-				t.Fatalf("conflict %v resolved by binding for %s (scheduled %t) over %s (scheduled %t)", ce, ce.First.PodUID, schedWin, ce.Second.PodUID, schedLose)
-			case !ce.Unscheduled && (schedWin != schedLose || win.IsZero() || !win.Before(lose)):
+			case ce.Unscheduled && (!schedWin || schedLose || started[ce.Second.PodUID]):
+				t.Fatalf("conflict %v resolved by binding for %s (scheduled %t) over %s (scheduled %t, started %t)", ce, ce.First.PodUID, schedWin, ce.Second.PodUID, schedLose, started[ce.Second.PodUID])
+			case !ce.Unscheduled && (bindingDecides(schedWin, started[ce.First.PodUID], schedLose, started[ce.Second.PodUID]) || win.IsZero() || !win.Before(lose)):
 				t.Fatalf("conflict %v resolved for %s seen %v over %s seen %v", ce, ce.First.PodUID, win, ce.Second.PodUID, lose)
 			}
 			if _, ok := set.Lookup(ce.Second.PodUID, ce.Second.ContainerIndex, ce.Second.DeviceIndex); ok {
@@ -716,4 +743,11 @@ func TestDesiredRecordSeenProperties(t *testing.T) {
 			t.Fatalf("%d entries active or withheld, want %d", got, all)
 		}
 	})
+}
+
+// bindingDecides reports whether the binding alone resolves an overlap of
+// two pods' records (Desired): exactly one is scheduled, and the other was
+// not first seen on a started pod.
+func bindingDecides(schedA, startedA, schedB, startedB bool) bool {
+	return schedA && !schedB && !startedB || schedB && !schedA && !startedA
 }

@@ -65,7 +65,10 @@
 //     nothing.
 //   - Of two valid records whose placements overlap, the one that arrived
 //     with a scheduler's binding wins over one that did not
-//     ([ErrUnscheduledConflict]); otherwise the one first seen earlier
+//     ([ErrUnscheduledConflict]), unless the latter was first seen on a
+//     pod the kubelet had already admitted ([Pod.RecordStarted]: the
+//     observer lost its node-local record, and the running containers may
+//     hold a device it handed out); otherwise the one first seen earlier
 //     wins ([ErrLaterConflict]).
 //
 // Untrusted and losing entries go to [DesiredSet.Withheld] (claims still
@@ -73,22 +76,22 @@
 // [DesiredSet.Untrusted], without withholding authorisation. What the
 // facts cannot decide withholds authorisation and makes the pods
 // [DesiredSet.Unknown]: a record that cannot be read of a pod that requests
-// a device, two records both scheduled or neither and first seen at the
-// same time, and two records naming one MIG UUID or GPU instance (which
+// a device, two records first seen at the same time that the binding
+// does not decide (both scheduled, neither, or the unscheduled one first
+// seen started), and two records naming one MIG UUID or GPU instance (which
 // the node-local record resolves before [Desired] sees them: an identity
 // counts only for the container that was handed the instance).
 //
 // The rule relies on fact 3 surviving restarts. Where the node-local
-// record is lost (an operator deleted a corrupt checkpoint), two
-// residuals remain, counted by package systemtest's device-plugin model:
-// a forged copy of an ended pod's record, runtime identity included,
-// cannot be told from a record whose realization the lost record held,
-// and may be adopted for the forger; and a record its owner replaced
-// after the binding is, at the first listing, indistinguishable from the
-// binder's, so it wins against an overlapping record that never arrived
-// with a configured scheduler's binding, even one whose instance a
-// running container uses. Records a configured scheduler wrote lose
-// nothing either way.
+// record is lost (an operator deleted a corrupt checkpoint), one residual
+// remains, counted by package systemtest's device-plugin model: a forged
+// copy of an ended pod's record, runtime identity included, cannot be
+// told from a record whose realization the lost record held, and may be
+// adopted for the forger. A record its owner replaced after the binding
+// is, at the first listing, indistinguishable from the binder's; it
+// therefore does not outrank a record first seen on a pod the kubelet
+// already runs ([Pod.RecordStarted]), whose containers may use a device
+// the lost record held.
 //
 // # Release rule
 //
