@@ -300,7 +300,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	// settles, reconcile and collect leaks.
 	snap := p.snapshot()
 	rep, err := p.manager.Maintain(ctx, snap)
-	p.record.sync(p.manager.Managed(), snap)
+	p.record.sync(p.manager.Managed, snap)
 	if rep.Adopt != nil {
 		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
 			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
@@ -403,7 +403,7 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 		return err
 	}
 	rep, err := p.manager.Maintain(ctx, snap)
-	p.record.sync(p.manager.Managed(), snap)
+	p.record.sync(p.manager.Managed, snap)
 	level := slog.LevelDebug
 	if len(rep.Reconcile.Released)+len(rep.Reconcile.Kept)+len(rep.Reconcile.Vanished) > 0 || !rep.Reconcile.Authorized || !rep.Settled {
 		level = slog.LevelInfo
@@ -610,15 +610,19 @@ func (p *Plugin) resolve(ctx context.Context, n int) (candidate, error) {
 	return candidate{}, fmt.Errorf("%w: node %q, %d devices", ErrNoPendingPod, p.cfg.Node, n)
 }
 
-// prune forgets realized containers of pods that are not in pods, the
-// cached listing; containers being realized stay claimed.
+// prune forgets realized containers of pods that are neither in pods, the
+// cached listing, nor handed a device by the checkpoint; containers being
+// realized stay claimed.
 func (p *Plugin) prune(pods []*corev1.Pod) {
 	live := map[types.UID]bool{}
 	for _, pod := range pods {
 		live[pod.UID] = true
 	}
 	for t, c := range p.claims {
-		if c == realized && !live[t.uid] {
+		// The cache may lag the direct listing an Allocate chose from:
+		// a container the checkpoint says was handed a device keeps
+		// its claim until the record forgets the pod.
+		if c == realized && !live[t.uid] && !p.record.handed(t.uid, t.container) {
 			delete(p.claims, t)
 		}
 	}

@@ -108,12 +108,17 @@ func (r *nodeRecord) handOut(uid types.UID, devices []realize.Device) error {
 // sync follows the manager after a maintenance pass: the instances it
 // manages are recorded (adoption), and the devices of pods a complete
 // listing no longer holds, which it no longer manages, are forgotten.
-func (r *nodeRecord) sync(managed []realize.ManagedInstance, snap reservation.Snapshot) {
+//
+// managed is read under the record's lock: an Allocate stores its
+// instance with the manager before it records the hand-out, so a device
+// handed out after snap was taken, which snap cannot list, is always
+// among them and never forgotten.
+func (r *nodeRecord) sync(managed func() []realize.ManagedInstance, snap reservation.Snapshot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
 	live := map[managedRef]bool{}
-	for _, in := range managed {
+	for _, in := range managed() {
 		ref := managedRef{types.UID(in.Owner.PodUID), in.Owner.ContainerIndex, in.Owner.DeviceIndex}
 		live[ref] = true
 		h := HandedDevice{PodUID: in.Owner.PodUID, ContainerIndex: in.Owner.ContainerIndex, DeviceIndex: in.Owner.DeviceIndex,
