@@ -61,7 +61,7 @@ func (p *dpPod) running() bool { return p.mig != "" && !p.ended }
 
 // dpStats counts what the device-plugin model exercised.
 type dpStats struct {
-	sequences, kept, lost, corrupted, whileDown, allocs, refused, stripped, swaps, bindConflicts, forged, optOuts, gpuFree, endedReused, unboundLost, honestRefused int
+	sequences, kept, lost, corrupted, whileDown, allocs, refused, stripped, swaps, bindConflicts, forged, optOuts, gpuFree, endedReused, honestRefused int
 }
 
 // dpSystem drives a real deviceplugin.Plugin over a kubetest API server
@@ -390,13 +390,13 @@ func (s *dpSystem) admit(t *rapid.T) {
 			continue
 		}
 		if o.running() {
-			t.Fatalf("%s (%s) was handed %s, which %s holds", p.name, p.kind, mig, o.name)
+			t.Fatalf("%s (%s) was handed %s, which %s holds; %s", p.name, p.kind, mig, o.name, s.diagnose())
 		}
 		// An ended pod's device handed to a pod whose record copies
 		// it: the residual, only once the checkpoint that recorded the
 		// handout is lost.
 		if o.epoch == s.epoch {
-			t.Fatalf("%s (%s) was handed %s, which ended %s was handed and the checkpoint recorded", p.name, p.kind, mig, o.name)
+			t.Fatalf("%s (%s) was handed %s, which ended %s was handed and the checkpoint recorded; %s", p.name, p.kind, mig, o.name, s.diagnose())
 		}
 		s.stats.endedReused++
 	}
@@ -659,15 +659,22 @@ func (b *syncBuffer) tail(n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// lostResidual reports whether p's loss of its device is the counted
-// residual: the checkpoint was lost since p was handed it, and p's
-// record never arrived with the scheduler's binding (a forger's, or an
-// opt-out pod's bound by another scheduler). The restarted plugin then
-// knows nothing of that handout, and a record that counts as the binder's
-// at its first listing (one its owner replaced after the binding) wins
-// against p's.
-func (s *dpSystem) lostResidual(p *dpPod) bool {
-	return p.epoch != s.epoch && (p.kind == forger || p.kind == optOut)
+// diagnose describes the API's pods, the checkpoint and the plugin's
+// recent log, for a failed invariant.
+func (s *dpSystem) diagnose() string {
+	var b strings.Builder
+	list, err := s.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	fmt.Fprintf(&b, "the API's pods (err %v):\n", err)
+	if list != nil {
+		for _, p := range list.Items {
+			fmt.Fprintf(&b, "  %s rv=%s node=%q phase=%s deleting=%v record=%s\n", p.Name, p.ResourceVersion, p.Spec.NodeName,
+				p.Status.Phase, p.DeletionTimestamp != nil, p.Annotations[reservation.AnnotationKey])
+		}
+	}
+	c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
+	fmt.Fprintf(&b, "the checkpoint (err %v): %+v\n", err, c)
+	fmt.Fprintf(&b, "the plugin's log:\n%s", s.log.tail(150))
+	return b.String()
 }
 
 // check: every running pod's device is live, the hardware is legal.
@@ -680,16 +687,9 @@ func (s *dpSystem) check(t *rapid.T) {
 		}
 	}
 	for _, p := range s.pods {
-		if !p.running() || live[p.mig] {
-			continue
+		if p.running() && !live[p.mig] {
+			t.Fatalf("running pod %s (%s) lost its device %s; %s", p.name, p.kind, p.mig, s.diagnose())
 		}
-		if !s.lostResidual(p) {
-			t.Fatalf("running pod %s (%s) lost its device %s; the plugin's log:\n%s", p.name, p.kind, p.mig, s.log.tail(60))
-		}
-		// The residual: the kubelet fails the container whose device
-		// went away.
-		s.stats.unboundLost++
-		s.endPod(t, p, "failed")
 	}
 	if err := s.hw.Check(); err != nil {
 		t.Fatal(err)
