@@ -638,6 +638,18 @@ func TestNodePodSourceRecordSeen(t *testing.T) {
 // then carries PodScheduled=True. A pod created with the node preset and
 // a copy of a record the extender wrote before binding reaches the node
 // first, but without the condition, and loses to the bound pod.
+// snapshotPod returns the named pod of a snapshot of src.
+func snapshotPod(t *testing.T, src *kube.NodePodSource, name string) reservation.Pod {
+	t.Helper()
+	for _, p := range src.Snapshot().Pods {
+		if p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("pod %s not listed", name)
+	return reservation.Pod{}
+}
+
 // RecordStarted marks a claim the source first saw on a pod the kubelet
 // had already admitted, as after a restart that lost the plugin's
 // checkpoint; a claim seen before admission, or changed after it, is not.
@@ -655,16 +667,7 @@ func TestNodePodSourceRecordStarted(t *testing.T) {
 		src := kube.NewNodePodSource(client, "n1", kube.NodePodSourceOptions{})
 		startSource(t, src)
 		settle(t, func() bool { return src.Snapshot().Complete })
-		view := func(name string) reservation.Pod {
-			t.Helper()
-			for _, p := range src.Snapshot().Pods {
-				if p.Name == name {
-					return p
-				}
-			}
-			t.Fatalf("pod %s not listed", name)
-			return reservation.Pod{}
-		}
+		view := func(name string) reservation.Pod { t.Helper(); return snapshotPod(t, src, name) }
 		update := func(p *corev1.Pod) {
 			t.Helper()
 			_, err := client.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
@@ -728,16 +731,7 @@ func TestNodePodSourceRecordScheduled(t *testing.T) {
 		startSource(t, src)
 		settle(t, func() bool { return src.Snapshot().Complete })
 		ctx := context.Background()
-		view := func(name string) reservation.Pod {
-			t.Helper()
-			for _, p := range src.Snapshot().Pods {
-				if p.Name == name {
-					return p
-				}
-			}
-			t.Fatalf("pod %s not listed", name)
-			return reservation.Pod{}
-		}
+		view := func(name string) reservation.Pod { t.Helper(); return snapshotPod(t, src, name) }
 		write := func(p *corev1.Pod, create bool) {
 			t.Helper()
 			var err error
