@@ -103,8 +103,9 @@
 //     at the same placement would get the same IDs. A pod merely missing
 //     from the listing is released only after [Options.AbsentPodGrace],
 //     counted to the time the listing was taken, since an informer may
-//     not list a pod yet when kubelet allocates for it. A pod that is not released keeps its instance even when its
-//     record stops naming it ([ReconcileReport.Retained]).
+//     not list a pod yet when kubelet allocates for it. A pod that is not
+//     released keeps its instance even when its record stops naming it
+//     ([ReconcileReport.Retained]).
 //   - Only entries that pass reservation's trust rule
 //     (reservation.ValidateRequests: the container requests the resource
 //     with the matching device count) are realized or adopted; the others
