@@ -58,11 +58,11 @@ func TestGPUFreePodCannotBlockReclamation(t *testing.T) {
 			squatter := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "squatter", UID: types.UID("uid-squatter"),
 					Annotations: tt.annotations(gpu)},
-				Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main"}}},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning},
+				Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main"}}},
 			}
 			_, err := client.CoreV1().Pods("default").Create(ctx, squatter, metav1.CreateOptions{})
 			require.NoError(t, err)
+			runningStatus(t, client, "squatter") // its kubelet runs it
 
 			a := getPod(t, client, "a")
 			a.Status.Phase = corev1.PodSucceeded

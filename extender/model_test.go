@@ -221,7 +221,8 @@ func (m *model) end(t *rapid.T) {
 	default:
 		body = `{"metadata":{"deletionTimestamp":"` + deadline + `"},"status":{"containerStatuses":[{"name":"main","state":{"terminated":{"exitCode":0}}}]}}`
 	}
-	if _, err := m.client.CoreV1().Pods("default").Patch(m.ctx, pod.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+	// The kubelet's write: through the status subresource.
+	if _, err := m.client.CoreV1().Pods("default").Patch(m.ctx, pod.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 }

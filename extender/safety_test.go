@@ -28,9 +28,18 @@ import (
 // The regression tests of the scheduler safety issue, one per scenario,
 // through the extender's public API over the fake API server.
 
+// patchPod merge-patches the pod name, as its owner may.
 func patchPod(t *testing.T, client *fake.Clientset, name, body string) {
 	t.Helper()
 	_, err := client.CoreV1().Pods("default").Patch(context.Background(), name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+// patchStatus merge-patches the pod name through its status subresource,
+// as the kubelet does.
+func patchStatus(t *testing.T, client *fake.Clientset, name, body string) {
+	t.Helper()
+	_, err := client.CoreV1().Pods("default").Patch(context.Background(), name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status")
 	require.NoError(t, err)
 }
 
@@ -89,7 +98,7 @@ func TestEndedPodFreesItsSlots(t *testing.T) {
 	p := create(t, client, migPod("p", ""))
 	require.NoError(t, ext.Bind(ctx, bindArgs(p, "n1")))
 	realize(t, client, "p")
-	patchPod(t, client, "p", `{"status":{"phase":"Succeeded"}}`)
+	patchStatus(t, client, "p", `{"status":{"phase":"Succeeded"}}`)
 	catchUp(t, ext)
 	_, _, ok := ext.Ledger().Pod("uid-p")
 	assert.False(t, ok, "a Succeeded pod holds no slots")
@@ -231,7 +240,7 @@ func TestDeletingPodKeepsSlotsUntilReleased(t *testing.T) {
 	require.NoError(t, ext.Bind(ctx, bindArgs(p, "n1")))
 	realize(t, client, "p")
 	deadline := clk.Now().Add(30 * time.Second).UTC().Format(time.RFC3339)
-	patchPod(t, client, "p", `{"metadata":{"deletionTimestamp":"`+deadline+`"},"status":{"phase":"Running","containerStatuses":[{"name":"main","state":{"running":{}}}]}}`)
+	patchStatus(t, client, "p", `{"metadata":{"deletionTimestamp":"`+deadline+`"},"status":{"phase":"Running","containerStatuses":[{"name":"main","state":{"running":{}}}]}}`)
 	catchUp(t, ext)
 
 	z := create(t, client, migPod("z", ""))

@@ -21,6 +21,12 @@
 //     from a stale cached pod cannot silently overwrite a newer one or
 //     land on a pod recreated under the same name; a pod that does not
 //     exist is NotFound (404);
+//   - a pod's status is the kubelet's and the binding's to write, as on
+//     a real API server: a created pod gets the status of a new pod
+//     (phase Pending, nothing else) whatever its creator sent, an update
+//     or merge patch of a pod keeps its stored status, and one of its
+//     status subresource keeps its stored spec. Tests that play the
+//     kubelet write status through UpdateStatus or a status patch;
 //   - creating the pods/binding subresource sets spec.nodeName, merges the
 //     Binding's metadata.annotations into the pod's (each replacing the
 //     pod's value under its key) and sets the PodScheduled=True status

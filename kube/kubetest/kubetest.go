@@ -160,8 +160,8 @@ func (s *Server) nextVersion() string {
 }
 
 // createPod gives a created pod a new resourceVersion (one the client set
-// is replaced) and makes pods/binding set spec.nodeName and the
-// PodScheduled condition.
+// is replaced) and the status of a new pod, and makes pods/binding set
+// spec.nodeName and the PodScheduled condition.
 func (s *Server) createPod(a k8stesting.Action) (bool, runtime.Object, error) {
 	ca, ok := a.(k8stesting.CreateAction)
 	if !ok {
@@ -183,6 +183,9 @@ func (s *Server) createPod(a k8stesting.Action) (bool, runtime.Object, error) {
 		pod.Namespace = ca.GetNamespace()
 	}
 	pod.ResourceVersion = s.nextVersion()
+	// Only the kubelet and the binding write a pod's status: whatever
+	// status the creator sent is dropped.
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending}
 	if err := s.Tracker().Create(podsGVR, pod, pod.Namespace); err != nil {
 		return true, nil, err
 	}
@@ -192,7 +195,8 @@ func (s *Server) createPod(a k8stesting.Action) (bool, runtime.Object, error) {
 
 // updatePod applies an update of a pod or its status only to the stored
 // version it names, if it names one, and to the pod with its UID, and
-// gives the pod a new resourceVersion.
+// gives the pod a new resourceVersion. An update of the pod keeps the
+// stored status; one of its status keeps the stored spec.
 func (s *Server) updatePod(a k8stesting.Action) (bool, runtime.Object, error) {
 	ua, ok := a.(k8stesting.UpdateAction)
 	if !ok || ua.GetSubresource() != "" && ua.GetSubresource() != "status" {
@@ -210,6 +214,7 @@ func (s *Server) updatePod(a k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, err
 	}
 	pod = pod.DeepCopy()
+	keepOther(pod, stored, ua.GetSubresource())
 	pod.ResourceVersion = s.nextVersion()
 	if err := s.Tracker().Update(podsGVR, pod, stored.Namespace); err != nil {
 		return true, nil, err
@@ -219,7 +224,9 @@ func (s *Server) updatePod(a k8stesting.Action) (bool, runtime.Object, error) {
 }
 
 // mergePatchPod applies a pod merge patch with its resourceVersion and UID
-// preconditions and gives the pod a new resourceVersion.
+// preconditions and gives the pod a new resourceVersion; as with an
+// update, a patch of the pod keeps its status and one of its status its
+// spec.
 func (s *Server) mergePatchPod(a k8stesting.Action) (bool, runtime.Object, error) {
 	pa, ok := a.(k8stesting.PatchAction)
 	if !ok || pa.GetPatchType() != types.MergePatchType || pa.GetSubresource() != "" && pa.GetSubresource() != "status" {
@@ -253,8 +260,20 @@ func (s *Server) mergePatchPod(a k8stesting.Action) (bool, runtime.Object, error
 	if err := json.Unmarshal(merged, out); err != nil {
 		return true, nil, apierrors.NewBadRequest(err.Error())
 	}
+	keepOther(out, pod, pa.GetSubresource())
 	out.ResourceVersion = s.nextVersion()
 	return true, out, s.Tracker().Update(podsGVR, out, out.Namespace)
+}
+
+// keepOther keeps the part of stored that a write of subresource may not
+// change: the status when the pod itself is written, the spec when its
+// status is.
+func keepOther(pod, stored *corev1.Pod, subresource string) {
+	if subresource == "status" {
+		pod.Spec = *stored.Spec.DeepCopy()
+		return
+	}
+	pod.Status = *stored.Status.DeepCopy()
 }
 
 // bindPod makes pods/binding set spec.nodeName of the pod the Binding

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dynmig/dynmig/kube/kubetest"
@@ -466,5 +468,63 @@ func TestWatchFromListingReplaysWrites(t *testing.T) {
 	case ev := <-w.ResultChan():
 		t.Fatalf("unexpected event %v %s", ev.Type, ev.Object.(*corev1.Pod).Name)
 	default:
+	}
+}
+
+// Only the kubelet's status writes change a pod's status: a create drops
+// the status its creator sent, and a write of the pod keeps the stored
+// status, as a write of its status keeps the stored spec.
+func TestStatusIsTheKubeletsToWrite(t *testing.T) {
+	running := corev1.PodStatus{Phase: corev1.PodRunning}
+	pods := func(c *fake.Clientset) typedcorev1.PodInterface { return c.CoreV1().Pods("ns") }
+	tests := []struct {
+		name      string
+		write     func(ctx context.Context, c *fake.Clientset) error
+		wantPhase corev1.PodPhase
+		wantNode  string
+	}{
+		{name: "create", wantPhase: corev1.PodPending, write: func(ctx context.Context, c *fake.Clientset) error {
+			p := pod("")
+			p.Name, p.Status = "q", running
+			_, err := pods(c).Create(ctx, p, metav1.CreateOptions{})
+			return err
+		}},
+		{name: "update", wantPhase: corev1.PodPending, wantNode: "n1", write: func(ctx context.Context, c *fake.Clientset) error {
+			p := pod("")
+			p.Spec.NodeName, p.Status = "n1", running
+			_, err := pods(c).Update(ctx, p, metav1.UpdateOptions{})
+			return err
+		}},
+		{name: "update status", wantPhase: corev1.PodRunning, write: func(ctx context.Context, c *fake.Clientset) error {
+			p := pod("")
+			p.Spec.NodeName, p.Status = "n1", running
+			_, err := pods(c).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err
+		}},
+		{name: "merge patch", wantPhase: corev1.PodPending, wantNode: "n1", write: func(ctx context.Context, c *fake.Clientset) error {
+			_, err := pods(c).Patch(ctx, "p", types.MergePatchType, []byte(`{"spec":{"nodeName":"n1"},"status":{"phase":"Running"}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{name: "merge patch of status", wantPhase: corev1.PodRunning, write: func(ctx context.Context, c *fake.Clientset) error {
+			_, err := pods(c).Patch(ctx, "p", types.MergePatchType, []byte(`{"spec":{"nodeName":"n1"},"status":{"phase":"Running"}}`), metav1.PatchOptions{}, "status")
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			stored := pod("1")
+			stored.Status.Phase = corev1.PodPending
+			c := kubetest.NewClientset(stored)
+			require.NoError(t, tt.write(ctx, c))
+			list, err := pods(c).List(ctx, metav1.ListOptions{})
+			require.NoError(t, err)
+			for _, got := range list.Items {
+				assert.Equal(t, tt.wantPhase, got.Status.Phase, got.Name)
+				if got.Name == "p" {
+					assert.Equal(t, tt.wantNode, got.Spec.NodeName)
+				}
+			}
+		})
 	}
 }
