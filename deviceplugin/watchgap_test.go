@@ -27,11 +27,13 @@ import (
 )
 
 // gappyWatches makes client's pod watches drop the ADDED event of the pod
-// named hide while hiding is set, and lets a test end the current watch,
-// as an API server that times a watch out does; the reflector then lists
-// again, and the pod appears only in that listing.
+// named hide while hiding is set (every event of it if every is set), and
+// lets a test end the current watch, as an API server that times a watch
+// out does; the reflector then lists again, and the pod appears only in
+// that listing.
 type gappyWatches struct {
 	hide   string
+	every  bool
 	hiding atomic.Bool
 
 	mu      sync.Mutex
@@ -51,7 +53,7 @@ func (g *gappyWatches) install(client *fake.Clientset) {
 		}
 		w := watch.Filter(inner, func(e watch.Event) (watch.Event, bool) {
 			p, ok := e.Object.(*corev1.Pod)
-			return e, !(ok && e.Type == watch.Added && p.Name == g.hide && g.hiding.Load())
+			return e, !(ok && (g.every || e.Type == watch.Added) && p.Name == g.hide && g.hiding.Load())
 		})
 		g.mu.Lock()
 		g.current = w
@@ -133,5 +135,36 @@ func TestWatchGapHidesACopysCreation(t *testing.T) {
 	if resp, err := allocate(ctx, r.client, "id"); err == nil {
 		assert.NotEqual(t, mig, resp.ContainerResponses[0].Envs[deviceplugin.VisibleDevicesEnv])
 	}
+	require.NoError(t, hw.Check())
+}
+
+// An informer that lags the direct listing an Allocate chose from never
+// makes the plugin hand the same device twice, even when the pod's owner
+// strips the runtime identity from its record before the kubelet reports
+// the container started: the checkpoint's record of the hand-out keeps the
+// container from being chosen again, both as a candidate and as a claim
+// the cache cannot confirm, so the next Allocate, for another container,
+// gets nothing.
+func TestLaggingCacheNeverHandsADeviceTwice(t *testing.T) {
+	ctx := context.Background()
+	hw := fakehal.MustNew(fakehal.Options{})
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	gap := &gappyWatches{hide: "a", every: true}
+	gap.hiding.Store(true)
+	gap.install(client)
+	r := start(t, client, hw)
+
+	a := boundPod("a", reservation.Allocation{GPUUUID: gpuOf(t, hw, 0).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}})
+	_, err := client.CoreV1().Pods("default").Create(ctx, a, metav1.CreateOptions{})
+	require.NoError(t, err)
+	mig := admit(t, r) // from the direct listing: the cache never shows a
+	require.Equal(t, []string{mig}, liveMIGs(hw))
+	stripRuntime(t, client, "a")
+
+	resp, err := allocate(ctx, r.client, "another-container")
+	if err == nil {
+		assert.NotEqual(t, mig, resp.ContainerResponses[0].Envs[deviceplugin.VisibleDevicesEnv], "a's device handed again")
+	}
+	assert.Equal(t, []string{mig}, liveMIGs(hw))
 	require.NoError(t, hw.Check())
 }
