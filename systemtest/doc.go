@@ -89,8 +89,9 @@
 // (the residual below); a handed device is the one the pod's record then
 // names, at the scheduler's placement for a pod the scheduler bound; no
 // running pod's device is destroyed, whoever bound it and whether or not
-// the checkpoint survived; the hardware is legal after every step; once every pod ended and was deleted, the plugin
-// reclaims every instance and its checkpoint names no pod and no device.
+// the checkpoint survived; the hardware is legal after every step; once
+// every pod ended and was deleted, the plugin reclaims every instance and
+// its checkpoint names no pod and no device.
 // A pod the scheduler bound whose Allocate is still refused after the
 // kubelet's retries is counted (honestRefused), not failed: an instance
 // an ended pod's record still names, or records the rule cannot decide,
@@ -109,13 +110,20 @@
 // API server replays every event. Such lost deletions made deleted pods
 // linger in the checkpoint in runs of the model before it waited.
 //
-// Two defects the model found are fixed and kept as regression tests: a
-// maintenance pass whose listing predated a pod's Allocate ran after the
-// clock passed the manager's AbsentPodGrace and destroyed the running
-// pod's new instance (realize's TestReconcileJudgesAbsenceAtListingTime);
-// and, with the checkpoint lost, a record its owner replaced after the
-// binding outranked a running pod's that no configured scheduler's
-// binding brought (reservation.Pod.RecordStarted).
+// Three defects the model found are fixed: a maintenance pass whose
+// listing predated a pod's Allocate ran after the clock passed the
+// manager's AbsentPodGrace and destroyed the running pod's new instance
+// (regression test: realize's TestReconcileJudgesAbsenceAtListingTime);
+// with the checkpoint lost, a record its owner replaced after the binding
+// outranked a running pod's that no configured scheduler's binding
+// brought (reservation.Pod.RecordStarted; deviceplugin's
+// TestLostCheckpointKeepsARunningPodsDeviceAgainstABoundRecord); and a
+// maintenance pass read the manager's instances just before taking the
+// checkpoint's lock, so a hand-out in between was forgotten and, while the
+// cache lagged the listing the Allocate chose from, the device was handed
+// again to another pod. The last is a race no public-API test can time:
+// the model guards it (deviceplugin's TestLaggingCacheNeverHandsADeviceTwice
+// covers the rest of its scenario).
 //
 // # Running
 //
