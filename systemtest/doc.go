@@ -90,8 +90,10 @@
 // names, at the scheduler's placement for a pod the scheduler bound; no
 // running pod's device is destroyed, whoever bound it and whether or not
 // the checkpoint survived; the hardware is legal after every step; once
-// every pod ended and was deleted, the plugin reclaims every instance and
-// its checkpoint names no pod and no device.
+// every pod ended and was deleted, the plugin reclaims every instance (an
+// instance adopted during the drain only once a listing is the manager's
+// AbsentPodGrace past its adoption, so the drain lets that much time pass
+// before each pass) and its checkpoint names no pod and no device.
 // A pod the scheduler bound whose Allocate is still refused after the
 // kubelet's retries is counted (honestRefused), not failed: an instance
 // an ended pod's record still names, or records the rule cannot decide,

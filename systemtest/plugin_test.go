@@ -713,15 +713,19 @@ func (s *dpSystem) drain(t *rapid.T) {
 		}
 	}
 	s.barrier(t)
-	s.clk.Step(dpGrace) // past the manager's grace for pods that vanished without being seen deleting
 	for range 20 {
 		if len(s.hw.Snapshot()) == 0 {
 			break
 		}
+		// Past the manager's grace for pods that vanished without being
+		// seen deleting, counted from the listing: a pass that adopts an
+		// instance during the drain (its earlier passes were not
+		// authorised) starts the grace anew.
+		s.clk.Step(dpGrace)
 		s.pass(t)
 	}
 	if in := s.hw.Snapshot(); len(in) > 0 {
-		t.Fatalf("instances left after every pod ended: %v", in)
+		t.Fatalf("instances left after every pod ended: %v; %s", in, s.diagnose())
 	}
 	// The plugin writes the checkpoint as its cache follows the API.
 	for try := 0; ; try++ {
