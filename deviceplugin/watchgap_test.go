@@ -141,10 +141,9 @@ func TestWatchGapHidesACopysCreation(t *testing.T) {
 // An informer that lags the direct listing an Allocate chose from never
 // makes the plugin hand the same device twice, even when the pod's owner
 // strips the runtime identity from its record before the kubelet reports
-// the container started: the checkpoint's record of the hand-out keeps the
-// container from being chosen again, both as a candidate and as a claim
-// the cache cannot confirm, so the next Allocate, for another container,
-// gets nothing.
+// the container started: the checkpoint restores the identity the owner
+// stripped and records the hand-out, so the container is not chosen
+// again and the next Allocate, for another container, gets nothing.
 func TestLaggingCacheNeverHandsADeviceTwice(t *testing.T) {
 	ctx := context.Background()
 	hw := fakehal.MustNew(fakehal.Options{})

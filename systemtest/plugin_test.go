@@ -718,9 +718,9 @@ func (s *dpSystem) drain(t *rapid.T) {
 			break
 		}
 		// Past the manager's grace for pods that vanished without being
-		// seen deleting, counted from the listing: a pass that adopts an
-		// instance during the drain (its earlier passes were not
-		// authorised) starts the grace anew.
+		// seen deleting, counted from an instance's adoption to the
+		// listing: a pass that adopts an instance during the drain (its
+		// earlier passes were not authorised) starts the grace anew.
 		s.clk.Step(dpGrace)
 		s.pass(t)
 	}
