@@ -558,8 +558,8 @@ func (v *SchedulerView) ObservePods(ctx context.Context, list func(context.Conte
 	defer v.notify()
 	for i := range pods {
 		uid, rv := string(pods[i].UID), pods[i].ResourceVersion
-		if _, deleted := v.tombs[uid]; deleted {
-			continue
+		if n, deleted := v.tombs[uid]; deleted && n > began {
+			continue // deleted while the read was in flight
 		}
 		if rv != "" && v.seen[uid] == rv {
 			continue // applied already: the informer is not behind on it
