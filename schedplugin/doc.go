@@ -82,9 +82,11 @@
 // changing. The scheduler's own informer handler and the view's run
 // independently, so a hint applies its event to the view before deciding
 // (once per event; the view orders events by resourceVersion and ignores
-// repeats). The scheduler reports a failed binding cycle as a deletion of
-// the pod too: a pod Unreserve found bound anyway is removed ahead of the
-// view's informer only when the event shows it deleting or ended.
+// repeats). The scheduler also reports every failed binding cycle as a
+// deletion of the pod it gave Unreserve, which is not one: that report
+// changes nothing in the view, where Unreserve has already forgotten the
+// assumption or kept a bind that was applied, and where a pod a previous
+// leader bound keeps the slots Bind's read found.
 //
 // A claim that ages past the lock timeout produces no cluster event. So
 // when no node can take a pod and a young claim's lock kept it off one,

@@ -41,15 +41,11 @@ func (p *Plugin) afterPodDelete(logger klog.Logger, pod *corev1.Pod, oldObj, new
 		return fwk.QueueSkip, nil
 	}
 	// The scheduler also sends this event for a pod whose binding cycle
-	// failed, which was never deleted: a pod Unreserve found bound anyway
-	// is removed from the view ahead of its informer only when the event
-	// shows it deleting or ended. For one Unreserve forgot, removing it
-	// again changes nothing.
+	// failed, which was not deleted: Unreserve has already set the view
+	// right, and a pod another scheduler bound, which the view counts
+	// since Bind read it, must keep its slots.
 	ending := deleted.DeletionTimestamp != nil || deleted.Status.Phase == corev1.PodSucceeded || deleted.Status.Phase == corev1.PodFailed
-	p.mu.Lock()
-	settled := p.settled[string(deleted.UID)]
-	p.mu.Unlock()
-	if ending || !settled {
+	if ending || !p.reportsUnreserve(deleted) {
 		p.applyOnce(deleted, func() { p.view.PodHandler().OnDelete(deleted) })
 	}
 	return p.fitsNow(logger, pod, deleted.Spec.NodeName, nil), nil

@@ -124,9 +124,10 @@ type Plugin struct {
 	binds    kube.NodeBinds // the MIG pod being bound to each node (Reserve to PostBind or Unreserve)
 	mu       sync.Mutex
 	reported map[string]bool // UIDs whose stale claim was reported
-	// UIDs Unreserve found bound although their binding cycle failed; the
-	// scheduler reports such a pod deleted (see afterPodDelete).
-	settled map[string]bool
+	// The pods Unreserve was given, by UID: the scheduler reports a failed
+	// binding cycle as a deletion of that very pod, which is not one (see
+	// afterPodDelete).
+	unreserved map[string]unreservedPod
 
 	index atomic.Pointer[nodeIndex] // the last node list's positions (nodeIndex)
 
@@ -177,7 +178,7 @@ func New(h fwk.Handle, opts Options) (*Plugin, error) {
 		return nil, fmt.Errorf("schedplugin: register the view's informers: %w", err)
 	}
 	return &Plugin{handle: h, client: h.ClientSet(), view: view, opts: opts, log: log,
-		reported: map[string]bool{}, settled: map[string]bool{}, waking: map[types.UID]wake{}}, nil
+		reported: map[string]bool{}, unreserved: map[string]unreservedPod{}, waking: map[types.UID]wake{}}, nil
 }
 
 // Factory returns the plugin factory to register with kube-scheduler
@@ -438,7 +439,8 @@ func (p *Plugin) reportStale(_ context.Context, node string, c kube.NodeClaim) {
 }
 
 // prune forgets the reported claims the view no longer holds unrealized,
-// and the settled binds the ledger no longer holds.
+// and the pods Unreserve was given longer ago than the scheduler takes to
+// report them.
 func (p *Plugin) prune() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -447,11 +449,41 @@ func (p *Plugin) prune() {
 			delete(p.reported, uid)
 		}
 	}
-	for uid := range p.settled {
-		if _, _, ok := p.view.Ledger().Pod(uid); !ok {
-			delete(p.settled, uid)
+	for uid, u := range p.unreserved {
+		if p.opts.Clock.Since(u.at) > unreservedMemory {
+			delete(p.unreserved, uid)
 		}
 	}
+}
+
+// unreservedMemory is how long the plugin remembers a pod Unreserve was
+// given. The scheduler reports the failed binding cycle right after
+// Unreserve returns, on the same goroutine; this only bounds the memory.
+const unreservedMemory = time.Minute
+
+// unreservedPod is a pod Unreserve was given, and when.
+type unreservedPod struct {
+	pod *corev1.Pod
+	at  time.Time
+}
+
+// noteUnreserved remembers pod as given to Unreserve.
+func (p *Plugin) noteUnreserved(pod *corev1.Pod) {
+	p.mu.Lock()
+	p.unreserved[string(pod.UID)] = unreservedPod{pod: pod, at: p.opts.Clock.Now()}
+	p.mu.Unlock()
+}
+
+// reportsUnreserve reports whether pod, shown deleted to a queueing hint,
+// is the scheduler's report of a binding cycle that failed rather than a
+// deletion: the very pod Unreserve was given (or, should the scheduler
+// ever copy it, a pod of the same UID and version, which a deletion's
+// final state never is: deleting writes a new version).
+func (p *Plugin) reportsUnreserve(pod *corev1.Pod) bool {
+	p.mu.Lock()
+	u, ok := p.unreserved[string(pod.UID)]
+	p.mu.Unlock()
+	return ok && (u.pod == pod || u.pod.ResourceVersion == pod.ResourceVersion)
 }
 
 // PreScore skips Score for pods the ledger does not place.
@@ -520,7 +552,11 @@ func (p *Plugin) release(node, uid string) { p.binds.Release(node, uid) }
 // semantics" in the package documentation.
 func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, node string) {
 	s := readState(cs)
-	if s == nil || !s.mig || s.as == nil {
+	if s == nil {
+		return
+	}
+	p.noteUnreserved(pod)
+	if !s.mig || s.as == nil {
 		return
 	}
 	uid := string(pod.UID)
@@ -530,9 +566,6 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return
 	}
 	if p.settle(ctx, s, node) {
-		p.mu.Lock()
-		p.settled[uid] = true
-		p.mu.Unlock()
 		p.view.Bound(pod, node, s.as)
 		p.log.Warn("bound MIG pod although the binding cycle failed", "pod", pod.Namespace+"/"+pod.Name, "node", node, "reservation", s.value)
 		return

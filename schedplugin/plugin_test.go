@@ -811,3 +811,47 @@ func TestHintPodAdmitted(t *testing.T) {
 	_, kept, _ := e.cycle(t, b, "n1")
 	assert.Contains(t, kept, "n1")
 }
+
+// A new leader schedules a pod the previous leader already bound, which
+// its informer has not delivered: Bind's read counts the pod's slots and
+// binds nothing, and the scheduler's report of the failed binding cycle (a
+// deletion of the pod Unreserve was given) leaves them counted, so no
+// other pod is placed on them.
+func TestFailedBindOfABoundPodKeepsItsSlots(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	p := e.create(t, migPod("p", ""))
+	assumed := p.DeepCopy() // the scheduler's copy, which every plugin call gets
+	assumed.Spec.NodeName = "n1"
+	cs, kept, _ := e.cycle(t, p, "n1")
+	require.Contains(t, kept, "n1")
+	require.True(t, e.pl.Reserve(e.ctx, cs, assumed, "n1").IsSuccess())
+
+	// The previous leader's bind, realized since: the whole GPU.
+	rs, _, _ := e.pl.View().Ledger().Pod("uid-p")
+	bound := p.DeepCopy()
+	bound.Spec.NodeName = "n1"
+	bound.Annotations[reservation.AnnotationKey] = reservation.EncodeString([]reservation.Allocation{
+		reservation.Allocation{GPUUUID: rs[0].GPUUUID, Profile: rs[0].Profile, Placement: rs[0].Placement}.WithRuntime(
+			reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: 0})})
+	_, err := e.client.CoreV1().Pods("default").Update(e.ctx, bound, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	st := e.pl.Bind(e.ctx, cs, assumed, "n1")
+	require.False(t, st.IsSuccess())
+	e.pl.Unreserve(e.ctx, cs, assumed, "n1")
+	_, assumedNow, held := e.pl.View().Ledger().Pod("uid-p")
+	require.True(t, held)
+	require.False(t, assumedNow, "the read pod's record counts")
+
+	q := e.create(t, migPod("q", "4000"))
+	_, kept, _ = e.cycle(t, q, "n1")
+	require.NotContains(t, kept, "n1")
+	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete})
+	got, err := hint(klog.Background(), q, assumed, nil)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.QueueSkip, got, "the report frees nothing")
+	_, _, held = e.pl.View().Ledger().Pod("uid-p")
+	assert.True(t, held, "p keeps its slots")
+	_, kept, statuses := e.cycle(t, q, "n1")
+	assert.NotContains(t, kept, "n1", "q fits over p's slots: %v", statuses["n1"])
+}
