@@ -159,7 +159,7 @@ func TestSchedulerViewObservePodsTombstonesEnd(t *testing.T) {
 		require.NoError(t, v.ObservePods(context.Background(), listing(nil, running)))
 		_, _, ok := v.Ledger().Pod("uid-p")
 		assert.True(t, ok, "a read that began after the deletion applies what it lists")
-		pods.OnDelete(running)
+		pods.OnDelete(running) // deleted again, while only the outer read is in flight
 	}, running))
 	require.NoError(t, outer)
 	_, _, ok := v.Ledger().Pod("uid-p")
