@@ -29,7 +29,7 @@ var images = []image{
 
 // TestImages checks the build recipes without building them (CI has no
 // container daemon): a pinned Go builder of the go.mod language version,
-// cgo only where NVML needs it, the bases README names, the version stamp
+// cgo only where NVML needs it, the bases docs/deploying.md names, the version stamp
 // on the variables internal/cli reads, and hack/build-images.sh building
 // every one.
 func TestImages(t *testing.T) {

@@ -229,8 +229,9 @@
 //
 // The device plugin API does not say which pod kubelet is admitting; which
 // container an Allocate is for is the embedder's choice, and the manager
-// realizes what it is asked to. See the README's device-plugin section for
-// how the example plugin chooses and checks after the fact.
+// realizes what it is asked to. The repository's docs/failure-semantics.md
+// ("Which container is the kubelet admitting?") says how the example
+// plugin chooses and checks after the fact.
 //
 // A DRA kubelet plugin lists the claims allocated to its node as a
 // [Demand] (Complete only once its informer is synced; AdoptAtPlacement

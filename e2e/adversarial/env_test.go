@@ -231,7 +231,7 @@ func (e *env) schedule(pod *corev1.Pod) *corev1.Pod {
 // create creates pod. With the extender it first waits until the
 // extender's view reflects the cluster: an extender that refuses a pod on
 // a view that lags leaves it to kube-scheduler's next unrelated event or
-// its 5-minute flush of unschedulable pods (README, "A kube-scheduler
+// its 5-minute flush of unschedulable pods (docs/deploying.md, "A kube-scheduler
 // v1.37.2 limitation"), the extender's known limitation and not what
 // these tests check. The plugin needs no such wait: its queueing hints
 // requeue the pod.

@@ -1,5 +1,6 @@
-// README.md's Go snippets are compiled here. If you rewrite a ```go block
-// of README.md, make the same change to its region in snippets.go (between
+// The Go snippets of README.md and docs/*.md are compiled here. If you
+// rewrite a ```go block of one of them, make the same change to its region
+// in snippets.go (between
 // "// readme:begin NAME" and "// readme:end"), so that it still compiles,
 // and run go test ./examples/readme: it fails, printing both texts, when a
 // block and its region differ. A new block needs a new region; a removed
@@ -10,9 +11,24 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
+
+// markdownFiles are the repository's user documentation: README.md and
+// every file of docs/, relative to this package.
+func markdownFiles(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) == 0 {
+		t.Fatal("no docs/*.md: the path is wrong")
+	}
+	return append([]string{"../../README.md"}, docs...)
+}
 
 // goBlocks returns the bodies of the ```go fenced blocks of markdown.
 func goBlocks(t *testing.T, path string) []string {
@@ -114,23 +130,26 @@ func normalise(lines []string) string {
 }
 
 func TestREADMESnippets(t *testing.T) {
-	blocks := goBlocks(t, "../../README.md")
 	regs := regions(t, "snippets.go")
-	if len(blocks) == 0 || len(regs) == 0 {
-		t.Fatalf("found %d README blocks and %d regions; the paths or markers are wrong", len(blocks), len(regs))
-	}
 	used := map[string]bool{}
-	for i, b := range blocks {
-		name, ok := find(regs, b)
-		if !ok {
-			t.Errorf("README.md ```go block %d is not a region of snippets.go:\n%s\n%s", i+1, b, closest(regs, b))
-			continue
+	n := 0
+	for _, path := range markdownFiles(t) {
+		for i, b := range goBlocks(t, path) {
+			n++
+			name, ok := find(regs, b)
+			if !ok {
+				t.Errorf("%s ```go block %d is not a region of snippets.go:\n%s\n%s", path, i+1, b, closest(regs, b))
+				continue
+			}
+			used[name] = true
 		}
-		used[name] = true
+	}
+	if n == 0 || len(regs) == 0 {
+		t.Fatalf("found %d ```go blocks and %d regions; the paths or markers are wrong", n, len(regs))
 	}
 	for name := range regs {
 		if !used[name] {
-			t.Errorf("region %q of snippets.go is in no ```go block of README.md:\n%s", name, regs[name])
+			t.Errorf("region %q of snippets.go is in no ```go block of README.md or docs/:\n%s", name, regs[name])
 		}
 	}
 }
@@ -156,15 +175,15 @@ func closest(regs map[string]string, block string) string {
 	return "no region starts with the same line"
 }
 
-// TestLifecycleExcerpt: the block of README.md after the "lifecycle
-// excerpt" marker is copied from the walk-through's output, not edited by
-// hand: each of its lines is a line of the default golden file.
+// TestLifecycleExcerpt: the block of docs/concepts.md after the
+// "lifecycle excerpt" marker is copied from the walk-through's output, not
+// edited by hand: each of its lines is a line of the default golden file.
 func TestLifecycleExcerpt(t *testing.T) {
 	golden := map[string]bool{}
 	for _, l := range readLines(t, "../lifecycle/testdata/default.golden") {
 		golden[l] = true
 	}
-	lines := readLines(t, "../../README.md")
+	lines := readLines(t, conceptsDoc)
 	start := -1
 	for i, l := range lines {
 		if strings.HasPrefix(l, "<!-- lifecycle excerpt") {
@@ -172,7 +191,7 @@ func TestLifecycleExcerpt(t *testing.T) {
 		}
 	}
 	if start < 0 || start+1 >= len(lines) || lines[start+1] != "```" {
-		t.Fatal("README.md: no ``` block right after the lifecycle excerpt marker")
+		t.Fatal(conceptsDoc + ": no ``` block right after the lifecycle excerpt marker")
 	}
 	n := 0
 	for _, l := range lines[start+2:] {
@@ -181,10 +200,13 @@ func TestLifecycleExcerpt(t *testing.T) {
 		}
 		n++
 		if !golden[l] {
-			t.Errorf("README.md excerpt line is not in the lifecycle output:\n%s", l)
+			t.Errorf("%s: excerpt line is not in the lifecycle output:\n%s", conceptsDoc, l)
 		}
 	}
 	if n == 0 {
-		t.Error("README.md: the lifecycle excerpt is empty")
+		t.Error(conceptsDoc + ": the lifecycle excerpt is empty")
 	}
 }
+
+// conceptsDoc holds the lifecycle excerpt.
+const conceptsDoc = "../../docs/concepts.md"

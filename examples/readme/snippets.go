@@ -21,7 +21,7 @@ import (
 	"github.com/dynmig/dynmig/schedule"
 )
 
-// DevicePlugin is README's "In a device plugin": start-up, then the
+// DevicePlugin is docs/embedding.md's "In a device plugin": start-up, then the
 // kubelet's Allocate of container ci of pod.
 func DevicePlugin(ctx context.Context, client kubernetes.Interface, node string, logger *slog.Logger, pod *corev1.Pod, ci int) error {
 	// readme:begin device-plugin
@@ -74,7 +74,7 @@ func DevicePlugin(ctx context.Context, client kubernetes.Interface, node string,
 	return err
 }
 
-// DRADriver is README's "In a DRA kubelet plugin": a driver's start-up,
+// DRADriver is docs/embedding.md's "In a DRA kubelet plugin": a driver's start-up,
 // then the kubelet's NodePrepareResources and NodeUnprepareResources of
 // one claim. listClaims returns the node's holders as the driver's
 // informer and checkpoint know them; record persists prepared devices.
@@ -110,7 +110,7 @@ func DRADriver(ctx context.Context, hw realize.Realizer, logger *slog.Logger, cl
 	return nil
 }
 
-// Scheduler is README's "In a scheduler": the ledger learns node and the
+// Scheduler is docs/embedding.md's "In a scheduler": the ledger learns node and the
 // bound pods, then reserves a placement for pod, the one being scheduled.
 // It returns the annotation value to bind the pod with.
 func Scheduler(node *corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) (string, error) {
@@ -171,7 +171,7 @@ func TestMyCodec(t *testing.T) {
 
 // readme:end
 
-// SafetyStep is README's use of realizetest.Safety in a device-plugin loop.
+// SafetyStep is docs/property-testing.md's use of realizetest.Safety in a device-plugin loop.
 func SafetyStep(ctx context.Context, t *testing.T, mgr *realize.Manager, hw realize.Realizer, pod reservation.Pod, snap reservation.Snapshot) {
 	// readme:begin safety
 	safety := realizetest.NewSafety()
