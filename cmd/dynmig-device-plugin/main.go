@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -40,17 +41,27 @@ var errNotRegistered = errors.New("not yet registered with the kubelet")
 // port 0).
 var opsListening = func(net.Addr) {}
 
+// summary opens -h: what the binary is, in one sentence.
+const summary = name + " is dynmig's kubelet device plugin: on a GPU node it creates each container's MIG instance at the placement the dynmig scheduler reserved, and destroys it when the pod ends."
+
 type options struct {
 	kubeconfig, metricsAddr, deviceConfig string
 	backendName, fakeGPUs                 string
 	configPoll                            time.Duration
 }
 
-func main() {
-	fs := flag.CommandLine
+func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// command is the binary: it parses and checks args, then runs the plugin
+// until SIGINT or SIGTERM, and returns the exit code (package
+// internal/cli). Every flag is checked before the cluster is contacted or
+// the backend opened.
+func command(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	cli.SetUsage(fs, summary)
 	var o options
 	node := fs.String("node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", "))
+	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", ")+" (fake only for tests)")
 	fs.StringVar(&o.fakeGPUs, "fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 	socketDir := fs.String("socket-dir", v1beta1.DevicePluginPath, "kubelet device-plugin directory")
 	checkpoint := fs.String("checkpoint", "", `the plugin's checkpoint file (what it observed and handed out, kept across restarts); "" means `+
@@ -61,18 +72,26 @@ func main() {
 	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
 	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file (the ConfigMap the scheduler reads) whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
-	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (below 0: only on SIGHUP)")
+	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (0: only on SIGHUP)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
 	healthChecks := backend.HealthCheckFlags(fs)
 	common := cli.Register(fs)
-	log, code, done := common.Start(fs, name, os.Args[1:], os.Stdout, os.Stderr)
+	var checks realize.HealthChecks
+	log, code, done := common.Start(fs, name, args, stdout, stderr, func() error {
+		var err error
+		checks, err = healthChecks()
+		return errors.Join(err,
+			cli.Required("node", *node, "this node's name (or set $NODE_NAME, as the DaemonSet does from spec.nodeName)"),
+			backend.CheckFlags(o.backendName, o.fakeGPUs),
+			cli.Required("resource", *resource, "the extended resource the plugin advertises, such as nvidia.com/gpu"),
+			cli.Required("socket-dir", *socketDir, "the kubelet's device-plugin directory"),
+			cli.NotNegative("device-config-poll", o.configPoll))
+	})
 	if done {
-		os.Exit(code)
+		return code
 	}
-	checks, err := healthChecks()
-	if err != nil {
-		log.Error("device plugin failed", "err", err)
-		os.Exit(cli.ExitUsage)
+	if o.configPoll == 0 {
+		o.configPoll = -1 // devconfig: below 0 reads only on the trigger
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -81,8 +100,9 @@ func main() {
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
-		os.Exit(cli.ExitFailure)
+		return cli.ExitFailure
 	}
+	return cli.ExitOK
 }
 
 func run(ctx context.Context, o options, cfg deviceplugin.Config) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -36,61 +37,75 @@ const DefaultMetricsAddr = ":9397"
 // port 0).
 var opsListening = func(net.Addr) {}
 
+// summary opens -h: what the binary is, in one sentence.
+const summary = name + " is dynmig's DRA kubelet plugin (driver " + dradriver.DriverName + "): on a GPU node it publishes every MIG profile and placement as a device, and creates a claim's MIG instance when the kubelet prepares it."
+
 type options struct {
 	kubeconfig, deviceConfig, metricsAddr string
 	backendName, fakeGPUs                 string
 	configPoll                            time.Duration
 }
 
-func main() {
-	fs := flag.CommandLine
+func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// command is the binary: it parses and checks args, then runs the driver
+// until SIGINT or SIGTERM, and returns the exit code (package
+// internal/cli). Every flag is checked before the cluster is contacted or
+// the backend opened.
+func command(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	cli.SetUsage(fs, summary)
 	var o options
 	node := fs.String("node", os.Getenv("NODE_NAME"), "this node's name, also the resource pool's (default $NODE_NAME)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
-	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", "))
+	fs.StringVar(&o.backendName, "backend", "", "MIG backend, required: "+strings.Join(backend.Names(), ", ")+" (fake only for tests)")
 	fs.StringVar(&o.fakeGPUs, "fake-gpus", backend.DefaultFakeGPUs, `fake backend: GPU models, "NxMODEL" or a comma-separated list`)
 	cdiDir := fs.String("cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from; claim specs are written there")
 	dataDir := fs.String("plugin-data-dir", path.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName), "plugin data directory: the DRA socket and the checkpoint of prepared claims")
 	registrarDir := fs.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registration directory")
 	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
-	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (below 0: only on SIGHUP)")
-	interval := fs.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims")
+	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (0: only on SIGHUP)")
+	interval := fs.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims (0: the default)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
 	healthChecks := backend.HealthCheckFlags(fs)
 	deviceNodes := fs.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
 	common := cli.Register(fs)
-	log, code, done := common.Start(fs, name, os.Args[1:], os.Stdout, os.Stderr)
+	var checks realize.HealthChecks
+	log, code, done := common.Start(fs, name, args, stdout, stderr, func() error {
+		var err error
+		checks, err = healthChecks()
+		if *deviceNodes != "auto" && *deviceNodes != "on" && *deviceNodes != "off" {
+			err = errors.Join(err, &cli.FlagError{Flag: "device-nodes", Value: *deviceNodes, Reason: `must be "auto", "on" or "off"`})
+		}
+		return errors.Join(err,
+			cli.Required("node", *node, "this node's name (or set $NODE_NAME, as the DaemonSet does from spec.nodeName)"),
+			backend.CheckFlags(o.backendName, o.fakeGPUs),
+			cli.Required("cdi-dir", *cdiDir, "the directory the container runtime reads CDI specs from"),
+			cli.Required("plugin-data-dir", *dataDir, "the driver's socket and checkpoint directory"),
+			cli.Required("registrar-dir", *registrarDir, "the kubelet's plugin registration directory"),
+			cli.NotNegative("device-config-poll", o.configPoll),
+			cli.NotNegative("maintain-interval", *interval))
+	})
 	if done {
-		os.Exit(code)
+		return code
 	}
-	checks, err := healthChecks()
-	if err != nil {
-		log.Error("DRA driver failed", "err", err)
-		os.Exit(cli.ExitUsage)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	cfg := dradriver.Config{
 		Node: *node, CDIDir: *cdiDir, DataDir: *dataDir, RegistrarDir: *registrarDir,
 		MaintainInterval: *interval, HealthChecks: checks, Logger: log,
 	}
-	switch *deviceNodes {
-	case "on":
+	if *deviceNodes == "on" || *deviceNodes == "auto" && o.backendName == "nvml" {
 		cfg.DeviceNodes = dradriver.ProcNodes{}
-	case "auto":
-		if o.backendName == "nvml" {
-			cfg.DeviceNodes = dradriver.ProcNodes{}
-		}
-	case "off":
-	default:
-		log.Error("bad -device-nodes", "value", *deviceNodes)
-		os.Exit(cli.ExitUsage)
 	}
-	err = run(ctx, log, o, cfg)
-	if err != nil {
+	if o.configPoll == 0 {
+		o.configPoll = -1 // devconfig: below 0 reads only on the trigger
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, o, cfg); err != nil {
 		log.Error("DRA driver failed", "err", err)
-		os.Exit(cli.ExitFailure)
+		return cli.ExitFailure
 	}
+	return cli.ExitOK
 }
 
 func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config) error {

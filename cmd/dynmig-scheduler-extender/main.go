@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,28 +42,43 @@ type config struct {
 	opts                          extender.Options
 }
 
-func main() {
-	fs := flag.CommandLine
+// summary opens -h: what the binary is, in one sentence.
+const summary = name + " is dynmig's kube-scheduler extender: beside kube-scheduler it filters, scores and binds MIG pods, reserving an exact MIG profile and placement for each before the pod is bound."
+
+func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// command is the binary: it parses and checks args, then serves the
+// extender until SIGINT or SIGTERM, and returns the exit code (package
+// internal/cli). Every flag is checked before the cluster is contacted.
+func command(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	cli.SetUsage(fs, summary)
 	var c config
 	fs.StringVar(&c.addr, "addr", DefaultAddr, "listen address of the extender's filter, prioritize and bind calls (unauthenticated: keep it on loopback)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
 	fs.BoolVar(&c.legacyMetrics, "legacy-metrics", false, "also export the legacy nodeGPUMigInstance series")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
-	lock := fs.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node to itself before it is reported as stale")
+	lock := fs.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node to itself before it is reported as stale (0: the default)")
 	resource := fs.String("resource", string(kube.ResourceGPU), "the device plugin's extended resource (its -resource)")
 	skipFresh := fs.Bool("skip-fresh-node-read", false, "bind from the informer's view alone, without re-listing the node's pods from the API server (unsafe after a leadership change)")
 	common := cli.Register(fs)
-	log, code, done := common.Start(fs, name, os.Args[1:], os.Stdout, os.Stderr)
+	log, code, done := common.Start(fs, name, args, stdout, stderr, func() error {
+		return errors.Join(
+			cli.Required("addr", c.addr, "the address kube-scheduler calls, such as "+DefaultAddr),
+			cli.Required("resource", *resource, "the device plugin's extended resource, such as nvidia.com/gpu"),
+			cli.NotNegative("lock-timeout", *lock))
+	})
 	if done {
-		os.Exit(code)
+		return code
 	}
 	c.opts = extender.Options{LockTimeout: *lock, Resource: corev1.ResourceName(*resource), SkipFreshNodeRead: *skipFresh, Logger: log}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c); err != nil {
 		log.Error("scheduler extender failed", "err", err)
-		os.Exit(cli.ExitFailure)
+		return cli.ExitFailure
 	}
+	return cli.ExitOK
 }
 
 func run(ctx context.Context, c config) error {

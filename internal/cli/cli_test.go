@@ -203,18 +203,23 @@ func TestStart(t *testing.T) {
 		code   int
 		stop   bool
 		stdout string
+		check  func() error
 	}{
 		{name: "runs", args: []string{"-log-format", "json"}, code: cli.ExitOK},
 		{name: "version", args: []string{"-version"}, code: cli.ExitOK, stop: true, stdout: "x "},
 		{name: "bad log format", args: []string{"-log-format", "xml"}, code: cli.ExitUsage, stop: true},
 		{name: "bad flag", args: []string{"-nope"}, code: cli.ExitUsage, stop: true},
+		{name: "refused by the binary's check", args: []string{"-v", "1"}, code: cli.ExitUsage, stop: true,
+			check: func() error { return cli.Required("node", "", "a name") }},
+		{name: "passed the binary's check", args: []string{"-v", "1"}, code: cli.ExitOK,
+			check: func() error { return cli.Required("node", "n1", "a name") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("x", flag.ExitOnError)
 			f := cli.Register(fs)
 			var out bytes.Buffer
-			log, code, stop := f.Start(fs, "x", tt.args, &out, io.Discard)
+			log, code, stop := f.Start(fs, "x", tt.args, &out, io.Discard, tt.check)
 			if code != tt.code || stop != tt.stop || (log == nil) != stop || !strings.HasPrefix(out.String(), tt.stdout) {
 				t.Errorf("Start(%q) = %v, %d, %v, stdout %q", tt.args, log, code, stop, out.String())
 			}

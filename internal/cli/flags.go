@@ -20,17 +20,29 @@ const (
 // ErrFlag: a common flag has a value outside its range.
 var ErrFlag = errors.New("cli: bad flag value")
 
-// FlagError names the flag and the value refused; it matches [ErrFlag].
+// FlagError names the flag and the value refused; it matches [ErrFlag],
+// and Err when set. Its message is for the person who typed the flag: the
+// flag as written on the command line, the value, and why it is refused.
 type FlagError struct {
 	Flag, Value, Reason string
+	// Err is the cause, when another package refused the value, or nil.
+	Err error
 }
 
 func (e *FlagError) Error() string {
-	return fmt.Sprintf("cli: -%s=%q: %s", e.Flag, e.Value, e.Reason)
+	if e.Value == "" {
+		return fmt.Sprintf("-%s %s", e.Flag, e.Reason)
+	}
+	return fmt.Sprintf("-%s=%s: %s", e.Flag, e.Value, e.Reason)
 }
 
-// Unwrap returns [ErrFlag].
-func (e *FlagError) Unwrap() error { return ErrFlag }
+// Unwrap returns [ErrFlag] and Err.
+func (e *FlagError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrFlag}
+	}
+	return []error{ErrFlag, e.Err}
+}
 
 // Flags are the flags every binary shares. Create them with [Register].
 type Flags struct {
@@ -68,7 +80,7 @@ func (f *Flags) EffectiveLevel() slog.Level {
 // Handler returns the slog handler the flags describe, writing to w.
 func (f *Flags) Handler(w io.Writer) (slog.Handler, error) {
 	if f.Verbosity < 0 {
-		return nil, &FlagError{Flag: "v", Value: strconv.Itoa(f.Verbosity), Reason: "verbosity is not negative"}
+		return nil, &FlagError{Flag: "v", Value: strconv.Itoa(f.Verbosity), Reason: "must not be negative"}
 	}
 	opts := &slog.HandlerOptions{Level: f.EffectiveLevel()}
 	switch f.Format {
@@ -77,7 +89,7 @@ func (f *Flags) Handler(w io.Writer) (slog.Handler, error) {
 	case FormatJSON:
 		return slog.NewJSONHandler(w, opts), nil
 	}
-	return nil, &FlagError{Flag: "log-format", Value: f.Format, Reason: `want "text" or "json"`}
+	return nil, &FlagError{Flag: "log-format", Value: f.Format, Reason: `must be "text" or "json"`}
 }
 
 // Logger returns the logger the flags describe, writing to w, with the

@@ -37,10 +37,13 @@ func Parse(fs *flag.FlagSet, args []string, w io.Writer) (code int, stop bool) {
 }
 
 // Start parses a binary's arguments into fs ([Parse]), prints the version
-// for -version, and returns the logger the common flags configure. When
-// stop is true the binary exits with code: after -h or -version (0), or a
-// usage error (64), reported on stderr.
-func (f *Flags) Start(fs *flag.FlagSet, name string, args []string, stdout, stderr io.Writer) (log *slog.Logger, code int, stop bool) {
+// for -version, runs check, and returns the logger the common flags
+// configure. check (nil: none) validates the binary's own flags once they
+// are parsed, before any logger, cluster connection or hardware exists; the
+// usage errors it returns (each naming its flag, [FlagError]) are reported
+// with [ReportUsage]. When stop is true the binary exits with code: after
+// -h or -version (0), or a usage error (64), reported on stderr.
+func (f *Flags) Start(fs *flag.FlagSet, name string, args []string, stdout, stderr io.Writer, check func() error) (log *slog.Logger, code int, stop bool) {
 	if code, stop := Parse(fs, args, stderr); stop {
 		return nil, code, true
 	}
@@ -50,10 +53,14 @@ func (f *Flags) Start(fs *flag.FlagSet, name string, args []string, stdout, stde
 		}
 		return nil, ExitOK, true
 	}
-	log, err := f.Logger(stderr, name)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, ExitUsage, true
+	h, err := f.Handler(stderr)
+	if check != nil {
+		err = errors.Join(err, check())
 	}
+	if err != nil {
+		return nil, ReportUsage(stderr, name, err), true
+	}
+	log = slog.New(h).With("component", name)
+	RouteKlog(log, f.Verbosity)
 	return log, ExitOK, false
 }

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/dynmig/dynmig/internal/cli/clitest"
+)
+
+// TestUsageErrors: every flag is checked before the cluster is contacted
+// (KUBECONFIG names no file, so a command that got that far would exit 1,
+// not 64), and each refusal names its flag in the operator's words.
+func TestUsageErrors(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	t.Setenv("DP_DISABLE_HEALTHCHECKS", "")
+	t.Setenv("DP_ENABLE_HEALTHCHECKS", "")
+	ok := []string{"-node=n1", "-backend=fake"}
+	clitest.CheckUsage(t, command, []clitest.UsageCase{
+		{Name: "no backend", Args: []string{"-node=n1"}, Flags: []string{"backend"}},
+		{Name: "unknown backend", Args: []string{"-node=n1", "-backend=cuda"}, Flags: []string{"backend"}},
+		{Name: "no node", Args: []string{"-backend=fake"}, Flags: []string{"node"}},
+		{Name: "unknown fake model", Args: append(ok, "-fake-gpus=2xA999"), Flags: []string{"fake-gpus"}},
+		{Name: "negative poll", Args: append(ok, "-device-config-poll=-1s"), Flags: []string{"device-config-poll"}},
+		{Name: "negative maintain interval", Args: append(ok, "-maintain-interval=-30s"), Flags: []string{"maintain-interval"}},
+		{Name: "bad device nodes", Args: append(ok, "-device-nodes=maybe"), Flags: []string{"device-nodes"}},
+		{Name: "bad health check", Args: append(ok, "-disable-healthchecks=x"), Flags: []string{"disable-healthchecks"}},
+		{Name: "empty CDI dir", Args: append(ok, "-cdi-dir="), Flags: []string{"cdi-dir"}},
+		{Name: "several at once", Args: []string{"-maintain-interval=-1s", "-device-nodes=x"}, Flags: []string{"backend", "node", "maintain-interval", "device-nodes"}},
+	})
+}
+
+func TestHelpSaysWhatItIs(t *testing.T) {
+	clitest.CheckHelp(t, command, summary)
+}
