@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/realize"
 )
 
 // ErrNotRunning: [Plugin.SetAllowlist] was called before the plugin was
@@ -41,6 +42,42 @@ func (p *Plugin) SetAllowlist(ctx context.Context, a capability.Allowlist) error
 	p.mu.Unlock()
 	p.health.wake()
 	return p.publish(ctx)
+}
+
+// rediscover reads the GPUs again under the current allowlist, publishes
+// the node registration and re-sends the device list: after a maintenance
+// pass switched MIG mode on for a GPU (Config.Manager.EnableMIG), whose
+// profiles exist only from then on.
+func (p *Plugin) rediscover(ctx context.Context) error {
+	p.mu.Lock()
+	a := p.cfg.Allowlist
+	p.mu.Unlock()
+	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, a)
+	if err != nil {
+		return fmt.Errorf("deviceplugin: discovery: %w", err)
+	}
+	for _, f := range report.Findings {
+		p.log.Info("discovery finding", "finding", f.String())
+	}
+	p.mu.Lock()
+	p.gpus = gpus
+	p.mu.Unlock()
+	p.health.wake()
+	return p.publish(ctx)
+}
+
+// migSwitchedOn reports whether rep's adoption switched MIG mode on for a
+// GPU.
+func migSwitchedOn(rep realize.MaintainReport) bool {
+	if rep.Adopt == nil {
+		return false
+	}
+	for _, g := range rep.Adopt.GPUs {
+		if g.MIGEnabledNow {
+			return true
+		}
+	}
+	return false
 }
 
 // wake wakes every ListAndWatch stream, so that it sends the device list

@@ -306,6 +306,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
 			"leaks", len(rep.Adopt.Leaks), "err", err)
 	}
+	if migSwitchedOn(rep) {
+		if err := p.rediscover(ctx); err != nil {
+			return err
+		}
+	}
 	wg.Go(func() { _ = p.runner.Run(ctx) })
 
 	p.record.serving()
@@ -410,6 +415,11 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 	}
 	p.log.Log(ctx, level, "maintenance", "pods", len(snap.Pods), "complete", snap.Complete, "settled", rep.Settled,
 		"reconcile", rep.Reconcile.String(), "leaks_collected", leaksCollected(rep.Leaks), "err", err)
+	if migSwitchedOn(rep) {
+		if rerr := p.rediscover(ctx); rerr != nil {
+			p.log.WarnContext(ctx, "could not publish the GPUs MIG mode was switched on for", "err", rerr)
+		}
+	}
 	// A kubelet that does not answer must not hold up later passes.
 	bound := p.cfg.ReconcileInterval
 	if bound <= 0 {

@@ -492,7 +492,9 @@ func (d *Driver) unprepareDemand(uid string) realize.Demand {
 // PrepareStarted claims (below), then adopts until settled, reconciles
 // and collects leaks when due against the current listing and checkpoint.
 // No checkpointed claim's instance is destroyed by it: only the claim's
-// unprepare does that. Run calls it every MaintainInterval.
+// unprepare does that. Run calls it every MaintainInterval. A pass that
+// switched MIG mode on for a GPU (Config.Manager.EnableMIG) discovers the
+// GPUs again and republishes them.
 //
 // A PrepareStarted claim was never handed to a container, so the kubelet
 // may never unprepare it (its pod was deleted while the preparation kept
@@ -515,7 +517,24 @@ func (d *Driver) Maintain(ctx context.Context) (realize.MaintainReport, error) {
 	if len(rep.Reconcile.Released) > 0 || !rep.Reconcile.Authorized {
 		d.log.Info("reconcile", "authorized", rep.Reconcile.Authorized, "released", len(rep.Reconcile.Released), "reasons", len(rep.Reconcile.Reasons))
 	}
+	if migSwitchedOn(rep) { // Config.Manager.EnableMIG: the GPU's profiles exist from now on
+		err = errors.Join(err, d.Rediscover(ctx))
+	}
 	return rep, err
+}
+
+// migSwitchedOn reports whether rep's adoption switched MIG mode on for a
+// GPU.
+func migSwitchedOn(rep realize.MaintainReport) bool {
+	if rep.Adopt == nil {
+		return false
+	}
+	for _, g := range rep.Adopt.GPUs {
+		if g.MIGEnabledNow {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanStale unprepares the PrepareStarted claims the API server confirms

@@ -55,6 +55,11 @@ type GPUReport struct {
 	// Adopt switched it on.
 	MIGMode       capability.MIGMode
 	MIGEnabledNow bool
+	// MIGModeErr is why Adopt, with [Options.EnableMIG], could not switch
+	// MIG mode on for this idle GPU: [ErrResetRequired] while the change
+	// waits for a GPU reset, or the backend's refusal. The GPU stays out of
+	// MIG use; Adopt's error does not include it.
+	MIGModeErr error
 	// Err is why the GPU could not be inspected, cleaned or switched to
 	// MIG mode, or nil.
 	Err error
@@ -395,17 +400,35 @@ func (m *Manager) cleanIdle(ctx context.Context, dev capability.DeviceInfo, inst
 		m.log.InfoContext(ctx, "cleaned idle GPU", "gpu", dev.Index, "gpu_uuid", dev.UUID, "destroyed", g.Cleaned)
 	}
 	if dev.MIGMode == capability.MIGDisabled && m.enableMIG {
-		setter, ok := m.hw.(MIGModeSetter)
-		if !ok {
-			errs = append(errs, fmt.Errorf("%w: backend cannot enable MIG mode", ErrNotSupported))
-		} else if err := setter.EnableMIG(ctx, dev.Index); err != nil {
-			errs = append(errs, err)
-		} else {
-			g.MIGMode, g.MIGEnabledNow = capability.MIGEnabled, true
-			m.log.InfoContext(ctx, "enabled MIG mode on idle GPU", "gpu", dev.Index, "gpu_uuid", dev.UUID)
-		}
+		m.enableMIGOn(ctx, dev, g)
 	}
 	return errors.Join(errs...)
+}
+
+// enableMIGOn switches MIG mode on for an idle GPU ([Options.EnableMIG]).
+// A GPU whose mode cannot be switched stays out of MIG use with the cause
+// in g.MIGModeErr, logged as a warning; it is not an error of the pass, so
+// that one GPU waiting for its reset does not stop the node's others.
+func (m *Manager) enableMIGOn(ctx context.Context, dev capability.DeviceInfo, g *GPUReport) {
+	setter, ok := m.hw.(MIGModeSetter)
+	var err error
+	if !ok {
+		err = fmt.Errorf("%w: backend cannot enable MIG mode", ErrNotSupported)
+	} else {
+		err = setter.EnableMIG(ctx, dev.Index)
+	}
+	switch {
+	case err == nil:
+		g.MIGMode, g.MIGEnabledNow = capability.MIGEnabled, true
+		m.log.InfoContext(ctx, "enabled MIG mode on idle GPU", "gpu", dev.Index, "gpu_uuid", dev.UUID)
+	case errors.Is(err, ErrResetRequired):
+		g.MIGModeErr = err
+		m.log.WarnContext(ctx, "MIG mode on this GPU waits for a GPU reset: it takes no MIG pods until an operator resets it (nvidia-smi -r -i INDEX, with DCGM and other NVML clients stopped) or reboots the node, then restarts this component",
+			"gpu", dev.Index, "gpu_uuid", dev.UUID, "err", err)
+	default:
+		g.MIGModeErr = err
+		m.log.WarnContext(ctx, "could not switch MIG mode on: the GPU takes no MIG pods", "gpu", dev.Index, "gpu_uuid", dev.UUID, "err", err)
+	}
 }
 
 // destroyUnmanaged destroys every CI of gi, then gi.

@@ -250,6 +250,44 @@ func TestAdoptEnablesMIGOnIdleGPUs(t *testing.T) {
 	}
 }
 
+// TestAdoptEnableMIGLeavesBusyAndPendingGPUs: EnableMIG never touches a
+// GPU that runs a process, and a change the driver leaves pending until a
+// reset is reported on that GPU, not as an error of the pass.
+func TestAdoptEnableMIGLeavesBusyAndPendingGPUs(t *testing.T) {
+	t.Run("process on the GPU", func(t *testing.T) {
+		node := fakehal.MustNew(fakehal.Options{GPUs: fakehal.Repeat(2, fakehal.DefaultModel), MIGDisabled: true})
+		if _, err := node.StartProcess(0, ""); err != nil {
+			t.Fatal(err)
+		}
+		m := realize.NewManager(node, realize.Options{EnableMIG: true})
+		rep, err := m.Adopt(context.Background(), reservation.Snapshot{Complete: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy, _ := node.Device(0)
+		idle, _ := node.Device(1)
+		if busy.MIGMode != capability.MIGDisabled || busy.PendingMIGMode != capability.MIGDisabled || !rep.GPUs[0].Busy || rep.GPUs[0].MIGEnabledNow {
+			t.Errorf("GPU with a process: mode %v (pending %v), report %+v; want it left alone", busy.MIGMode, busy.PendingMIGMode, rep.GPUs[0])
+		}
+		if idle.MIGMode != capability.MIGEnabled || !rep.GPUs[1].MIGEnabledNow {
+			t.Errorf("idle GPU: mode %v, report %+v; want MIG on", idle.MIGMode, rep.GPUs[1])
+		}
+	})
+	t.Run("reset required", func(t *testing.T) {
+		node := fakehal.MustNew(fakehal.Options{MIGDisabled: true, ModeChangeNeedsReset: true})
+		m := realize.NewManager(node, realize.Options{EnableMIG: true})
+		rep, err := m.Adopt(context.Background(), reservation.Snapshot{Complete: true})
+		if err != nil {
+			t.Fatalf("Adopt = %v, want no error for a GPU that waits for its reset", err)
+		}
+		d, _ := node.Device(0)
+		g := rep.GPUs[0]
+		if !errors.Is(g.MIGModeErr, realize.ErrResetRequired) || g.Err != nil || g.MIGEnabledNow || d.MIGMode != capability.MIGDisabled {
+			t.Errorf("report %+v, mode %v; want MIGModeErr ErrResetRequired and MIG still off", g, d.MIGMode)
+		}
+	})
+}
+
 func TestCollectLeaks(t *testing.T) {
 	f := newFixture(t, 1)
 	ctx := context.Background()

@@ -23,8 +23,13 @@ type Options struct {
 	Logger *slog.Logger
 
 	// EnableMIG lets [Manager.Adopt] switch MIG mode on for idle GPUs
-	// whose MIG mode is disabled, through the backend's [MIGModeSetter].
-	// Without it such GPUs are only reported.
+	// whose MIG mode is disabled, through the backend's [MIGModeSetter]:
+	// never a GPU that runs processes or that a reservation names, and only
+	// with a snapshot that authorises cleaning. Without it such GPUs are
+	// only reported. A change the driver leaves pending until a GPU reset
+	// (NVIDIA's MIG User Guide says A100 and A30 need one) is reported in
+	// [GPUReport.MIGModeErr] as [ErrResetRequired]; the manager never
+	// resets a GPU.
 	EnableMIG bool
 
 	// CleanupTimeout bounds rollback work after the request's context was

@@ -20,7 +20,7 @@
 //
 // Flags: -node (default $NODE_NAME), -backend (required: fake or, with
 // cgo, nvml), -fake-gpus, -socket-dir, -resource, -scheduler-names,
-// -pod-resources-socket, -allow-mig-manager, -device-config,
+// -pod-resources-socket, -allow-mig-manager, -enable-mig, -device-config,
 // -device-config-poll, -metrics-addr, -kubeconfig, -disable-healthchecks
 // and -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
@@ -33,11 +33,29 @@
 // ready once the plugin serves its socket and registered with the kubelet.
 // -device-config names the scheduler's device config file (the ConfigMap
 // both read); its nvidia.migProfileAllowlist is the profile policy. It is
-// read again on SIGHUP and when it changes (every -device-config-poll); a
+// read again on SIGHUP and when it changes (every -device-config-poll; 0:
+// only on SIGHUP); a
 // malformed config, or one whose profiles this node's GPUs do not know, is
 // refused with a message naming the file and the cause: at start the
 // plugin exits, on reload the last good config stays in force (package
 // internal/devconfig).
+// -enable-mig (off by default) switches MIG mode on, at start, for each
+// idle GPU whose MIG mode is off: never a GPU that runs processes or that
+// a record names (realize.Options.EnableMIG). NVIDIA's MIG User Guide says
+// A100 and A30 need a GPU reset for the change; NVML attempts it when the
+// GPU is idle and no other client (DCGM, an exporter) holds it, and
+// otherwise leaves the change pending. The component never resets a GPU:
+// one whose change is pending, or that the driver refuses to switch, is
+// logged as a warning and takes no MIG pods until an operator resets it
+// (nvidia-smi -r) or reboots the node and restarts the component. Without
+// the flag a GPU with MIG mode off is reported (a mig-disabled discovery
+// finding) and left alone.
+//
+// Every flag is checked before the cluster is contacted or the backend
+// opened: a missing -node or -backend, an unknown backend or fake model, a
+// malformed health check list or a negative duration is a usage error,
+// exit 64, with one line per flag (package internal/cli).
+//
 // -kubeconfig names a kubeconfig file (its current context) for running
 // out of a cluster; empty means $KUBECONFIG, and with that empty too, the
 // pod's service account ([kube.RESTConfig], which loads it with client-go's

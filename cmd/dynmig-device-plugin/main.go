@@ -70,6 +70,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	schedulers := fs.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
 	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
+	enableMIG := backend.EnableMIGFlag(fs)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
 	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file (the ConfigMap the scheduler reads) whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
 	fs.DurationVar(&o.configPoll, "device-config-poll", devconfig.DefaultInterval, "how often -device-config is read for changes (0: only on SIGHUP)")
@@ -98,6 +99,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	if err := run(ctx, o, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir, Checkpoint: *checkpoint,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
+		Manager: realize.Options{EnableMIG: *enableMIG},
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
 		return cli.ExitFailure

@@ -33,11 +33,28 @@
 // driver's /proc files; "on"; "off"), -disable-healthchecks and
 // -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
-// them), and those every dynmig binary has (-version, -log-format=text|json,
+// them), -enable-mig, and those every dynmig binary has (-version, -log-format=text|json,
 // -log-level, -v; package internal/cli); -help lists them. -kubeconfig
 // names a kubeconfig file for running out of a cluster;
 // empty means $KUBECONFIG, and with that empty too, the pod's service
 // account ([kube.RESTConfig]).
+//
+// -enable-mig (off by default) switches MIG mode on, at start, for each
+// idle GPU whose MIG mode is off: never a GPU that runs processes or that
+// a checkpointed claim names (realize.Options.EnableMIG). NVIDIA's MIG User Guide says
+// A100 and A30 need a GPU reset for the change; NVML attempts it when the
+// GPU is idle and no other client (DCGM, an exporter) holds it, and
+// otherwise leaves the change pending. The component never resets a GPU:
+// one whose change is pending, or that the driver refuses to switch, is
+// logged as a warning and takes no MIG pods until an operator resets it
+// (nvidia-smi -r) or reboots the node and restarts the component. Without
+// the flag a GPU with MIG mode off is reported (a mig-disabled discovery
+// finding) and left alone.
+//
+// Every flag is checked before the cluster is contacted or the backend
+// opened: a missing -node or -backend, an unknown backend or fake model, a
+// malformed health check list or a negative duration is a usage error,
+// exit 64, with one line per flag (package internal/cli).
 //
 // Placements are half-open slot intervals [start, start+size). The
 // command runs one dradriver.Driver until SIGINT or SIGTERM and exits when

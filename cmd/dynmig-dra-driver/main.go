@@ -68,6 +68,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("maintain-interval", 30*time.Second, "how often the hardware is reconciled against the claims (0: the default)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
 	healthChecks := backend.HealthCheckFlags(fs)
+	enableMIG := backend.EnableMIGFlag(fs)
 	deviceNodes := fs.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
 	common := cli.Register(fs)
 	var checks realize.HealthChecks
@@ -92,6 +93,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	cfg := dradriver.Config{
 		Node: *node, CDIDir: *cdiDir, DataDir: *dataDir, RegistrarDir: *registrarDir,
 		MaintainInterval: *interval, HealthChecks: checks, Logger: log,
+		Manager: realize.Options{EnableMIG: *enableMIG},
 	}
 	if *deviceNodes == "on" || *deviceNodes == "auto" && o.backendName == "nvml" {
 		cfg.DeviceNodes = dradriver.ProcNodes{}

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 
@@ -54,4 +55,14 @@ func modelNames() []string {
 		names = append(names, n)
 	}
 	return names
+}
+
+// EnableMIGFlag defines -enable-mig on fs (off by default: changing a
+// GPU's MIG mode is the operator's call). With it, the component's
+// maintenance switches MIG mode on for each idle GPU whose MIG mode is off
+// (realize.Options.EnableMIG).
+func EnableMIGFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("enable-mig", false, "switch MIG mode on for each idle GPU whose MIG mode is off, at start (never a GPU that runs processes or that a record names); "+
+		"where the driver leaves the change pending until a GPU reset (A100, A30), the GPU is reported and takes no MIG pods until an operator resets it and restarts this component. "+
+		"Without it such GPUs are reported and left alone")
 }
