@@ -112,7 +112,11 @@ func (e *UnschedulableError) Error() string {
 		s += fmt.Sprintf(" (%d MiB)", e.DemandMiB)
 	}
 	if e.NeededSlots > 0 {
-		s += fmt.Sprintf(": %d free slots, %d needed", e.FreeSlots, e.NeededSlots)
+		slots := "slots"
+		if e.FreeSlots == 1 {
+			slots = "slot"
+		}
+		s += fmt.Sprintf(": %d free %s, %d needed", e.FreeSlots, slots, e.NeededSlots)
 	}
 	switch {
 	case e.Unhealthy == 1:

@@ -43,6 +43,24 @@ func commands() []command {
 	return []command{
 		discoverCommand(), validateCommand(), placeCommand(), statusCommand(),
 		metricsCommand(), defaultsCommand(), convertLegacyCommand(), simulateCommand(),
+		versionCommand(),
+	}
+}
+
+func versionCommand() command {
+	return command{
+		name:    "version",
+		summary: "print migctl's version and VCS revision",
+		help: `Prints the module version and VCS revision migctl was built from (as
+-version does on every dynmig binary).`,
+		setup: func(*flag.FlagSet) func(*env, []string) error {
+			return func(e *env, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				return cli.PrintVersion(e.stdout, "migctl")
+			}
+		},
 	}
 }
 
@@ -85,7 +103,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		writeUsage(stdout)
 		return exitOK
-	case "version", "-version", "--version":
+	case "-version", "--version":
 		if err := cli.PrintVersion(stdout, "migctl"); err != nil {
 			return exitInvalid
 		}
@@ -125,7 +143,7 @@ func (c command) run(e *env, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "migctl %s: %v\n", c.name, err)
-		fmt.Fprintf(e.stderr, "usage: migctl %s %s (see migctl %s --help)\n", c.name, c.args, c.name)
+		fmt.Fprintf(e.stderr, "usage: %s (see migctl %s --help)\n", c.synopsis(), c.name)
 		return exitUsage
 	}
 	err = exec(e, pos)
@@ -141,7 +159,7 @@ func (c command) run(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "migctl %s: %s\n", c.name, msg)
 	}
 	if code == exitUsage {
-		fmt.Fprintf(e.stderr, "usage: migctl %s %s (see migctl %s --help)\n", c.name, c.args, c.name)
+		fmt.Fprintf(e.stderr, "usage: %s (see migctl %s --help)\n", c.synopsis(), c.name)
 	}
 	return code
 }
@@ -166,8 +184,11 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// synopsis is the command's usage line: its name, flags and arguments.
+func (c command) synopsis() string { return strings.TrimSpace("migctl " + c.name + " " + c.args) }
+
 func (c command) writeHelp(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: migctl %s %s\n\n%s\n", c.name, c.args, strings.TrimSpace(c.help))
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", c.synopsis(), strings.TrimSpace(c.help))
 	var flags strings.Builder
 	fs.SetOutput(&flags)
 	fs.PrintDefaults()
@@ -194,7 +215,6 @@ commands:
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "  %-15s %s\n", "version", "print migctl's version and VCS revision")
 	fmt.Fprint(w, "\nRun migctl <command> --help for a command's flags.\n\n"+exitCodesHelp)
 }
 

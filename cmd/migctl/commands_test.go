@@ -122,7 +122,7 @@ func TestDiscoverErrors(t *testing.T) {
 		{name: "unknown model", args: []string{"discover", "--fake", "Z80"}, code: exitUsage, inStderr: []string{`unknown model "Z80"`, "NVIDIA A30"}},
 		{name: "bad count", args: []string{"discover", "--fake", "99xA30"}, code: exitUsage, inStderr: []string{"count 99"}},
 		{name: "GPU matching no allowlist entry", args: []string{"discover", "--fake", "A100", "--allowlist", onlyA30},
-			code: exitInvalid, inStdout: []string{`"mode":"mig"`}, inStderr: []string{"finding:", "no-match"}},
+			code: exitInvalid, inStdout: []string{`"mode":"mig"`}, inStderr: []string{"finding: GPU 0", "matches no migProfileAllowlist entry, so it publishes no MIG profiles."}},
 		{name: "custom allowlist with a variant", args: []string{"discover", "--fake", "A100", "--allowlist", only1g},
 			code: exitOK, inStdout: []string{`"name":"1g.5gb+me"`}},
 		{name: "legacy device config", args: []string{"discover", "--fake", "A100", "--allowlist", testdata("legacy-config.yaml")},
@@ -290,7 +290,7 @@ func TestStatus(t *testing.T) {
 	tests := []cliCase{
 		{name: "kubectl List", args: []string{"status", "--node", node, "--pods", testdata("pods.json")}, code: exitOK,
 			inStdout: []string{
-				"node mig-node-a: 2 MIG GPUs (NVIDIA A100-SXM4-40GB x2), 3 active pods hold 4 reservations (2 realized, 2 not yet), 1 pending MIG pods",
+				"node mig-node-a: 2 MIG GPUs (NVIDIA A100-SXM4-40GB x2), 3 active pods hold 4 reservations (2 realized, 2 not yet), 1 pending MIG pod",
 				"GPU0  [..|aa|bbbb]  free 2/8 slots, capacity 3, largest fit 2g.10gb  " + gpu0,
 				"GPU1  [c|c|......]  free 6/8 slots, capacity 8, largest fit 3g.20gb",
 				"node: free 8/16 slots, capacity 11, largest fit 3g.20gb, 0 unusable",
@@ -412,7 +412,7 @@ func TestChartNamesResolved(t *testing.T) {
 	r := migctl(t, "", "discover", "--fake", "NVIDIA A100-SXM4-80GB", "--allowlist", chart)
 	r.check(t, exitOK, []string{`"name":"7g.80gb"`}, []string{
 		`migProfileAllowlist[0]: 7g.79gb resolves to the driver's 7g.80gb on "NVIDIA A100-SXM4-80GB"`,
-		"resolved entry 0 profile 7g.79gb resolved to the driver's 7g.80gb"})
+		"knows the profile 7g.79gb (named in migProfileAllowlist[0]) as 7g.80gb"})
 	legacy := writeTemp(t, "legacy.yaml", "nvidia:\n  knownMigGeometries:\n  - models: [A100-SXM4-80GB]\n    allowedGeometries:\n    - - name: 7g.79gb\n        memory: 80896\n        count: 1\n")
 	r = migctl(t, "", "convert-legacy", legacy)
 	r.check(t, exitOK, []string{"7g.79gb"}, []string{`migProfileAllowlist[0]: 7g.79gb resolves to the driver's 7g.80gb on "NVIDIA A100-SXM4-80GB"`})

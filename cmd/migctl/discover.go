@@ -107,7 +107,12 @@ func discover(e *env, fake, allowFile, nodeName string, seed uint64, drv fakehal
 	}
 	serious := false
 	for _, f := range report.Findings {
-		fmt.Fprintf(e.stderr, "finding: %s\n", f)
+		if f.Kind == capability.FindingResolved && allowFile == "" {
+			// The built-in allowlist keeps the HAMi chart's names (7g.79gb)
+			// next to the drivers' on purpose: nothing to report.
+			continue
+		}
+		fmt.Fprintf(e.stderr, "finding: %s\n", findingSentence(f))
 		if f.Kind != capability.FindingUnresolved && f.Kind != capability.FindingModePending && f.Kind != capability.FindingResolved {
 			serious = true
 		}
@@ -197,4 +202,35 @@ func loadAllowlist(e *env, file string) (capability.Allowlist, error) {
 	}
 	printResolutions(e, displayName(file), cfg.Allowlist)
 	return cfg.Allowlist, nil
+}
+
+// findingSentence says what a discovery finding means for the node, in a
+// sentence for the operator (capability.Finding.String is for logs).
+func findingSentence(f capability.Finding) string {
+	gpu := fmt.Sprintf("GPU %d (%q, %s)", f.GPU, f.Model, f.UUID)
+	entry := fmt.Sprintf("migProfileAllowlist[%d]", f.Entry)
+	switch f.Kind {
+	case capability.FindingNoMatch:
+		return gpu + " matches no migProfileAllowlist entry, so it publishes no MIG profiles."
+	case capability.FindingMIGDisabled:
+		return fmt.Sprintf("%s has MIG mode off, so it publishes no MIG profiles; turn it on with nvidia-smi -i %d -mig 1, or the device plugin's -enable-mig.", gpu, f.GPU)
+	case capability.FindingModePending:
+		return gpu + " has a MIG mode change waiting for a GPU reset; until the reset it is used in its current mode."
+	case capability.FindingUnresolved:
+		return fmt.Sprintf("%s has no profile %s, which %s names, so that profile is left out.", gpu, f.Profile, entry)
+	case capability.FindingNoProfiles:
+		return fmt.Sprintf("%s has none of the profiles %s names, so it publishes no MIG profiles.", gpu, entry)
+	case capability.FindingResolved:
+		return fmt.Sprintf("%s knows the profile %s (named in %s) as %s, and publishes it under that name.", gpu, f.Profile, entry, f.Resolved)
+	case capability.FindingBadProfile:
+		s := gpu + " reports a profile that cannot be used"
+		if f.Profile != "" {
+			s = fmt.Sprintf("%s reports a profile %s that cannot be used", gpu, f.Profile)
+		}
+		if f.Err != nil {
+			return fmt.Sprintf("%s, so it is left out: %v.", s, f.Err)
+		}
+		return s + ", so it is left out."
+	}
+	return f.String()
 }

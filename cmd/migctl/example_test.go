@@ -35,7 +35,7 @@ func Example_status() {
 	run(context.Background(), []string{"status", "--node", "testdata/node.json", "--pods", "testdata/pods.json"},
 		nil, os.Stdout, io.Discard)
 	// Output:
-	// node mig-node-a: 2 MIG GPUs (NVIDIA A100-SXM4-40GB x2), 3 active pods hold 4 reservations (2 realized, 2 not yet), 1 pending MIG pods
+	// node mig-node-a: 2 MIG GPUs (NVIDIA A100-SXM4-40GB x2), 3 active pods hold 4 reservations (2 realized, 2 not yet), 1 pending MIG pod
 	//
 	// GPU0  [..|aa|bbbb]  free 2/8 slots, capacity 3, largest fit 2g.10gb  GPU-8d7f3c2e-5b1a-4c3d-9e8f-0a1b2c3d4e5f
 	// GPU1  [c|c|......]  free 6/8 slots, capacity 8, largest fit 3g.20gb  GPU-2c4e6a8b-1d3f-4a5b-8c7d-9e0f1a2b3c4d

@@ -181,5 +181,5 @@ func unschedulable(ue *placement.UnschedulableError) string {
 	if ue.NeededSlots == 0 {
 		return fmt.Sprintf("%s: %s", label, who)
 	}
-	return fmt.Sprintf("%s: %s needs %d slots, the closest GPU has %d free", label, who, ue.NeededSlots, ue.FreeSlots)
+	return fmt.Sprintf("%s: %s needs %s, the closest GPU has %d free", label, who, plural(ue.NeededSlots, "slot", "slots"), ue.FreeSlots)
 }

@@ -105,7 +105,7 @@ func TestRegistrationEntryLeftOut(t *testing.T) {
 	tests := []cliCase{
 		{name: "status lists the entry as a problem and shows the other GPU",
 			args: []string{"status", "--node", malformed}, code: exitInvalid,
-			inStdout: []string{"node mig-node-a: 1 MIG GPUs", "GPU0  [........]", "problems:",
+			inStdout: []string{"node mig-node-a: 1 MIG GPU", "GPU0  [........]", "problems:",
 				"node mig-node-a: registration entry 1 left out, its GPU gets no MIG pods", "device 1 devcore"}},
 		{name: "place uses the other GPU and warns", args: []string{"place", "--node", malformed, "--pod", pod, "--policy", "first-fit"}, code: exitOK,
 			inStdout: []string{`"gpuUUID":"` + gpu0 + `"`}, inStderr: []string{"warning: node mig-node-a: registration entry 1 left out"}},

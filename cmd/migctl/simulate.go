@@ -63,6 +63,14 @@ profile the model has (all).`,
 	}
 }
 
+// maxArrivals bounds --arrivals: the generated trace is held in memory
+// (about bytesPerArrival each) and every policy replays it, so a million
+// arrivals take a few hundred MB; 2,000,000,000 would take hundreds of GB.
+const (
+	maxArrivals     = 1_000_000
+	bytesPerArrival = 250
+)
+
 type simOptions struct {
 	model, trace, synthetic, policy, mix, writeTrace, allowlist, profiles string
 	gpus, arrivals                                                        int
@@ -111,7 +119,7 @@ func simulate(e *env, o simOptions) error {
 	for i, p := range gpus[0].Profiles {
 		names[i] = p.Name
 	}
-	fmt.Fprintf(e.stdout, "%d x %s, profiles %s, %d events\n\n", o.gpus, gpus[0].Name, strings.Join(names, " "), len(evs))
+	fmt.Fprintf(e.stdout, "%d x %s, profiles %s, %s\n\n", o.gpus, gpus[0].Name, strings.Join(names, " "), plural(len(evs), "event", "events"))
 	return sim.WriteTable(e.stdout, rs)
 }
 
@@ -185,6 +193,9 @@ func (o simOptions) events(e *env, gpus []capability.GPU) ([]sim.Event, error) {
 	opts := sim.HeavyChurn(seed)
 	if o.arrivals < 0 || o.load < 0 {
 		return nil, usageErr("--arrivals and --load must not be negative")
+	}
+	if o.arrivals > maxArrivals {
+		return nil, usageErr("--arrivals %d: at most %d; each arrival is two events held in memory (about %d bytes) and replayed once per policy, so larger runs would exhaust memory. Split the run into several seeds instead", o.arrivals, maxArrivals, bytesPerArrival)
 	}
 	if o.arrivals > 0 {
 		opts.Arrivals = o.arrivals

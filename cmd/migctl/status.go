@@ -80,9 +80,13 @@ func status(e *env, nv *nodeView, pol placement.Policy) error {
 			realized++
 		}
 	}
-	fmt.Fprintf(e.stdout, "node %s: %d MIG GPUs (%s%s), %s hold %s (%d realized, %d not yet), %d pending MIG pods\n\n",
-		nv.name, len(gpus), models(gpus), unhealthyCount(gpus), plural(len(podSet), "active pod", "active pods"), plural(len(rows), "reservation", "reservations"),
-		realized, len(rows)-realized, len(nv.pending))
+	holds := "hold"
+	if len(podSet) == 1 {
+		holds = "holds"
+	}
+	fmt.Fprintf(e.stdout, "node %s: %s (%s%s), %s %s %s (%d realized, %d not yet), %s\n\n",
+		nv.name, plural(len(gpus), "MIG GPU", "MIG GPUs"), models(gpus), unhealthyCount(gpus), plural(len(podSet), "active pod", "active pods"), holds,
+		plural(len(rows), "reservation", "reservations"), realized, len(rows)-realized, plural(len(nv.pending), "pending MIG pod", "pending MIG pods"))
 
 	legend := slotmap.NewLegend()
 	for _, r := range rows {

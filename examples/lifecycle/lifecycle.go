@@ -133,7 +133,11 @@ func (d *demo) discover() error {
 	d.ladder = ladder(sched[0].Profiles)
 	var names []string
 	for _, p := range d.ladder {
-		names = append(names, fmt.Sprintf("%s (%d MiB, %d slots)", p.Name, p.MemoryMB, p.Placements[0].Size))
+		slots := "slots"
+		if p.Placements[0].Size == 1 {
+			slots = "slot"
+		}
+		names = append(names, fmt.Sprintf("%s (%d MiB, %d %s)", p.Name, p.MemoryMB, p.Placements[0].Size, slots))
 	}
 	d.printf("\nThe scheduler decoded %d GPUs; profiles it may place: %s.\n", len(sched), strings.Join(names, ", "))
 	return nil

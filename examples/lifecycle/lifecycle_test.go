@@ -92,6 +92,32 @@ func TestDefaultShowsEveryStep(t *testing.T) {
 	}
 }
 
+// TestSmallNodeShowsTheStory: README's "-model A30 -gpus 2" shows what the
+// default run shows: a pod that succeeds and is reclaimed, an Allocate
+// after the restart, and a pod pending for fragmentation.
+func TestSmallNodeShowsTheStory(t *testing.T) {
+	var buf bytes.Buffer
+	if err := run(t.Context(), &buf, config{Model: "A30", GPUs: 2, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, bad := range []string{"succeeded: none", "No demand is pending for fragmentation"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output says %q", bad)
+		}
+	}
+	for _, want := range []string{
+		"succeeded: ",
+		"kubelet calls Allocate for late-0 on the new device plugin:\n  f  late-0",
+		"free slots but no legal placement",
+		"late-1 stays Pending until a neighbour is released",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
 // TestEveryPreset runs the walkthrough on one GPU of every built-in model
 // and on a full node of the largest grid.
 func TestEveryPreset(t *testing.T) {

@@ -63,6 +63,10 @@ var pattern = []shape{
 // workload builds the pods of the pattern that fit the node's slots by
 // their sizes alone, repeating it while anything fits: a realistic mix
 // that fills the node. Whether each really fits is the scheduler's call.
+// On a small node (fewer than smallNode slots, such as two A30s) the
+// shapes with big or whole-GPU devices are left out: they would take most
+// of the node and crowd out the small pods whose ends the later steps show
+// (a success, an Allocate after a restart, fragmentation).
 func workload(ladder []capability.Profile, slots uint32) []*pod {
 	var pods []*pod
 	budget := slots
@@ -71,7 +75,7 @@ func workload(ladder []capability.Profile, slots uint32) []*pod {
 		for _, sh := range pattern {
 			p := sh.pod(ladder, round)
 			need := sh.slots(ladder)
-			if need > budget {
+			if need > budget || slots < smallNode && sh.large() {
 				continue
 			}
 			budget -= need
@@ -82,6 +86,20 @@ func workload(ladder []capability.Profile, slots uint32) []*pod {
 			return pods
 		}
 	}
+}
+
+// smallNode is the slot count below which [workload] leaves out large
+// shapes: two 8-slot GPUs and more keep the whole pattern.
+const smallNode = 16
+
+// large reports whether the shape asks for a big or whole-GPU device.
+func (sh shape) large() bool {
+	for _, c := range sh.containers {
+		if slices.Contains(c, big) || slices.Contains(c, whole) {
+			return true
+		}
+	}
+	return false
 }
 
 func (sh shape) slots(ladder []capability.Profile) uint32 {
