@@ -440,6 +440,17 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	}
 }
 
+// TrustedEntries returns the entries of a pod's record that the trust rule
+// keeps ([reservation.ValidateRequests] over requests, the pod's
+// DeviceRequests), which are the only ones the scheduler counts, and the
+// rule's error naming the others; they occupy nothing. Past
+// [reservation.MaxProblems] failing entries it keeps none, as nothing
+// beyond the cap was checked. Tools that show the scheduler's view (migctl)
+// apply it through this function, so that they agree with [SchedulerView].
+func TrustedEntries(allocs []reservation.Allocation, requests []int) ([]reservation.Allocation, error) {
+	return trusted(allocs, requests)
+}
+
 // trusted returns the entries the trust rule keeps, and the rule's error.
 func trusted(allocs []reservation.Allocation, requests []int) ([]reservation.Allocation, error) {
 	err := reservation.ValidateRequests(allocs, requests)

@@ -155,7 +155,7 @@ func TestValidate(t *testing.T) {
 				"entry 1 field placement: overlapping placements",
 				"entry 2 field profile: malformed profile name",
 				"entry 2 field placement: invalid placement: size 0",
-				"invalid: 5 problem(s)",
+				"invalid: 5 problems",
 			}},
 		{name: "malformed JSON names the byte", args: []string{"validate"}, stdin: `[{"containerIndex":0,}]`, code: exitInvalid,
 			inStdout: []string{"entry 0", "(byte "}},
@@ -172,7 +172,7 @@ func TestValidate(t *testing.T) {
 				"pod ml/broken-0: entry 0 field migUUID: partial runtime identity",
 				`pod ml/legacy-0: hami.io/vgpu-devices-allocated container 0 device 0: legacy identifier "GPU-2c4e6a8b-1d3f-4a5b-8c7d-9e0f1a2b3c4d[0-3]"`,
 				"pods ml/train-0 and ml/thief-0: entry 0 and entry 0: overlapping placements",
-				"invalid: 3 problem(s)",
+				"invalid: 3 problems",
 			}},
 		{name: "a Node is not a pod", args: []string{"validate", testdata("node.json")}, code: exitInvalid, inStderr: []string{`kind "Node"`}},
 		{name: "missing file", args: []string{"validate", "testdata/nope.json"}, code: exitInvalid, inStderr: []string{"nope.json"}},
@@ -191,7 +191,7 @@ func TestValidateDuplicateUID(t *testing.T) {
 
 func TestValidateYAML(t *testing.T) {
 	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: yaml-pod\n  namespace: ml\n  uid: u1\n  annotations:\n    hami.io/vgpu-mig-allocations: '" +
-		strings.TrimSpace(readTestdata(t, "spec-allocation.json")) + "'\nspec:\n  containers: []\nstatus:\n  phase: Running\n"
+		strings.TrimSpace(readTestdata(t, "spec-allocation.json")) + "'\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n        nvidia.com/gpu: 1\nstatus:\n  phase: Running\n"
 	migctl(t, pod, "validate").check(t, exitOK, []string{"pod ml/yaml-pod: valid: 1 entry"}, nil)
 }
 
@@ -539,7 +539,7 @@ func TestValidateInputErrors(t *testing.T) {
 func TestValidateOtherNodesPods(t *testing.T) {
 	other := writeTemp(t, "other.json", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ml","uid":"u1","annotations":{"hami.io/vgpu-mig-allocations":`+
 		`"[{\"containerIndex\":0,\"deviceIndex\":0,\"gpuUUID\":\"GPU-00000000-0000-4000-8000-000000000000\",\"profile\":\"1g.5gb\",\"placement\":{\"start\":0,\"size\":1}}]"}},`+
-		`"spec":{"nodeName":"elsewhere","containers":[{"name":"c"}]}}`)
+		`"spec":{"nodeName":"elsewhere","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`)
 	migctl(t, "", "validate", "--node", testdata("node.json"), other).check(t, exitOK, []string{"bound to node elsewhere", "valid: 1 entry"}, nil)
 }
 

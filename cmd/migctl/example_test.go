@@ -18,7 +18,7 @@ func Example_validate() {
 	// Output:
 	// entry 0 field gpuInstanceID: partial runtime identity: 1 of migUUID, gpuInstanceID, computeInstanceID present
 	// entry 1 field placement: overlapping placements: [3,4) overlaps [2,4) on GPU-8d7f3c2e-5b1a-4c3d-9e8f-0a1b2c3d4e5f (entry 0)
-	// invalid: 2 problem(s)
+	// invalid: 2 problems
 	// exit 1
 }
 

@@ -323,7 +323,8 @@ func pickNode(data []byte, name string) (*corev1.Node, error) {
 }
 
 // holds reports whether a pod belongs to the node: bound to it, or not yet
-// bound but reserving one of its GPUs (assumed by the scheduler).
+// bound but reserving one of its GPUs (assumed by the scheduler) with an
+// entry the trust rule keeps.
 func (nv *nodeView) holds(p *corev1.Pod) bool {
 	if p.Spec.NodeName != "" {
 		return p.Spec.NodeName == nv.name
@@ -332,6 +333,7 @@ func (nv *nodeView) holds(p *corev1.Pod) bool {
 	if err != nil {
 		return false
 	}
+	allocs, _ = kube.TrustedEntries(allocs, podView(p).DeviceRequests)
 	for _, a := range allocs {
 		if slices.ContainsFunc(nv.gpus, func(g capability.GPU) bool { return g.UUID == a.GPUUUID }) {
 			return true
@@ -369,7 +371,9 @@ func (nv *nodeView) snapshot() reservation.Snapshot {
 // ledger builds the scheduler's occupancy of the node from its active pods,
 // leaving out the pod named skip (the one being placed). Problems with
 // observed reservations are returned as warnings: the scheduler records
-// them anyway, as the slots are taken in reality.
+// them anyway, as the slots are taken in reality. Entries the trust rule
+// drops (kube.TrustedEntries: their container does not request them)
+// occupy nothing, as in the scheduler, and are warned about.
 func (nv *nodeView) ledger(pol placement.Policy, skip string) (*placement.Ledger, []string, error) {
 	l := placement.NewLedger(placement.LedgerOptions{Policy: pol})
 	if err := l.SetNode(nv.name, nv.gpus); err != nil {
@@ -390,6 +394,8 @@ func (nv *nodeView) ledger(pol placement.Policy, skip string) (*placement.Ledger
 			warnings = append(warnings, fmt.Sprintf("pod %s: %s not counted: %v", podKey(v), reservation.AnnotationKey, err))
 			continue
 		}
+		allocs, untrusted := kube.TrustedEntries(allocs, v.DeviceRequests)
+		warnings = append(warnings, untrustedProblems(v, untrusted)...)
 		// Overlaps between pods are recorded and listed by Conflicts;
 		// the callers report them with pod names.
 		for _, err := range flatten(l.AddPod(nv.name, v.UID, schedule.LedgerReservations(v.UID, allocs))) {
@@ -409,4 +415,14 @@ func (nv *nodeView) podName(uid string) string {
 		}
 	}
 	return uid
+}
+
+// untrustedProblems describes the entries of v's record that the trust
+// rule drops (err from kube.TrustedEntries; nil: none): each occupies
+// nothing.
+func untrustedProblems(v reservation.Pod, err error) []string {
+	if err == nil {
+		return nil
+	}
+	return describe("pod "+podKey(v)+": ", err)
 }

@@ -169,6 +169,8 @@ func (nv *nodeView) reservations() ([]reservationRow, []string) {
 		if err != nil {
 			continue // reported by Desired below
 		}
+		allocs, untrusted := kube.TrustedEntries(allocs, v.DeviceRequests)
+		problems = append(problems, untrustedProblems(v, untrusted)...)
 		for _, a := range allocs {
 			rows = append(rows, reservationRow{pod: podKey(v), alloc: a})
 		}

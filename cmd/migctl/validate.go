@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -76,9 +77,9 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 		if err := json.Unmarshal(t, &value); err != nil {
 			return fmt.Errorf("%s: quoted annotation value: %w", displayName(file), err)
 		}
-		problems = validateValue(e, value, lookup, "")
+		problems = validateValue(e, value, lookup, "", false, nil)
 	case t[0] == '[':
-		problems = validateValue(e, string(t), lookup, "")
+		problems = validateValue(e, string(t), lookup, "", false, nil)
 	default:
 		pods, err := decodePods(data)
 		if err != nil {
@@ -91,7 +92,7 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 		fmt.Fprintln(e.stdout, p)
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(e.stdout, "invalid: %d problem(s)\n", len(problems))
+		fmt.Fprintf(e.stdout, "invalid: %s\n", plural(len(problems), "problem", "problems"))
 		return errFindings
 	}
 	return nil
@@ -99,7 +100,12 @@ func validate(e *env, file, nodeFile, nodeName string) error {
 
 // validateValue checks one annotation value; valid values print a summary
 // line (prefixed by the pod, when there is one) and return no problems.
-func validateValue(e *env, value string, lookup reservation.GPULookup, prefix string) []string {
+// requests, for a pod's record, are its containers' device requests: the
+// trust rule then reports each entry its container does not request as
+// occupying nothing, as the scheduler and device plugin treat it
+// (kube.TrustedEntries). A bare value (requests nil, pod false) has no
+// containers to check.
+func validateValue(e *env, value string, lookup reservation.GPULookup, prefix string, pod bool, requests []int) []string {
 	allocs, err := reservation.DecodeString(value)
 	if err != nil {
 		return describe(prefix, err)
@@ -111,6 +117,11 @@ func validateValue(e *env, value string, lookup reservation.GPULookup, prefix st
 	}
 	if err != nil {
 		return describe(prefix, err)
+	}
+	if pod {
+		if _, untrusted := kube.TrustedEntries(allocs, requests); untrusted != nil {
+			return describe(prefix, untrusted)
+		}
 	}
 	realized := 0
 	for _, a := range allocs {
@@ -149,7 +160,7 @@ func validatePods(e *env, pods []*corev1.Pod, lookup reservation.GPULookup, node
 			fmt.Fprintf(e.stdout, "%sbound to node %s, not checked against node %s\n", prefix, p.Spec.NodeName, node)
 			podLookup = nil
 		}
-		problems = append(problems, validateValue(e, value, podLookup, prefix)...)
+		problems = append(problems, validateValue(e, value, podLookup, prefix, true, v.DeviceRequests)...)
 	}
 	// Cross-pod rules: only the desired set of the active pods knows them.
 	for _, r := range reservation.Desired(snap).Reasons {
@@ -213,6 +224,7 @@ var problemLabels = []struct {
 	{reservation.ErrUnknownProfile, "profile not published by the GPU"},
 	{reservation.ErrUnpublishedPlacement, "placement not published for the profile"},
 	{reservation.ErrPodIdentity, "pod UID missing or shared with another pod"},
+	{reservation.ErrNotRequested, "occupies nothing, its container does not request it"},
 }
 
 func problemLabel(err error) string {
