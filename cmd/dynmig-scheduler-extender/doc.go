@@ -43,6 +43,10 @@
 // that empty too, the pod's service account ([kube.RESTConfig], which
 // loads it with client-go's clientcmd as kubectl does).
 //
+// Every flag is checked before the cluster is contacted: an empty -addr or
+// -resource and a negative -lock-timeout (0 means the default, 2m) are
+// usage errors, exit 64, one line per flag (package internal/cli).
+//
 // Placements are half-open slot intervals [start, start+size) and memory
 // is MiB, as in package extender, which also states the failure semantics
 // and the concurrency contract: the command runs one extender.Extender

@@ -8,6 +8,13 @@
 // binary's arguments and returns the exit code every dynmig binary uses
 // (0 for -h, 64 for a usage error, as migctl); nothing here exits.
 //
+// A binary checks its own flags in the check [Flags.Start] runs, after
+// parsing and before any logger, cluster connection or hardware exists:
+// [Required], [NotNegative] and [FlagError] name the flag as the operator
+// typed it, never a Go identifier, and [ReportUsage] prints every problem,
+// one a line. [SetUsage] opens -h with one sentence saying what the binary
+// is.
+//
 // klog is process-wide state: [Flags.Logger] points klog at the logger it
 // returns (klog.SetSlogLogger) and sets klog's verbosity to -v, so the
 // logs of client-go and of the component share one format and one
