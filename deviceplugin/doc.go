@@ -170,6 +170,31 @@
 //     (GPUUnhealthy or MIGDeviceUnhealthy) naming its container, MIG
 //     device and the cause.
 //
+// # Device lists
+//
+// [Config.DeviceListStrategy] says how an Allocate response hands a
+// container its MIG devices, with the names NVIDIA's device plugin gives
+// its -device-list-strategy values:
+//
+//   - [DeviceListEnvVar] (the zero value): NVIDIA_VISIBLE_DEVICES=<MIG
+//     UUIDs>, which the NVIDIA container toolkit acts on in legacy mode.
+//     With the toolkit's defaults a pod can set the variable itself, in a
+//     container that requests no device or, because the kubelet puts the
+//     pod's own variables after the plugin's, in one that does, and so
+//     reach devices nobody gave it.
+//   - [DeviceListVolumeMounts]: NVIDIA_VISIBLE_DEVICES=[VolumeMountsRoot]
+//     and /dev/null mounted at VolumeMountsRoot/<MIG UUID> per device; a
+//     toolkit with accept-nvidia-visible-devices-as-volume-mounts = true
+//     and accept-nvidia-visible-devices-envvar-when-unprivileged = false
+//     reads the mounts, which a pod cannot forge, and ignores the
+//     variable of an unprivileged container.
+//   - [DeviceListCDICRI]: the response's CDIDevices name [CDIKind]=<MIG
+//     UUID> per device (Kubernetes 1.29+; containerd 2 and CRI-O resolve
+//     them, containerd 1.7 with enable_cdi), and [DeviceListCDIAnnotations]
+//     the same names in CDI's container annotation. The runtime applies
+//     a CDI spec of each instance, whose edits it applies after
+//     the pod's own environment.
+//
 // # Model and units
 //
 // Each reservation is an entry of hami.io/vgpu-mig-allocations: a physical

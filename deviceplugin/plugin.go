@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +98,10 @@ type Config struct {
 	// to Logger). Its AbsentPodGrace delays reclaiming an instance whose
 	// pod vanished from the listing without first being seen deleting.
 	Manager realize.Options
+	// DeviceListStrategy says how Allocate hands a container its devices
+	// (see the package documentation, "Device lists"); "" means
+	// [DeviceListEnvVar].
+	DeviceListStrategy DeviceListStrategy
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -169,6 +172,10 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = string(kube.ResourceGPU)
+	}
+	var err error
+	if cfg.DeviceListStrategy, err = ParseDeviceListStrategy(string(cfg.DeviceListStrategy)); err != nil {
+		return nil, err
 	}
 	if cfg.SchedulerNames == nil {
 		cfg.SchedulerNames = []string{DefaultSchedulerName}
@@ -501,9 +508,11 @@ func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v
 			}
 			return nil, status.Error(code, err.Error())
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, &v1beta1.ContainerAllocateResponse{
-			Envs: map[string]string{VisibleDevicesEnv: strings.Join(uuids, ",")},
-		})
+		cresp, err := containerResponse(p.cfg.DeviceListStrategy, uuids) // devicelist.go
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil
 }

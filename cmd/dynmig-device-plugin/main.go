@@ -58,6 +58,7 @@ func main() {
 	resource := fs.String("resource", "nvidia.com/gpu", "extended resource name")
 	schedulers := fs.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
+	strategy := fs.String("device-list-strategy", string(deviceplugin.DeviceListEnvVar), "how Allocate hands a container its MIG devices, as NVIDIA's device plugin names it: "+strategyNames())
 	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
 	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file (the ConfigMap the scheduler reads) whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
@@ -74,15 +75,30 @@ func main() {
 		log.Error("device plugin failed", "err", err)
 		os.Exit(cli.ExitUsage)
 	}
+	listStrategy, err := deviceplugin.ParseDeviceListStrategy(*strategy)
+	if err != nil {
+		log.Error("device plugin failed", "flag", "-device-list-strategy", "err", err)
+		os.Exit(cli.ExitUsage)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir, Checkpoint: *checkpoint,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
+		DeviceListStrategy: listStrategy,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
 		os.Exit(cli.ExitFailure)
 	}
+}
+
+// strategyNames lists the device list strategies for -help.
+func strategyNames() string {
+	var names []string
+	for _, d := range deviceplugin.DeviceListStrategies() {
+		names = append(names, string(d))
+	}
+	return strings.Join(names, ", ")
 }
 
 func run(ctx context.Context, o options, cfg deviceplugin.Config) error {
