@@ -95,6 +95,8 @@ func TestAllocateResponseByStrategy(t *testing.T) {
 			client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, pod)
 			r := start(t, client, hw, func(c *deviceplugin.Config) {
 				c.DeviceListStrategy = tt.strategy
+				c.CDIDir = t.TempDir()
+				c.CDIGenerator = deviceplugin.NewFakeCDI()
 			})
 			resp, err := allocate(context.Background(), r.client, "a", "b")
 			require.NoError(t, err)

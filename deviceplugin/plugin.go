@@ -102,6 +102,14 @@ type Config struct {
 	// (see the package documentation, "Device lists"); "" means
 	// [DeviceListEnvVar].
 	DeviceListStrategy DeviceListStrategy
+	// CDIDir is where a CDI strategy's specs are written, one per managed
+	// MIG instance (see the package documentation, "CDI specs"); ""
+	// means [DefaultCDIDir]. Unused by the other strategies.
+	CDIDir string
+	// CDIGenerator describes the instances in their CDI specs; a CDI
+	// strategy needs one ([NewFakeCDI] for fakehal, [NewProcCDI] or
+	// nvmlhal/cdispec for real GPUs), others ignore it.
+	CDIGenerator CDIGenerator
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -134,6 +142,8 @@ type Plugin struct {
 	record *nodeRecord // the checkpoint
 
 	health healthTracker // GPU health from the backend (health.go)
+
+	cdi *cdiSpecs // the instances' CDI specs; nil without a CDI strategy (cdispec.go)
 }
 
 type target struct {
@@ -205,6 +215,16 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Manager.Logger == nil {
 		cfg.Manager.Logger = log
 	}
+	var specs *cdiSpecs
+	if cfg.DeviceListStrategy.CDI() {
+		if cfg.CDIGenerator == nil {
+			return nil, ErrNoCDIGenerator
+		}
+		if cfg.CDIDir == "" {
+			cfg.CDIDir = DefaultCDIDir
+		}
+		specs = &cdiSpecs{dir: cfg.CDIDir, gen: cfg.CDIGenerator, log: log}
+	}
 	if err := os.MkdirAll(filepath.Dir(cfg.Checkpoint), 0o700); err != nil {
 		return nil, &CheckpointError{Path: cfg.Checkpoint, Pod: -1, Device: -1, Err: err}
 	}
@@ -228,6 +248,7 @@ func New(cfg Config) (*Plugin, error) {
 		claims:    map[target]claim{},
 		verify:    newVerifier(),
 		record:    newNodeRecord(cfg.Checkpoint, ckpt, exists, log),
+		cdi:       specs,
 	}
 	// A deleted or finished pod triggers a reconcile pass at once.
 	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
@@ -308,6 +329,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	snap := p.snapshot()
 	rep, err := p.manager.Maintain(ctx, snap)
 	p.record.sync(p.manager.Managed, snap)
+	if err := p.syncSpecs(ctx); err != nil { // before serving: no instance without its spec
+		return err
+	}
 	if rep.Adopt != nil {
 		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
 			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
@@ -411,6 +435,9 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 	}
 	rep, err := p.manager.Maintain(ctx, snap)
 	p.record.sync(p.manager.Managed, snap)
+	if serr := p.syncSpecs(ctx); serr != nil {
+		p.log.WarnContext(ctx, "could not reconcile the CDI specs", "err", serr)
+	}
 	level := slog.LevelDebug
 	if len(rep.Reconcile.Released)+len(rep.Reconcile.Kept)+len(rep.Reconcile.Vanished) > 0 || !rep.Reconcile.Authorized || !rep.Settled {
 		level = slog.LevelInfo
@@ -545,6 +572,11 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deviceplugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
+	}
+	// Before the record and the checkpoint: a failed write leaves the
+	// container a candidate, and the kubelet's retry writes again.
+	if err := p.writeSpecs(res.Devices); err != nil {
+		return nil, fmt.Errorf("deviceplugin: pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
 	}
 	entries := make([]reservation.Allocation, len(res.Devices))
 	uuids := make([]string, len(res.Devices))

@@ -22,7 +22,10 @@
 // cgo, nvml), -fake-gpus, -socket-dir, -resource, -scheduler-names,
 // -pod-resources-socket, -device-list-strategy (envvar, volume-mounts,
 // cdi-cri or cdi-annotations, as NVIDIA's device plugin names them;
-// default envvar, see package deviceplugin, "Device lists"),
+// default envvar, see package deviceplugin, "Device lists"), -cdi-dir
+// (default /var/run/cdi: where a cdi-* strategy keeps one CDI spec per MIG
+// instance; device nodes read from the driver's /proc files, numbered
+// ones with -backend=fake),
 // -allow-mig-manager, -device-config,
 // -device-config-poll, -metrics-addr, -kubeconfig, -disable-healthchecks
 // and -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and

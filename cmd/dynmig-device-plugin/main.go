@@ -59,6 +59,7 @@ func main() {
 	schedulers := fs.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
 	strategy := fs.String("device-list-strategy", string(deviceplugin.DeviceListEnvVar), "how Allocate hands a container its MIG devices, as NVIDIA's device plugin names it: "+strategyNames())
+	cdiDir := fs.String("cdi-dir", deviceplugin.DefaultCDIDir, "directory the container runtime reads CDI specs from; with a cdi-* -device-list-strategy the plugin keeps one spec per MIG instance there")
 	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
 	fs.StringVar(&o.deviceConfig, "device-config", "", `scheduler device config file (the ConfigMap the scheduler reads) whose nvidia.migProfileAllowlist is the profile policy; "" means the built-in default. Reloaded on SIGHUP and when the file changes; a refused config keeps the last good one`)
@@ -85,11 +86,21 @@ func main() {
 	if err := run(ctx, o, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir, Checkpoint: *checkpoint,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
-		DeviceListStrategy: listStrategy,
+		DeviceListStrategy: listStrategy, CDIDir: *cdiDir, CDIGenerator: cdiGenerator(o.backendName),
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
 		os.Exit(cli.ExitFailure)
 	}
+}
+
+// cdiGenerator describes the backend's MIG instances in CDI specs: the
+// NVIDIA driver's device nodes read from /proc for real GPUs, numbered
+// ones for fakehal.
+func cdiGenerator(backendName string) deviceplugin.CDIGenerator {
+	if backendName == "fake" {
+		return deviceplugin.NewFakeCDI()
+	}
+	return deviceplugin.NewProcCDI("")
 }
 
 // strategyNames lists the device list strategies for -help.
