@@ -170,6 +170,58 @@
 //     (GPUUnhealthy or MIGDeviceUnhealthy) naming its container, MIG
 //     device and the cause.
 //
+// # Device lists
+//
+// [Config.DeviceListStrategy] says how an Allocate response hands a
+// container its MIG devices, with the names NVIDIA's device plugin gives
+// its -device-list-strategy values:
+//
+//   - [DeviceListEnvVar] (the zero value): NVIDIA_VISIBLE_DEVICES=<MIG
+//     UUIDs>, which the NVIDIA container toolkit acts on in legacy mode.
+//     With the toolkit's defaults a pod can set the variable itself, in a
+//     container that requests no device or, because the kubelet puts the
+//     pod's own variables after the plugin's, in one that does, and so
+//     reach devices nobody gave it.
+//   - [DeviceListVolumeMounts]: NVIDIA_VISIBLE_DEVICES=[VolumeMountsRoot]
+//     and /dev/null mounted at VolumeMountsRoot/<MIG UUID> per device; a
+//     toolkit with accept-nvidia-visible-devices-as-volume-mounts = true
+//     and accept-nvidia-visible-devices-envvar-when-unprivileged = false
+//     reads the mounts, which a pod cannot forge, and ignores the
+//     variable of an unprivileged container.
+//   - [DeviceListCDICRI]: the response's CDIDevices name [CDIKind]=<MIG
+//     UUID> per device (Kubernetes 1.29+; containerd 2 and CRI-O resolve
+//     them, containerd 1.7 with enable_cdi), and [DeviceListCDIAnnotations]
+//     the same names in CDI's container annotation. The runtime applies
+//     the plugin's CDI spec of each instance, whose edits it applies after
+//     the pod's own environment.
+//
+// # CDI specs
+//
+// Under a CDI strategy the plugin keeps, in [Config.CDIDir] (default
+// [DefaultCDIDir]), exactly one spec file per MIG instance its manager
+// manages, "dynmig.io-mig_<MIG UUID>.json", defining the one device
+// [CDIKind]=<MIG UUID> with the edits of [Config.CDIGenerator] and its
+// common edits:
+//
+//   - Allocate writes the spec of each of the container's instances,
+//     atomically (a temporary file, fsync, rename, directory fsync),
+//     before it records the runtime identities and before the kubelet
+//     gets the names; a spec that cannot be written fails the Allocate
+//     ([ErrCDISpec]) with the instances kept, and the kubelet's retry
+//     writes it again;
+//   - after every maintenance pass, and at start before the socket is
+//     served, the directory is reconciled with the managed instances:
+//     the spec of an instance no longer managed (destroyed with its pod,
+//     or gone while the plugin was down) is removed, a managed instance
+//     without one (adopted after a crash between its creation and its
+//     spec, or realized under another strategy) gets it. At start a
+//     failure stops the plugin; later ones are logged and retried on the
+//     next pass. Files of other vendors are never touched.
+//
+// A MIG UUID names one instance from its creation to its destruction, so
+// a name never resolves to another instance's spec. A container given
+// several instances gets each spec's common edits once per spec.
+//
 // # Model and units
 //
 // Each reservation is an entry of hami.io/vgpu-mig-allocations: a physical

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +98,18 @@ type Config struct {
 	// to Logger). Its AbsentPodGrace delays reclaiming an instance whose
 	// pod vanished from the listing without first being seen deleting.
 	Manager realize.Options
+	// DeviceListStrategy says how Allocate hands a container its devices
+	// (see the package documentation, "Device lists"); "" means
+	// [DeviceListEnvVar].
+	DeviceListStrategy DeviceListStrategy
+	// CDIDir is where a CDI strategy's specs are written, one per managed
+	// MIG instance (see the package documentation, "CDI specs"); ""
+	// means [DefaultCDIDir]. Unused by the other strategies.
+	CDIDir string
+	// CDIGenerator describes the instances in their CDI specs; a CDI
+	// strategy needs one ([NewFakeCDI] for fakehal, [NewProcCDI] or
+	// nvmlhal/cdispec for real GPUs), others ignore it.
+	CDIGenerator CDIGenerator
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -131,6 +142,8 @@ type Plugin struct {
 	record *nodeRecord // the checkpoint
 
 	health healthTracker // GPU health from the backend (health.go)
+
+	cdi *cdiSpecs // the instances' CDI specs; nil without a CDI strategy (cdispec.go)
 }
 
 type target struct {
@@ -170,6 +183,10 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = string(kube.ResourceGPU)
 	}
+	var err error
+	if cfg.DeviceListStrategy, err = ParseDeviceListStrategy(string(cfg.DeviceListStrategy)); err != nil {
+		return nil, err
+	}
 	if cfg.SchedulerNames == nil {
 		cfg.SchedulerNames = []string{DefaultSchedulerName}
 	}
@@ -198,6 +215,16 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Manager.Logger == nil {
 		cfg.Manager.Logger = log
 	}
+	var specs *cdiSpecs
+	if cfg.DeviceListStrategy.CDI() {
+		if cfg.CDIGenerator == nil {
+			return nil, ErrNoCDIGenerator
+		}
+		if cfg.CDIDir == "" {
+			cfg.CDIDir = DefaultCDIDir
+		}
+		specs = &cdiSpecs{dir: cfg.CDIDir, gen: cfg.CDIGenerator, log: log}
+	}
 	if err := os.MkdirAll(filepath.Dir(cfg.Checkpoint), 0o700); err != nil {
 		return nil, &CheckpointError{Path: cfg.Checkpoint, Pod: -1, Device: -1, Err: err}
 	}
@@ -221,6 +248,7 @@ func New(cfg Config) (*Plugin, error) {
 		claims:    map[target]claim{},
 		verify:    newVerifier(),
 		record:    newNodeRecord(cfg.Checkpoint, ckpt, exists, log),
+		cdi:       specs,
 	}
 	// A deleted or finished pod triggers a reconcile pass at once.
 	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
@@ -301,6 +329,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	snap := p.snapshot()
 	rep, err := p.manager.Maintain(ctx, snap)
 	p.record.sync(p.manager.Managed, snap)
+	if err := p.syncSpecs(ctx); err != nil { // before serving: no instance without its spec
+		return err
+	}
 	if rep.Adopt != nil {
 		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
 			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
@@ -409,6 +440,9 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 	}
 	rep, err := p.manager.Maintain(ctx, snap)
 	p.record.sync(p.manager.Managed, snap)
+	if serr := p.syncSpecs(ctx); serr != nil {
+		p.log.WarnContext(ctx, "could not reconcile the CDI specs", "err", serr)
+	}
 	level := slog.LevelDebug
 	if len(rep.Reconcile.Released)+len(rep.Reconcile.Kept)+len(rep.Reconcile.Vanished) > 0 || !rep.Reconcile.Authorized || !rep.Settled {
 		level = slog.LevelInfo
@@ -511,9 +545,11 @@ func (p *Plugin) Allocate(ctx context.Context, req *v1beta1.AllocateRequest) (*v
 			}
 			return nil, status.Error(code, err.Error())
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, &v1beta1.ContainerAllocateResponse{
-			Envs: map[string]string{VisibleDevicesEnv: strings.Join(uuids, ",")},
-		})
+		cresp, err := containerResponse(p.cfg.DeviceListStrategy, uuids) // devicelist.go
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil
 }
@@ -546,6 +582,11 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deviceplugin: realize pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
+	}
+	// Before the record and the checkpoint: a failed write leaves the
+	// container a candidate, and the kubelet's retry writes again.
+	if err := p.writeSpecs(res.Devices); err != nil {
+		return nil, fmt.Errorf("deviceplugin: pod %s/%s container %d: %w", pod.Namespace, pod.Name, ci, err)
 	}
 	entries := make([]reservation.Allocation, len(res.Devices))
 	uuids := make([]string, len(res.Devices))

@@ -20,7 +20,13 @@
 //
 // Flags: -node (default $NODE_NAME), -backend (required: fake or, with
 // cgo, nvml), -fake-gpus, -socket-dir, -resource, -scheduler-names,
-// -pod-resources-socket, -allow-mig-manager, -enable-mig, -device-config,
+// -pod-resources-socket, -device-list-strategy (envvar, volume-mounts,
+// cdi-cri or cdi-annotations, as NVIDIA's device plugin names them;
+// default envvar, see package deviceplugin, "Device lists"), -cdi-dir
+// (default /var/run/cdi: where a cdi-* strategy keeps one CDI spec per MIG
+// instance; device nodes read from the driver's /proc files, numbered
+// ones with -backend=fake),
+// -allow-mig-manager, -enable-mig, -device-config,
 // -device-config-poll, -metrics-addr, -kubeconfig, -disable-healthchecks
 // and -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives

@@ -69,6 +69,8 @@ func command(args []string, stdout, stderr io.Writer) int {
 	resource := fs.String("resource", "nvidia.com/gpu", "extended resource name")
 	schedulers := fs.String("scheduler-names", deviceplugin.DefaultSchedulerName, "comma-separated spec.schedulerName values of the schedulers whose extender writes reservation records")
 	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
+	strategy := fs.String("device-list-strategy", string(deviceplugin.DeviceListEnvVar), "how Allocate hands a container its MIG devices, as NVIDIA's device plugin names it: "+strategyNames())
+	cdiDir := fs.String("cdi-dir", deviceplugin.DefaultCDIDir, "directory the container runtime reads CDI specs from; with a cdi-* -device-list-strategy the plugin keeps one spec per MIG instance there")
 	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	enableMIG := backend.EnableMIGFlag(fs)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
@@ -78,10 +80,14 @@ func command(args []string, stdout, stderr io.Writer) int {
 	healthChecks := backend.HealthCheckFlags(fs)
 	common := cli.Register(fs)
 	var checks realize.HealthChecks
+	var listStrategy deviceplugin.DeviceListStrategy
 	log, code, done := common.Start(fs, name, args, stdout, stderr, func() error {
-		var err error
+		var err, strategyErr error
 		checks, err = healthChecks()
-		return errors.Join(err,
+		if listStrategy, strategyErr = deviceplugin.ParseDeviceListStrategy(*strategy); strategyErr != nil {
+			strategyErr = fmt.Errorf("-device-list-strategy: %w", strategyErr)
+		}
+		return errors.Join(err, strategyErr,
 			cli.Required("node", *node, "this node's name (or set $NODE_NAME, as the DaemonSet does from spec.nodeName)"),
 			backend.CheckFlags(o.backendName, o.fakeGPUs),
 			cli.Required("resource", *resource, "the extended resource the plugin advertises, such as nvidia.com/gpu"),
@@ -99,12 +105,32 @@ func command(args []string, stdout, stderr io.Writer) int {
 	if err := run(ctx, o, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir, Checkpoint: *checkpoint,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
-		Manager: realize.Options{EnableMIG: *enableMIG},
+		Manager:            realize.Options{EnableMIG: *enableMIG},
+		DeviceListStrategy: listStrategy, CDIDir: *cdiDir, CDIGenerator: cdiGenerator(o.backendName),
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
+}
+
+// cdiGenerator describes the backend's MIG instances in CDI specs: the
+// NVIDIA driver's device nodes read from /proc for real GPUs, numbered
+// ones for fakehal.
+func cdiGenerator(backendName string) deviceplugin.CDIGenerator {
+	if backendName == "fake" {
+		return deviceplugin.NewFakeCDI()
+	}
+	return deviceplugin.NewProcCDI("")
+}
+
+// strategyNames lists the device list strategies for -help.
+func strategyNames() string {
+	var names []string
+	for _, d := range deviceplugin.DeviceListStrategies() {
+		names = append(names, string(d))
+	}
+	return strings.Join(names, ", ")
 }
 
 func run(ctx context.Context, o options, cfg deviceplugin.Config) error {

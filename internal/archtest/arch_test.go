@@ -54,7 +54,7 @@ func listPackages(t *testing.T) map[string]pkg {
 func layer(rel string) int {
 	top, _, _ := strings.Cut(rel, "/")
 	switch {
-	case rel == "internal/gpulock" || rel == "internal/atomicfile" || rel == "internal/testwait":
+	case rel == "internal/gpulock" || rel == "internal/atomicfile" || rel == "internal/testwait" || rel == "internal/devnodes":
 		return 0
 	case top == "capability":
 		return 1
