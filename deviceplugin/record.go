@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -176,38 +177,98 @@ func (r *nodeRecord) handed(uid types.UID, c int) bool {
 	return false
 }
 
-// overlay rewrites the runtime identities of pod's record with what the
-// plugin recorded: an entry holds the identity of the device the plugin
-// handed to it (or adopted for it), at the entry's GPU, profile and
-// placement, and no other; an inherited pod's entry without such a device
-// keeps the identity its record names. A record that does not decode is
-// left as it is.
+// overlay rewrites pod's record into the recorded view (see the package
+// documentation, "Checkpoint"). A container the plugin handed devices to
+// (or adopted them for) has exactly those devices as its entries, with
+// their runtime identities, whatever the record says now: moved, stripped
+// or removed. Every other entry keeps its scheduled fields only, unless
+// the pod is inherited, whose entries keep the identity the record names.
+// A pod all of whose entries are recorded devices wins every conflict
+// ([recordedClaim]). A record that does not decode is left as it is: it
+// withholds destruction on the node whether or not the plugin restarted.
 func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	value := pod.Annotations[reservation.AnnotationKey]
-	if value == "" {
-		return
-	}
-	allocs, err := reservation.DecodeString(value)
-	if err != nil {
-		return
-	}
 	r.mu.Lock()
+	recorded := r.devicesOf(types.UID(pod.UID))
 	inherited := r.inherited[types.UID(pod.UID)]
-	for i, a := range allocs {
-		d, ok := r.devices[managedRef{types.UID(pod.UID), a.ContainerIndex, a.DeviceIndex}]
-		switch {
-		case ok && d.GPUUUID == a.GPUUUID && d.Profile == a.Profile && d.Placement == a.Placement:
-			allocs[i] = a.Scheduled().WithRuntime(d.Runtime)
-		case !inherited:
-			allocs[i] = a.Scheduled()
+	r.mu.Unlock()
+	if value == "" && len(recorded) == 0 {
+		return
+	}
+	var allocs []reservation.Allocation
+	if value != "" {
+		var err error
+		if allocs, err = reservation.DecodeString(value); err != nil {
+			return
 		}
 	}
-	r.mu.Unlock()
-	if v := reservation.EncodeString(allocs); v != value {
+	view := make([]reservation.Allocation, 0, len(allocs)+len(recorded))
+	emitted := map[int]bool{}
+	onlyRecorded := len(recorded) > 0
+	for _, a := range allocs {
+		devs, ok := recorded[a.ContainerIndex]
+		switch {
+		case ok && !emitted[a.ContainerIndex]:
+			view = append(view, devs...)
+			emitted[a.ContainerIndex] = true
+		case ok: // the container's entries are its recorded devices
+		case inherited:
+			view, onlyRecorded = append(view, a), false
+		default:
+			view, onlyRecorded = append(view, a.Scheduled()), false
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(recorded)) {
+		if !emitted[c] {
+			view = append(view, recorded[c]...)
+		}
+	}
+	if onlyRecorded {
+		recordedClaim(pod)
+	}
+	if v := reservation.EncodeString(view); v != value {
 		ann := maps.Clone(pod.Annotations)
+		if ann == nil {
+			ann = map[string]string{}
+		}
 		ann[reservation.AnnotationKey] = v
 		pod.Annotations = ann
 	}
+}
+
+// recordedClaim marks the view of a pod whose every entry is a device the
+// plugin handed out as the claim that wins every conflict
+// (reservation.Desired): it was admitted with them (RecordStarted), they
+// are the plugin's own record, stronger than any binding
+// (RecordScheduled), and they were claimed no later than the pod was
+// created. A pod whose other containers are not handed yet keeps its
+// observation: those entries are only the record's.
+func recordedClaim(pod *reservation.Pod) {
+	pod.RecordScheduled, pod.RecordStarted = true, true
+	if pod.Created.IsZero() || !pod.RecordSeen.IsZero() && pod.RecordSeen.Before(pod.Created) {
+		return
+	}
+	pod.RecordSeen = pod.Created
+}
+
+// devicesOf returns the recorded devices of the pod by container, each
+// container's ordered by device index, as reservation entries. The caller
+// holds r.mu.
+func (r *nodeRecord) devicesOf(uid types.UID) map[int][]reservation.Allocation {
+	var out map[int][]reservation.Allocation
+	for ref, d := range r.devices {
+		if ref.pod != uid {
+			continue
+		}
+		if out == nil {
+			out = map[int][]reservation.Allocation{}
+		}
+		out[ref.container] = append(out[ref.container], d.allocation())
+	}
+	for _, devs := range out {
+		slices.SortFunc(devs, func(a, b reservation.Allocation) int { return a.DeviceIndex - b.DeviceIndex })
+	}
+	return out
 }
 
 // save writes the checkpoint. The caller holds r.mu.
