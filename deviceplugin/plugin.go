@@ -528,7 +528,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 		}
 		p.claims[target{pod.UID, ci}] = realized
 	}()
-	if err := p.refuseUnhealthy(pod, ci); err != nil {
+	if err := p.refuseUnhealthy(c.view, ci); err != nil {
 		return nil, err
 	}
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{
