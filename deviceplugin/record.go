@@ -19,6 +19,7 @@ import (
 // concurrent use.
 type nodeRecord struct {
 	path string
+	boot string // the node's boot ID, written with every checkpoint
 	log  *slog.Logger
 
 	mu        sync.Mutex
@@ -31,10 +32,16 @@ type nodeRecord struct {
 }
 
 // newNodeRecord holds c, read from path; exists false means no checkpoint
-// was found.
-func newNodeRecord(path string, c Checkpoint, exists bool, log *slog.Logger) *nodeRecord {
-	r := &nodeRecord{path: path, log: log, obs: map[types.UID]kube.Observation{}, inherited: map[types.UID]bool{},
+// was found. boot is the node's boot ID: devices c recorded under another
+// one are marked PreviousBoot (see the package documentation, "Reboots").
+func newNodeRecord(path string, c Checkpoint, exists bool, boot string, log *slog.Logger) *nodeRecord {
+	r := &nodeRecord{path: path, boot: boot, log: log, obs: map[types.UID]kube.Observation{}, inherited: map[types.UID]bool{},
 		inheriting: !exists, devices: map[managedRef]HandedDevice{}}
+	rebooted := c.BootID != "" && c.BootID != boot
+	if rebooted {
+		log.Warn("the node rebooted since the checkpoint was written: its MIG devices are kept as claims, not as live instances",
+			"checkpoint_boot_id", c.BootID, "boot_id", boot, "devices", len(c.Devices))
+	}
 	for _, p := range c.Pods {
 		r.obs[types.UID(p.UID)] = p.Observation
 		if p.Inherited {
@@ -42,9 +49,18 @@ func newNodeRecord(path string, c Checkpoint, exists bool, log *slog.Logger) *no
 		}
 	}
 	for _, d := range c.Devices {
+		d.PreviousBoot = d.PreviousBoot || rebooted
 		r.devices[managedRef{types.UID(d.PodUID), d.ContainerIndex, d.DeviceIndex}] = d
 	}
 	return r
+}
+
+// stamp writes the checkpoint at once, so that it names the current boot
+// and marks a previous boot's devices before anything else is decided.
+func (r *nodeRecord) stamp() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.save()
 }
 
 // observations returns the first observations to start the pod source
@@ -125,7 +141,7 @@ func (r *nodeRecord) sync(managed func() []realize.ManagedInstance, snap reserva
 		h := HandedDevice{PodUID: in.Owner.PodUID, ContainerIndex: in.Owner.ContainerIndex, DeviceIndex: in.Owner.DeviceIndex,
 			GPUUUID: in.GPUUUID, Profile: in.Key.Profile, Placement: in.Key.Placement, Runtime: in.Runtime,
 			Adopted: in.Origin == realize.OriginAdopted}
-		if prev, ok := r.devices[ref]; !ok || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
+		if prev, ok := r.devices[ref]; !ok || prev.PreviousBoot || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
 			r.put(ref, h)
 			changed = true
 		}
@@ -150,14 +166,16 @@ func (r *nodeRecord) sync(managed func() []realize.ManagedInstance, snap reserva
 	}
 }
 
-// put records h for ref and forgets the devices of other owners that name
-// its MIG UUID or GPU instance or overlap its placement: the manager never
-// hands out or adopts what it manages for another owner, so theirs were
-// reclaimed and are stale. The caller holds r.mu.
+// put records h, a device of this boot, for ref and forgets the devices
+// of other owners that overlap its placement or, of this boot, name its
+// MIG UUID or GPU instance: the manager never hands out or adopts what it
+// manages for another owner, so theirs were reclaimed and are stale. A
+// previous boot's identities name nothing now. The caller holds r.mu.
 func (r *nodeRecord) put(ref managedRef, h HandedDevice) {
 	for other, o := range r.devices {
-		if other != ref && (o.Runtime.MIGUUID == h.Runtime.MIGUUID || o.GPUUUID == h.GPUUUID &&
-			(o.Placement.Overlaps(h.Placement) || o.Runtime.GPUInstanceID == h.Runtime.GPUInstanceID)) {
+		sameGPU := o.GPUUUID == h.GPUUUID
+		named := !o.PreviousBoot && (o.Runtime.MIGUUID == h.Runtime.MIGUUID || sameGPU && o.Runtime.GPUInstanceID == h.Runtime.GPUInstanceID)
+		if other != ref && (named || sameGPU && o.Placement.Overlaps(h.Placement)) {
 			delete(r.devices, other)
 		}
 	}
@@ -177,15 +195,9 @@ func (r *nodeRecord) handed(uid types.UID, c int) bool {
 	return false
 }
 
-// overlay rewrites pod's record into the recorded view (see the package
-// documentation, "Checkpoint"). A container the plugin handed devices to
-// (or adopted them for) has exactly those devices as its entries, with
-// their runtime identities, whatever the record says now: moved, stripped
-// or removed. Every other entry keeps its scheduled fields only, unless
-// the pod is inherited, whose entries keep the identity the record names.
-// A pod all of whose entries are recorded devices wins every conflict
-// ([recordedClaim]). A record that does not decode is left as it is: it
-// withholds destruction on the node whether or not the plugin restarted.
+// overlay rewrites pod into the recorded view (see the package
+// documentation, "The recorded view"). An inherited pod's entries that
+// the plugin handed nothing keep the identities the record names.
 func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	value := pod.Annotations[reservation.AnnotationKey]
 	r.mu.Lock()
@@ -236,13 +248,10 @@ func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	}
 }
 
-// recordedClaim marks the view of a pod whose every entry is a device the
-// plugin handed out as the claim that wins every conflict
-// (reservation.Desired): it was admitted with them (RecordStarted), they
-// are the plugin's own record, stronger than any binding
-// (RecordScheduled), and they were claimed no later than the pod was
-// created. A pod whose other containers are not handed yet keeps its
-// observation: those entries are only the record's.
+// recordedClaim makes pod, every entry of which is a device the plugin
+// handed out, win every conflict in reservation.Desired: as started and
+// scheduled (no binding outranks the plugin's own record), and first seen
+// no later than the pod was created (a time the API server set).
 func recordedClaim(pod *reservation.Pod) {
 	pod.RecordScheduled, pod.RecordStarted = true, true
 	if pod.Created.IsZero() || !pod.RecordSeen.IsZero() && pod.RecordSeen.Before(pod.Created) {
@@ -263,7 +272,7 @@ func (r *nodeRecord) devicesOf(uid types.UID) map[int][]reservation.Allocation {
 		if out == nil {
 			out = map[int][]reservation.Allocation{}
 		}
-		out[ref.container] = append(out[ref.container], d.allocation())
+		out[ref.container] = append(out[ref.container], d.entry())
 	}
 	for _, devs := range out {
 		slices.SortFunc(devs, func(a, b reservation.Allocation) int { return a.DeviceIndex - b.DeviceIndex })
@@ -273,7 +282,7 @@ func (r *nodeRecord) devicesOf(uid types.UID) map[int][]reservation.Allocation {
 
 // save writes the checkpoint. The caller holds r.mu.
 func (r *nodeRecord) save() error {
-	c := Checkpoint{}
+	c := Checkpoint{BootID: r.boot}
 	for uid, o := range r.obs {
 		c.Pods = append(c.Pods, PodObservation{UID: string(uid), Observation: o, Inherited: r.inherited[uid]})
 	}
