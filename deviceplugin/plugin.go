@@ -182,37 +182,7 @@ func New(cfg Config) (*Plugin, error) {
 	case cfg.Hardware == nil:
 		return nil, errors.New("deviceplugin: Config.Hardware is required")
 	}
-	if cfg.ResourceName == "" {
-		cfg.ResourceName = string(kube.ResourceGPU)
-	}
-	if cfg.SchedulerNames == nil {
-		cfg.SchedulerNames = []string{DefaultSchedulerName}
-	}
-	if cfg.SocketDir == "" {
-		cfg.SocketDir = v1beta1.DevicePluginPath
-	}
-	if cfg.SocketName == "" {
-		cfg.SocketName = "dynmig-mig.sock"
-	}
-	if cfg.Checkpoint == "" {
-		cfg.Checkpoint = filepath.Join(cfg.SocketDir, CheckpointDir, CheckpointFile)
-	}
-	if cfg.Allowlist == nil {
-		cfg.Allowlist = capability.DefaultAllowlist()
-	}
-	if cfg.SocketCheckInterval <= 0 {
-		cfg.SocketCheckInterval = 5 * time.Second
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Manager.Logger == nil {
-		cfg.Manager.Logger = log
-	}
+	cfg, log := withDefaults(cfg)
 	boot, err := bootID(cfg.BootID)
 	if err != nil {
 		return nil, err
@@ -251,6 +221,43 @@ func New(cfg Config) (*Plugin, error) {
 		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,
 	})
 	return p, nil
+}
+
+// withDefaults fills in the zero fields of cfg that have defaults, and
+// returns it with its logger.
+func withDefaults(cfg Config) (Config, *slog.Logger) {
+	if cfg.ResourceName == "" {
+		cfg.ResourceName = string(kube.ResourceGPU)
+	}
+	if cfg.SchedulerNames == nil {
+		cfg.SchedulerNames = []string{DefaultSchedulerName}
+	}
+	if cfg.SocketDir == "" {
+		cfg.SocketDir = v1beta1.DevicePluginPath
+	}
+	if cfg.SocketName == "" {
+		cfg.SocketName = "dynmig-mig.sock"
+	}
+	if cfg.Checkpoint == "" {
+		cfg.Checkpoint = filepath.Join(cfg.SocketDir, CheckpointDir, CheckpointFile)
+	}
+	if cfg.Allowlist == nil {
+		cfg.Allowlist = capability.DefaultAllowlist()
+	}
+	if cfg.SocketCheckInterval <= 0 {
+		cfg.SocketCheckInterval = 5 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Manager.Logger == nil {
+		cfg.Manager.Logger = log
+	}
+	return cfg, log
 }
 
 // readRecord reads the checkpoint at path for the node's current boot, and
