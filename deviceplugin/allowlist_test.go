@@ -66,7 +66,8 @@ func TestSetAllowlist(t *testing.T) {
 
 func TestSetAllowlistBeforeReady(t *testing.T) {
 	hw := fakehal.MustNew(fakehal.Options{})
-	p, err := deviceplugin.New(deviceplugin.Config{Node: "n1", Client: fake.NewClientset(), Hardware: hw})
+	p, err := deviceplugin.New(deviceplugin.Config{Node: "n1", Client: fake.NewClientset(), Hardware: hw, SocketDir: t.TempDir()})
 	require.NoError(t, err)
+	defer p.Close()
 	require.ErrorIs(t, p.SetAllowlist(context.Background(), capability.DefaultAllowlist()), deviceplugin.ErrNotRunning)
 }

@@ -26,13 +26,21 @@ const (
 	CheckpointFile = "checkpoint.json"
 )
 
-// checkpointVersion is the only version DecodeCheckpoint accepts.
+// checkpointVersion is the only version DecodeCheckpoint accepts. The
+// boot ID and the previous-boot mark are optional fields of it, added
+// later: a file without them (an earlier plugin's) still loads, and an
+// earlier plugin refuses a file with them (unknown fields) rather than
+// guess.
 const checkpointVersion = 1
 
 // Checkpoint is the plugin's durable node-local record of what it observed
 // and did; see the package documentation ("Checkpoint"). The zero value is
 // an empty checkpoint.
 type Checkpoint struct {
+	// BootID is the node's boot ID when the checkpoint was written; "" in
+	// a file an earlier plugin wrote (see the package documentation,
+	// "Reboots").
+	BootID string
 	// Pods are the first observations of the node's pods' claims, by UID
 	// (kube.NodePodSourceOptions.Observations).
 	Pods []PodObservation
@@ -65,12 +73,33 @@ type HandedDevice struct {
 	// Adopted is true when the plugin adopted an instance it found rather
 	// than created it.
 	Adopted bool
+	// PreviousBoot is true when the device was handed out before the node
+	// last rebooted: the container keeps its claim to the placement, but
+	// no instance is taken for it by Runtime (see the package
+	// documentation, "Reboots").
+	PreviousBoot bool
 }
 
-// allocation returns the device as a reservation entry.
+// allocation returns the device as a reservation entry, with its runtime
+// identity.
 func (d HandedDevice) allocation() reservation.Allocation {
+	return d.claim().WithRuntime(d.Runtime)
+}
+
+// claim returns the device as a reservation entry without runtime
+// identity: the placement it claims.
+func (d HandedDevice) claim() reservation.Allocation {
 	return reservation.Allocation{ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex, GPUUUID: d.GPUUUID,
-		Profile: d.Profile, Placement: d.Placement}.WithRuntime(d.Runtime)
+		Profile: d.Profile, Placement: d.Placement}
+}
+
+// entry returns the device as the recorded view shows it: with its
+// runtime identity, unless it was handed out before the last reboot.
+func (d HandedDevice) entry() reservation.Allocation {
+	if d.PreviousBoot {
+		return d.claim()
+	}
+	return d.allocation()
 }
 
 // ErrCheckpoint is matched by every [*CheckpointError].
@@ -105,6 +134,7 @@ func (e *CheckpointError) Unwrap() []error { return []error{ErrCheckpoint, e.Err
 // Go renames.
 type checkpointJSON struct {
 	Version int          `json:"version"`
+	BootID  string       `json:"bootID,omitempty"`
 	Pods    []podJSON    `json:"pods"`
 	Devices []deviceJSON `json:"devices"`
 }
@@ -129,12 +159,13 @@ type deviceJSON struct {
 	GIID           uint32               `json:"gpuInstanceID"`
 	CIID           uint32               `json:"computeInstanceID"`
 	Adopted        bool                 `json:"adopted"`
+	PreviousBoot   bool                 `json:"previousBoot,omitempty"`
 }
 
 // EncodeCheckpoint returns the checkpoint's file content, pods ordered by
 // UID and devices by owner, so that equal checkpoints encode equally.
 func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
-	out := checkpointJSON{Version: checkpointVersion, Pods: []podJSON{}, Devices: []deviceJSON{}}
+	out := checkpointJSON{Version: checkpointVersion, BootID: c.BootID, Pods: []podJSON{}, Devices: []deviceJSON{}}
 	for _, p := range c.Pods {
 		out.Pods = append(out.Pods, podJSON{UID: p.UID, Claim: p.Claim, FirstSeen: p.At.UTC(), Scheduled: p.Scheduled,
 			Started: p.Started, Inherited: p.Inherited})
@@ -142,7 +173,8 @@ func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 	for _, d := range c.Devices {
 		out.Devices = append(out.Devices, deviceJSON{PodUID: d.PodUID, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex,
 			GPUUUID: d.GPUUUID, Profile: d.Profile, Placement: d.Placement,
-			MIGUUID: d.Runtime.MIGUUID, GIID: d.Runtime.GPUInstanceID, CIID: d.Runtime.ComputeInstanceID, Adopted: d.Adopted})
+			MIGUUID: d.Runtime.MIGUUID, GIID: d.Runtime.GPUInstanceID, CIID: d.Runtime.ComputeInstanceID, Adopted: d.Adopted,
+			PreviousBoot: d.PreviousBoot})
 	}
 	slices.SortFunc(out.Pods, func(a, b podJSON) int { return strings.Compare(a.UID, b.UID) })
 	slices.SortFunc(out.Devices, func(a, b deviceJSON) int {
@@ -162,9 +194,9 @@ func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 // UID, a claim kube.ValidClaim refuses, a missing first observation time,
 // a device without owner, with negative or repeated indexes, whose
 // reservation and identity reservation.Validate refuses, or that names a
-// MIG UUID or GPU instance another device names, or overlaps another
-// device's placement on its GPU, are each a [*CheckpointError] naming the
-// pod or device; path only labels them.
+// MIG UUID or GPU instance another device of the same boot names, or
+// overlaps another device's placement on its GPU, are each a
+// [*CheckpointError] naming the pod or device; path only labels them.
 func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 	bad := func(pod, dev int, err error) (Checkpoint, error) {
 		return Checkpoint{}, &CheckpointError{Path: path, Pod: pod, Device: dev, Err: err}
@@ -176,7 +208,7 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 	if in.Version != checkpointVersion {
 		return bad(-1, -1, fmt.Errorf("version %d, want %d", in.Version, checkpointVersion))
 	}
-	var out Checkpoint
+	out := Checkpoint{BootID: in.BootID}
 	seen := map[string]bool{}
 	for i, p := range in.Pods {
 		switch {
@@ -196,7 +228,7 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 	gis := map[string]bool{}
 	for j, d := range in.Devices {
 		h := HandedDevice{PodUID: d.PodUID, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex, GPUUUID: d.GPUUUID,
-			Profile: d.Profile, Placement: d.Placement, Adopted: d.Adopted,
+			Profile: d.Profile, Placement: d.Placement, Adopted: d.Adopted, PreviousBoot: d.PreviousBoot,
 			Runtime: reservation.RuntimeIdentity{MIGUUID: d.MIGUUID, GPUInstanceID: d.GIID, ComputeInstanceID: d.CIID}}
 		owner := managedRef{types.UID(d.PodUID), d.ContainerIndex, d.DeviceIndex}
 		if d.PodUID == "" || owners[owner] {
@@ -206,11 +238,14 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 		if err := reservation.Validate([]reservation.Allocation{h.allocation()}); err != nil {
 			return bad(-1, j, err)
 		}
-		gi := d.GPUUUID + "/" + fmt.Sprint(d.GIID)
-		if migs[d.MIGUUID] || gis[gi] {
+		// A previous boot's identities name nothing now: only
+		// placements must not overlap across boots.
+		gi := fmt.Sprint(d.PreviousBoot, "/", d.GPUUUID, "/", d.GIID)
+		mig := fmt.Sprint(d.PreviousBoot, "/", d.MIGUUID)
+		if migs[mig] || gis[gi] {
 			return bad(-1, j, errors.New("MIG UUID or GPU instance named by another device"))
 		}
-		migs[d.MIGUUID], gis[gi] = true, true
+		migs[mig], gis[gi] = true, true
 		for _, o := range out.Devices {
 			if o.GPUUUID == h.GPUUUID && o.Placement.Overlaps(h.Placement) {
 				return bad(-1, j, fmt.Errorf("placement %v overlaps another device's %v on %s", h.Placement, o.Placement, h.GPUUUID))

@@ -80,15 +80,33 @@
 // rename, directory fsync) and decoded strictly (versioned, unknown fields
 // refused). A checkpoint that cannot be read or trusted makes [New] fail
 // with a [*CheckpointError]: the plugin destroys nothing rather than guess.
+// [New] also takes an exclusive lock (flock) on the checkpoint's
+// directory, held until [Plugin.Run] returns or [Plugin.Close]: a second
+// plugin process on the node (a rolling update with surge, a stray copy)
+// fails with [ErrCheckpointInUse] instead of overwriting the first one's
+// hand-outs. Holding it, [New] removes the temporary files an interrupted
+// write left.
 //
-// The realization manager and the container selection see each record
-// with the runtime identities the checkpoint gives it: an entry names the
-// instance the plugin handed to (or adopted for) exactly that container
-// device, and nothing else, whatever the pod's annotation says. So after a
-// restart the plugin resolves conflicts, container choice and identity
-// claims exactly as before it; a MIG UUID or GPU instance ID copied into
-// another pod's record names nothing there, and one deleted from its
-// owner's record is still its owner's. Only a plugin that starts without a
+// # The recorded view
+//
+// Every decision (container choice, the health refusal and the holders of
+// device IDs, the manager's Allocate, adoption, reconcile and leak
+// collection, at startup and after) reads each pod's record as the
+// checkpoint overlays it, never the raw annotation: a container the plugin
+// handed devices to (or adopted them for) has exactly those devices as its
+// entries, with their runtime identities, whatever the annotation says
+// now (moved, stripped, removed, or naming another identity); any other
+// entry keeps its scheduled fields only, since the pod's creator can write
+// identities. A pod all of whose entries are such devices wins every
+// conflict with another record (reservation.Desired): a device the plugin
+// handed to a live pod stays that pod's, and is never destroyed, nor its
+// placement handed to another pod, until the pod is released. So after a
+// restart with the checkpoint intact the plugin decides exactly as before
+// it; a MIG UUID or GPU instance ID copied into another pod's record names
+// nothing there. A record that does not decode is left as it is (it
+// withholds destruction on the node, with or without a restart).
+// CONTRIBUTING.md lists the few reads of the raw annotation and why each
+// is safe. Only a plugin that starts without a
 // checkpoint (first installation, or the file was removed) falls back to
 // the records: the pods it lists before it serves its first Allocate are
 // inherited, their annotated runtime identities trusted and adopted, and
@@ -96,6 +114,22 @@
 // its claim against a record that arrived with a binding
 // (reservation.Pod.RecordStarted): its containers may use a device the
 // lost checkpoint recorded.
+//
+// # Reboots
+//
+// The checkpoint records the node's boot ID ([Config.BootID]). A reboot
+// resets the GPUs: no MIG instance survives it unless a tool re-creates
+// instances, and those get new MIG UUIDs. A plugin that finds a
+// checkpoint written under another boot ID keeps the pods' first
+// observations and keeps each recorded device as a claim
+// ([HandedDevice.PreviousBoot]): its container still holds the placement
+// (nothing there is destroyed, and no other pod gets it, until the pod is
+// released), but the recorded runtime identity is not trusted, so nothing
+// is adopted or reported by it. A checkpoint without a boot ID (written by
+// an earlier plugin) counts as written in the current boot: its devices
+// are adopted as before, verified field by field against the hardware,
+// which no longer matches after a reboot. Either way the checkpoint names
+// the current boot from [New] on.
 //
 // # Failure semantics
 //

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
 )
 
 // ErrUnhealthyGPU: a container's reservation would need a new MIG instance
@@ -373,13 +373,14 @@ func (p *Plugin) gpuUUID(index int) string {
 	return ""
 }
 
-// refuseUnhealthy refuses a container whose reservation has an entry not
-// yet realized on an unhealthy GPU: realizing it would create a new
-// instance there. Realized entries are handed out as before; health alone
-// never destroys or withholds an instance that exists. The caller does
-// not hold p.mu.
-func (p *Plugin) refuseUnhealthy(pod *corev1.Pod, ci int) error {
-	allocs, err := kube.PodAllocations(pod)
+// refuseUnhealthy refuses a container whose reservation, in the recorded
+// view (view, [nodeRecord.overlay]), has an entry not yet realized on an
+// unhealthy GPU: realizing it would create a new instance there. Realized
+// entries, the devices the checkpoint says were handed out, are handed out
+// as before; health alone never destroys or withholds an instance that
+// exists. The caller does not hold p.mu.
+func (p *Plugin) refuseUnhealthy(view reservation.Pod, ci int) error {
+	allocs, err := reservation.DecodeString(view.Annotations[reservation.AnnotationKey])
 	if err != nil {
 		return nil // the manager refuses a malformed record with its own error
 	}
@@ -395,7 +396,7 @@ func (p *Plugin) refuseUnhealthy(pod *corev1.Pod, ci int) error {
 			continue // an unknown GPU is the manager's to refuse
 		}
 		if why, healthy := p.health.gpu(index); !healthy {
-			return &UnhealthyGPUError{Pod: pod.Namespace + "/" + pod.Name, ContainerIndex: ci, DeviceIndex: a.DeviceIndex,
+			return &UnhealthyGPUError{Pod: view.Namespace + "/" + view.Name, ContainerIndex: ci, DeviceIndex: a.DeviceIndex,
 				GPU: index, GPUUUID: a.GPUUUID, Why: why}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
 )
 
 // holder is the container a device ID was given to, with the MIG devices
@@ -202,11 +203,13 @@ func (p *Plugin) deviceIDs() map[int][]string {
 	return out
 }
 
-// holderOf builds the holder of a device ID from the pod's reservation:
-// the realized MIG devices of the container. It reports false when the
-// container has none realized (or the record cannot be read).
+// holderOf builds the holder of a device ID from the pod's reservation in
+// the recorded view ([Plugin.view]): the realized MIG devices of the
+// container. It reports false when the container has none realized (or
+// the record cannot be read).
 func (p *Plugin) holderOf(pod *corev1.Pod, ci int) (holder, bool) {
-	allocs, err := kube.PodAllocations(pod)
+	view := p.view(pod)
+	allocs, err := reservation.DecodeString(view.Annotations[reservation.AnnotationKey])
 	if err != nil {
 		return holder{}, false
 	}

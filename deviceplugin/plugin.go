@@ -60,10 +60,17 @@ type Config struct {
 	SocketDir, SocketName string
 	// Checkpoint is the path of the plugin's checkpoint (see the package
 	// documentation, "Checkpoint"); "" means [CheckpointDir]/[CheckpointFile]
-	// under SocketDir. Its directory is created when missing. A file that
-	// cannot be read or trusted makes [New] fail with a
-	// [*CheckpointError].
+	// under SocketDir. Its directory is created when missing, and the
+	// plugin holds its lock from [New] until [Plugin.Run] returns or
+	// [Plugin.Close]. A file that cannot be read or trusted, or a
+	// directory another plugin process holds ([ErrCheckpointInUse]),
+	// makes [New] fail with a [*CheckpointError].
 	Checkpoint string
+	// BootID returns the node's boot ID, which the checkpoint records
+	// (see the package documentation, "Reboots"); nil reads
+	// /proc/sys/kernel/random/boot_id. An error fails [New]
+	// ([ErrBootID]).
+	BootID func() (string, error)
 	// KubeletSocket is the kubelet registration socket; "" skips
 	// registration (tests drive the plugin's socket directly).
 	KubeletSocket string
@@ -141,6 +148,9 @@ type Plugin struct {
 
 	record *nodeRecord // the checkpoint
 
+	lockMu sync.Mutex
+	lock   *os.File // the checkpoint directory's lock; nil once released
+
 	health healthTracker // GPU health from the backend (health.go)
 
 	cdi *cdiSpecs // the instances' CDI specs; nil without a CDI strategy (cdispec.go)
@@ -165,12 +175,17 @@ const (
 	realized
 )
 
-// New checks cfg and builds the plugin; it touches neither the API server
-// nor the hardware.
 // DefaultSchedulerName is the scheduler profile deploy/scheduler runs the
 // extender with.
 const DefaultSchedulerName = "dynmig-scheduler"
 
+// ErrClosed: [Plugin.Run] was called after the plugin was closed or had
+// run.
+var ErrClosed = errors.New("deviceplugin: plugin closed")
+
+// New checks cfg, takes the checkpoint directory's lock and reads the
+// checkpoint, and builds the plugin; it touches neither the API server nor
+// the hardware. Run the plugin, or Close it, to release the lock.
 func New(cfg Config) (*Plugin, error) {
 	switch {
 	case cfg.Node == "":
@@ -180,12 +195,57 @@ func New(cfg Config) (*Plugin, error) {
 	case cfg.Hardware == nil:
 		return nil, errors.New("deviceplugin: Config.Hardware is required")
 	}
+	cfg, log := withDefaults(cfg)
+	specs, err := newCDISpecs(&cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	boot, err := bootID(cfg.BootID)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := openCheckpointDir(cfg.Checkpoint, log)
+	if err != nil {
+		return nil, err
+	}
+	record, err := readRecord(cfg.Checkpoint, boot, log)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	p := &Plugin{
+		cfg:       cfg,
+		log:       log,
+		manager:   realize.NewManager(cfg.Hardware, cfg.Manager),
+		guard:     kube.NewOwnershipGuard(cfg.Client, cfg.Node, kube.OwnershipGuardOptions{Override: cfg.AllowMIGManager, Logger: log}),
+		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
+		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
+		events:    kube.NewEvents(cfg.Client, EventSource),
+		nodeRef:   kube.NewNodeReference(cfg.Client, cfg.Node, log),
+		ready:     make(chan struct{}),
+		claims:    map[target]claim{},
+		verify:    newVerifier(),
+		record:    record,
+		lock:      lock,
+		cdi:       specs,
+	}
+	// A deleted or finished pod triggers a reconcile pass at once.
+	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
+		Logger: log, OnInactive: func(pod reservation.Pod) { p.runner.PodInactive(pod) },
+		Resource: corev1.ResourceName(cfg.ResourceName), Clock: cfg.Clock, SchedulerNames: cfg.SchedulerNames,
+		Observations: p.record.observations(), OnObservations: p.record.setObservations,
+	})
+	p.runner = kube.NewReconcileRunner(snapshotter{p}, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
+		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,
+	})
+	return p, nil
+}
+
+// withDefaults fills in the zero fields of cfg that have defaults, and
+// returns it with its logger.
+func withDefaults(cfg Config) (Config, *slog.Logger) {
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = string(kube.ResourceGPU)
-	}
-	var err error
-	if cfg.DeviceListStrategy, err = ParseDeviceListStrategy(string(cfg.DeviceListStrategy)); err != nil {
-		return nil, err
 	}
 	if cfg.SchedulerNames == nil {
 		cfg.SchedulerNames = []string{DefaultSchedulerName}
@@ -215,51 +275,63 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Manager.Logger == nil {
 		cfg.Manager.Logger = log
 	}
-	var specs *cdiSpecs
-	if cfg.DeviceListStrategy.CDI() {
-		if cfg.CDIGenerator == nil {
-			return nil, ErrNoCDIGenerator
-		}
-		if cfg.CDIDir == "" {
-			cfg.CDIDir = DefaultCDIDir
-		}
-		specs = &cdiSpecs{dir: cfg.CDIDir, gen: cfg.CDIGenerator, log: log}
+	return cfg, log
+}
+
+// newCDISpecs checks cfg's device list strategy and, for a CDI strategy,
+// returns the spec keeper of cfg.CDIDir (filling in its default); nil
+// otherwise.
+func newCDISpecs(cfg *Config, log *slog.Logger) (*cdiSpecs, error) {
+	strategy, err := ParseDeviceListStrategy(string(cfg.DeviceListStrategy))
+	if err != nil {
+		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(cfg.Checkpoint), 0o700); err != nil {
-		return nil, &CheckpointError{Path: cfg.Checkpoint, Pod: -1, Device: -1, Err: err}
+	cfg.DeviceListStrategy = strategy
+	if !strategy.CDI() {
+		return nil, nil
 	}
-	ckpt, exists, err := ReadCheckpoint(cfg.Checkpoint)
+	if cfg.CDIGenerator == nil {
+		return nil, ErrNoCDIGenerator
+	}
+	if cfg.CDIDir == "" {
+		cfg.CDIDir = DefaultCDIDir
+	}
+	return &cdiSpecs{dir: cfg.CDIDir, gen: cfg.CDIGenerator, log: log}, nil
+}
+
+// readRecord reads the checkpoint at path for the node's current boot, and
+// writes it back at once when it was written under another boot or
+// without one.
+func readRecord(path, boot string, log *slog.Logger) (*nodeRecord, error) {
+	ckpt, exists, err := ReadCheckpoint(path)
 	if err != nil {
 		return nil, err
 	}
 	if !exists {
-		log.Warn("no checkpoint: the pods listed at startup are inherited, their records' runtime identities trusted", "path", cfg.Checkpoint)
+		log.Warn("no checkpoint: the pods listed at startup are inherited, their records' runtime identities trusted", "path", path)
 	}
-	p := &Plugin{
-		cfg:       cfg,
-		log:       log,
-		manager:   realize.NewManager(cfg.Hardware, cfg.Manager),
-		guard:     kube.NewOwnershipGuard(cfg.Client, cfg.Node, kube.OwnershipGuardOptions{Override: cfg.AllowMIGManager, Logger: log}),
-		writer:    kube.NewAnnotationWriter(cfg.Client, kube.AnnotationWriterOptions{Logger: log}),
-		publisher: kube.NewRegistrationPublisher(cfg.Client, cfg.Node, kube.RegistrationPublisherOptions{Logger: log}),
-		events:    kube.NewEvents(cfg.Client, EventSource),
-		nodeRef:   kube.NewNodeReference(cfg.Client, cfg.Node, log),
-		ready:     make(chan struct{}),
-		claims:    map[target]claim{},
-		verify:    newVerifier(),
-		record:    newNodeRecord(cfg.Checkpoint, ckpt, exists, log),
-		cdi:       specs,
+	r := newNodeRecord(path, ckpt, exists, boot, log)
+	if exists && ckpt.BootID != boot {
+		if err := r.stamp(); err != nil {
+			return nil, &CheckpointError{Path: path, Pod: -1, Device: -1, Err: err}
+		}
 	}
-	// A deleted or finished pod triggers a reconcile pass at once.
-	p.source = kube.NewNodePodSource(cfg.Client, cfg.Node, kube.NodePodSourceOptions{
-		Logger: log, OnInactive: func(pod reservation.Pod) { p.runner.PodInactive(pod) },
-		Resource: corev1.ResourceName(cfg.ResourceName), Clock: cfg.Clock, SchedulerNames: cfg.SchedulerNames,
-		Observations: p.record.observations(), OnObservations: p.record.setObservations,
-	})
-	p.runner = kube.NewReconcileRunner(snapshotter{p}, kube.ReconcilerFunc(p.reconcile), kube.ReconcileRunnerOptions{
-		Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: log,
-	})
-	return p, nil
+	return r, nil
+}
+
+// Close releases the checkpoint directory's lock, so that another plugin
+// process may take over the checkpoint; [Plugin.Run] does so when it
+// returns. Call it for a plugin that is never run. It is safe to call more
+// than once; a closed plugin cannot run.
+func (p *Plugin) Close() error {
+	p.lockMu.Lock()
+	defer p.lockMu.Unlock()
+	if p.lock == nil {
+		return nil
+	}
+	err := p.lock.Close()
+	p.lock = nil
+	return err
 }
 
 // Manager returns the plugin's realization manager, for inspection.
@@ -289,8 +361,16 @@ func (p *Plugin) Reconciles() uint64 {
 // publishes capability, adopts live instances, starts reconciliation,
 // serves the gRPC socket and registers with the kubelet. It returns the
 // first startup error, or nil after a clean stop. Every goroutine it starts
-// has stopped when it returns.
+// has stopped when it returns, and the checkpoint directory's lock is
+// released ([Plugin.Close]): a plugin runs once.
 func (p *Plugin) Run(ctx context.Context) error {
+	p.lockMu.Lock()
+	closed := p.lock == nil
+	p.lockMu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	defer p.Close() // after every goroutine, and so every checkpoint write, has stopped
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -574,7 +654,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 		}
 		p.claims[target{pod.UID, ci}] = realized
 	}()
-	if err := p.refuseUnhealthy(pod, ci); err != nil {
+	if err := p.refuseUnhealthy(c.view, ci); err != nil {
 		return nil, err
 	}
 	res, err := p.manager.Allocate(ctx, realize.AllocateRequest{

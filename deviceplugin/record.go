@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 // concurrent use.
 type nodeRecord struct {
 	path string
+	boot string // the node's boot ID, written with every checkpoint
 	log  *slog.Logger
 
 	mu        sync.Mutex
@@ -30,10 +32,16 @@ type nodeRecord struct {
 }
 
 // newNodeRecord holds c, read from path; exists false means no checkpoint
-// was found.
-func newNodeRecord(path string, c Checkpoint, exists bool, log *slog.Logger) *nodeRecord {
-	r := &nodeRecord{path: path, log: log, obs: map[types.UID]kube.Observation{}, inherited: map[types.UID]bool{},
+// was found. boot is the node's boot ID: devices c recorded under another
+// one are marked PreviousBoot (see the package documentation, "Reboots").
+func newNodeRecord(path string, c Checkpoint, exists bool, boot string, log *slog.Logger) *nodeRecord {
+	r := &nodeRecord{path: path, boot: boot, log: log, obs: map[types.UID]kube.Observation{}, inherited: map[types.UID]bool{},
 		inheriting: !exists, devices: map[managedRef]HandedDevice{}}
+	rebooted := c.BootID != "" && c.BootID != boot
+	if rebooted {
+		log.Warn("the node rebooted since the checkpoint was written: its MIG devices are kept as claims, not as live instances",
+			"checkpoint_boot_id", c.BootID, "boot_id", boot, "devices", len(c.Devices))
+	}
 	for _, p := range c.Pods {
 		r.obs[types.UID(p.UID)] = p.Observation
 		if p.Inherited {
@@ -41,9 +49,18 @@ func newNodeRecord(path string, c Checkpoint, exists bool, log *slog.Logger) *no
 		}
 	}
 	for _, d := range c.Devices {
+		d.PreviousBoot = d.PreviousBoot || rebooted
 		r.devices[managedRef{types.UID(d.PodUID), d.ContainerIndex, d.DeviceIndex}] = d
 	}
 	return r
+}
+
+// stamp writes the checkpoint at once, so that it names the current boot
+// and marks a previous boot's devices before anything else is decided.
+func (r *nodeRecord) stamp() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.save()
 }
 
 // observations returns the first observations to start the pod source
@@ -124,7 +141,7 @@ func (r *nodeRecord) sync(managed func() []realize.ManagedInstance, snap reserva
 		h := HandedDevice{PodUID: in.Owner.PodUID, ContainerIndex: in.Owner.ContainerIndex, DeviceIndex: in.Owner.DeviceIndex,
 			GPUUUID: in.GPUUUID, Profile: in.Key.Profile, Placement: in.Key.Placement, Runtime: in.Runtime,
 			Adopted: in.Origin == realize.OriginAdopted}
-		if prev, ok := r.devices[ref]; !ok || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
+		if prev, ok := r.devices[ref]; !ok || prev.PreviousBoot || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
 			r.put(ref, h)
 			changed = true
 		}
@@ -149,14 +166,16 @@ func (r *nodeRecord) sync(managed func() []realize.ManagedInstance, snap reserva
 	}
 }
 
-// put records h for ref and forgets the devices of other owners that name
-// its MIG UUID or GPU instance or overlap its placement: the manager never
-// hands out or adopts what it manages for another owner, so theirs were
-// reclaimed and are stale. The caller holds r.mu.
+// put records h, a device of this boot, for ref and forgets the devices
+// of other owners that overlap its placement or, of this boot, name its
+// MIG UUID or GPU instance: the manager never hands out or adopts what it
+// manages for another owner, so theirs were reclaimed and are stale. A
+// previous boot's identities name nothing now. The caller holds r.mu.
 func (r *nodeRecord) put(ref managedRef, h HandedDevice) {
 	for other, o := range r.devices {
-		if other != ref && (o.Runtime.MIGUUID == h.Runtime.MIGUUID || o.GPUUUID == h.GPUUUID &&
-			(o.Placement.Overlaps(h.Placement) || o.Runtime.GPUInstanceID == h.Runtime.GPUInstanceID)) {
+		sameGPU := o.GPUUUID == h.GPUUUID
+		named := !o.PreviousBoot && (o.Runtime.MIGUUID == h.Runtime.MIGUUID || sameGPU && o.Runtime.GPUInstanceID == h.Runtime.GPUInstanceID)
+		if other != ref && (named || sameGPU && o.Placement.Overlaps(h.Placement)) {
 			delete(r.devices, other)
 		}
 	}
@@ -176,43 +195,94 @@ func (r *nodeRecord) handed(uid types.UID, c int) bool {
 	return false
 }
 
-// overlay rewrites the runtime identities of pod's record with what the
-// plugin recorded: an entry holds the identity of the device the plugin
-// handed to it (or adopted for it), at the entry's GPU, profile and
-// placement, and no other; an inherited pod's entry without such a device
-// keeps the identity its record names. A record that does not decode is
-// left as it is.
+// overlay rewrites pod into the recorded view (see the package
+// documentation, "The recorded view"). An inherited pod's entries that
+// the plugin handed nothing keep the identities the record names.
 func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	value := pod.Annotations[reservation.AnnotationKey]
-	if value == "" {
-		return
-	}
-	allocs, err := reservation.DecodeString(value)
-	if err != nil {
-		return
-	}
 	r.mu.Lock()
+	recorded := r.devicesOf(types.UID(pod.UID))
 	inherited := r.inherited[types.UID(pod.UID)]
-	for i, a := range allocs {
-		d, ok := r.devices[managedRef{types.UID(pod.UID), a.ContainerIndex, a.DeviceIndex}]
-		switch {
-		case ok && d.GPUUUID == a.GPUUUID && d.Profile == a.Profile && d.Placement == a.Placement:
-			allocs[i] = a.Scheduled().WithRuntime(d.Runtime)
-		case !inherited:
-			allocs[i] = a.Scheduled()
+	r.mu.Unlock()
+	if value == "" && len(recorded) == 0 {
+		return
+	}
+	var allocs []reservation.Allocation
+	if value != "" {
+		var err error
+		if allocs, err = reservation.DecodeString(value); err != nil {
+			return
 		}
 	}
-	r.mu.Unlock()
-	if v := reservation.EncodeString(allocs); v != value {
+	view := make([]reservation.Allocation, 0, len(allocs)+len(recorded))
+	emitted := map[int]bool{}
+	onlyRecorded := len(recorded) > 0
+	for _, a := range allocs {
+		devs, ok := recorded[a.ContainerIndex]
+		switch {
+		case ok && !emitted[a.ContainerIndex]:
+			view = append(view, devs...)
+			emitted[a.ContainerIndex] = true
+		case ok: // the container's entries are its recorded devices
+		case inherited:
+			view, onlyRecorded = append(view, a), false
+		default:
+			view, onlyRecorded = append(view, a.Scheduled()), false
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(recorded)) {
+		if !emitted[c] {
+			view = append(view, recorded[c]...)
+		}
+	}
+	if onlyRecorded {
+		recordedClaim(pod)
+	}
+	if v := reservation.EncodeString(view); v != value {
 		ann := maps.Clone(pod.Annotations)
+		if ann == nil {
+			ann = map[string]string{}
+		}
 		ann[reservation.AnnotationKey] = v
 		pod.Annotations = ann
 	}
 }
 
+// recordedClaim makes pod, every entry of which is a device the plugin
+// handed out, win every conflict in reservation.Desired: as started and
+// scheduled (no binding outranks the plugin's own record), and first seen
+// no later than the pod was created (a time the API server set).
+func recordedClaim(pod *reservation.Pod) {
+	pod.RecordScheduled, pod.RecordStarted = true, true
+	if pod.Created.IsZero() || !pod.RecordSeen.IsZero() && pod.RecordSeen.Before(pod.Created) {
+		return
+	}
+	pod.RecordSeen = pod.Created
+}
+
+// devicesOf returns the recorded devices of the pod by container, each
+// container's ordered by device index, as reservation entries. The caller
+// holds r.mu.
+func (r *nodeRecord) devicesOf(uid types.UID) map[int][]reservation.Allocation {
+	var out map[int][]reservation.Allocation
+	for ref, d := range r.devices {
+		if ref.pod != uid {
+			continue
+		}
+		if out == nil {
+			out = map[int][]reservation.Allocation{}
+		}
+		out[ref.container] = append(out[ref.container], d.entry())
+	}
+	for _, devs := range out {
+		slices.SortFunc(devs, func(a, b reservation.Allocation) int { return a.DeviceIndex - b.DeviceIndex })
+	}
+	return out
+}
+
 // save writes the checkpoint. The caller holds r.mu.
 func (r *nodeRecord) save() error {
-	c := Checkpoint{}
+	c := Checkpoint{BootID: r.boot}
 	for uid, o := range r.obs {
 		c.Pods = append(c.Pods, PodObservation{UID: string(uid), Observation: o, Inherited: r.inherited[uid]})
 	}

@@ -172,6 +172,7 @@ func serve(ctx context.Context, open func(context.Context) (realize.Realizer, fu
 	if err != nil {
 		return err
 	}
+	defer p.Close() // the checkpoint lock, should Run not be reached
 	// dynmig_gpu_healthy and dynmig_deviceplugin_allocation_mismatches_total.
 	reg, err := cli.NewRegistry(append(p.Collectors(), p.HealthCollector())...)
 	if err != nil {
