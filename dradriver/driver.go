@@ -1122,10 +1122,13 @@ const TaintKey = DriverName + "/unhealthy"
 
 // Resources returns the publication Run hands to the kubelet plugin: the
 // catalog's ([Catalog.Resources]) with the prepared devices that a health
-// failure hits tainted. A device on an unhealthy or unmonitored GPU (whose
-// free devices the catalog withholds) is published again, tainted, in a
-// slice of its own, so that the taint reaches the pods using it; a failed
-// MIG device on a healthy GPU is tainted where it is published. The effect
+// failure hits tainted, retained ones ([PublishedDevice.Retained])
+// included. A device on an unhealthy or unmonitored GPU (whose free
+// devices the catalog withholds) is published again, tainted, in a slice
+// of its own, so that the taint reaches the pods using it; a failed MIG
+// device on a healthy GPU, and a retained device, which the catalog
+// publishes whatever its GPU's health, are tainted where they are
+// published. The effect
 // is NoExecute when the GPU is lost (Xid 79, the driver reports it
 // unavailable or needing a reset, or an NVML wait failed: the kube
 // controller then evicts the pods that do not tolerate it), NoSchedule
@@ -1145,16 +1148,20 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 			if _, seen := taints[pd.Device]; seen {
 				continue
 			}
+			// A retained device (its profile left the allowlist) is
+			// published whatever its GPU's health, and gets every taint
+			// a published device gets.
 			_, g, err := cat.Lookup(pd.Device)
-			if err != nil {
-				continue // not publishable (left the allowlist): nothing to taint
+			retained := err != nil && cat.isRetained(pd.Device)
+			if err != nil && !retained {
+				continue // not published: nothing to taint
 			}
 			t, bad := d.taint(g.Index, pd.Runtime)
 			if !bad {
 				continue
 			}
 			taints[pd.Device] = t
-			if !d.health.GPUHealthy(g.Index) {
+			if !retained && !d.health.GPUHealthy(g.Index) {
 				extra = append(extra, PublishedDevice{Name: pd.Device, Partition: pd.Partition, GPU: g.Index})
 			}
 		}
