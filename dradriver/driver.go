@@ -177,8 +177,11 @@ type Driver struct {
 	full      []capability.GPU // full tables
 	health    realize.HealthState
 	healthed  chan struct{} // closed and replaced when health changes (WatchHealthStatus)
-	ck        Checkpoint
-	cat       *Catalog
+	// ck is the current checkpoint. It is replaced, never modified in
+	// place, and shares no memory with anything else (updateCheckpoint
+	// copies on write), so a reader may use it after unlocking mu.
+	ck  Checkpoint
+	cat *Catalog
 
 	// ckMu serialises checkpoint updates (read-modify-write of ck and
 	// the file).
@@ -744,12 +747,16 @@ func (d *Driver) checkHealth(cd ClaimDevice) error {
 }
 
 // updateCheckpoint applies f to a copy of the checkpoint, writes it
-// atomically and, only when that succeeded, makes it current.
+// atomically and, only when that succeeded, makes it current. What f adds
+// is copied too: a claim being prepared keeps writing its own devices
+// (their runtime identities) while builds read the current checkpoint
+// without a lock.
 func (d *Driver) updateCheckpoint(f func(*Checkpoint)) error {
 	d.ckMu.Lock()
 	defer d.ckMu.Unlock()
 	ck := d.Checkpoint()
 	f(&ck)
+	ck = cloneCheckpoint(ck)
 	sortClaims(ck.Claims)
 	if err := WriteCheckpoint(d.CheckpointPath(), ck); err != nil {
 		return fmt.Errorf("dradriver: write checkpoint: %w", err)
