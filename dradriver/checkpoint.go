@@ -307,3 +307,39 @@ func WriteCheckpoint(path string, c Checkpoint) error {
 func sortClaims(cs []PreparedClaim) {
 	slices.SortFunc(cs, func(a, b PreparedClaim) int { return strings.Compare(a.UID, b.UID) })
 }
+
+// Checkpoint returns a copy of the prepared claims.
+func (d *Driver) Checkpoint() Checkpoint {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return cloneCheckpoint(d.ck)
+}
+
+func cloneCheckpoint(ck Checkpoint) Checkpoint {
+	out := Checkpoint{BootID: ck.BootID, Claims: slices.Clone(ck.Claims)}
+	for i := range out.Claims {
+		out.Claims[i].Devices = slices.Clone(out.Claims[i].Devices)
+	}
+	return out
+}
+
+// updateCheckpoint applies f to a copy of the checkpoint, writes it
+// atomically and, only when that succeeded, makes it current. What f adds
+// is copied too: a claim being prepared keeps writing its own devices
+// (their runtime identities) while builds read the current checkpoint
+// without a lock.
+func (d *Driver) updateCheckpoint(f func(*Checkpoint)) error {
+	d.ckMu.Lock()
+	defer d.ckMu.Unlock()
+	ck := d.Checkpoint()
+	f(&ck)
+	ck = cloneCheckpoint(ck)
+	sortClaims(ck.Claims)
+	if err := WriteCheckpoint(d.CheckpointPath(), ck); err != nil {
+		return fmt.Errorf("dradriver: write checkpoint: %w", err)
+	}
+	d.mu.Lock()
+	d.ck = ck
+	d.mu.Unlock()
+	return nil
+}
