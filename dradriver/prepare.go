@@ -114,9 +114,10 @@ func sameDevices(pc *PreparedClaim, want []PreparedDevice) bool {
 	})
 }
 
+// prepare prepares one claim, as [Driver.PrepareResourceClaims] says:
+// every error it returns is a [*ClaimError].
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
-	ref := claimRef(claim)
-	uid := string(claim.UID)
+	ref, uid := claimRef(claim), string(claim.UID)
 	cat := d.Catalog()
 	if cat == nil {
 		return nil, &ClaimError{Claim: ref, Err: ErrNotSetUp}
@@ -127,52 +128,13 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	d.opMu.Lock()
 	defer d.opMu.Unlock()
-	ck := d.Checkpoint()
-	prev, had := ck.Claim(uid)
-	want := make([]PreparedDevice, 0, len(devs))
-	realized := 0
-	for _, cd := range devs {
-		var dne *DeviceNameError
-		if errors.As(cd.Err, &dne) {
-			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
-		}
-		want = append(want, PreparedDevice{Request: cd.Request, Device: cd.Device, ContainerIndex: cd.ContainerIndex,
-			DeviceIndex: cd.DeviceIndex, Partition: cd.Partition, AdminAccess: cd.AdminAccess})
-		if !cd.AdminAccess {
-			realized++
-		}
+	want, realized, err := preparedDevices(ref, devs)
+	if err != nil {
+		return nil, err
 	}
-	completed := had && prev.State == PrepareCompleted
-	if !completed || !sameDevices(prev, want) {
-		// A prepared claim is handed its devices again even when the
-		// allowlist no longer publishes them; nothing new is.
-		for _, cd := range devs {
-			if cd.Err != nil {
-				return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
-			}
-		}
-	}
-	switch {
-	case completed && !sameDevices(prev, want):
-		return nil, &ClaimError{Claim: ref, Err: ErrReallocated}
-	case had && !completed && !sameDevices(prev, want):
-		// Never handed to a container: roll the earlier attempt back.
-		if _, err := d.mgr.Unprepare(ctx, d.unprepareDemand(uid), uid); err != nil {
-			return nil, &ClaimError{Claim: ref, Err: err}
-		}
-	}
-	for _, cd := range devs {
-		if cd.AdminAccess {
-			continue
-		}
-		if pc, pd, held := ck.Holds(cd.Partition, uid); held {
-			return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: &DeviceHeldError{Device: cd.Device, Claim: pc.UID, Held: pd.Device}}
-		}
-		if !completed {
-			if err := d.checkHealth(cd); err != nil {
-				return nil, &ClaimError{Claim: ref, Device: cd.Device, Err: err}
-			}
-		}
+	completed, err := d.admit(ctx, ref, uid, devs, want)
+	if err != nil {
+		return nil, err
 	}
 	if !completed {
 		started := PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: PrepareStarted, Devices: want}
@@ -180,43 +142,125 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			return nil, &ClaimError{Claim: ref, Err: err}
 		}
 	}
-	byOwner := map[[2]int]reservation.RuntimeIdentity{}
-	if realized > 0 {
-		got, err := d.mgr.Prepare(ctx, d.Demand(), uid)
-		if err != nil {
-			// The claim stays PrepareStarted: what this call created is
-			// rolled back, and a retry, the kubelet's unprepare or the
-			// stale-claim cleanup finishes it.
-			return nil, &ClaimError{Claim: ref, Err: err}
-		}
-		for _, g := range got {
-			byOwner[[2]int{g.Entry.ContainerIndex, g.Entry.DeviceIndex}] = g.Runtime
-		}
+	byOwner, err := d.realizeClaim(ctx, ref, uid, realized)
+	if err != nil {
+		return nil, err
 	}
 	pc := PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: PrepareCompleted, Devices: want}
-	cdiDevs := make([]CDIDevice, 0, len(devs))
+	if err := d.writeCDI(ref, &pc, byOwner); err != nil {
+		return nil, err
+	}
+	if err := d.putClaim(pc); err != nil {
+		// The instances stay: a retry is idempotent, and after a crash
+		// adoption at the allocated placement finds them again.
+		return nil, &ClaimError{Claim: ref, Err: err}
+	}
+	return d.kubeletDevices(pc), nil
+}
+
+// preparedDevices returns the checkpoint entries of a claim's devices,
+// runtime identities and CDI names still unset, and how many of them are
+// realized (not admin access). A device name that does not decode fails.
+func preparedDevices(ref string, devs []ClaimDevice) ([]PreparedDevice, int, error) {
+	want := make([]PreparedDevice, 0, len(devs))
+	realized := 0
+	for _, cd := range devs {
+		var dne *DeviceNameError
+		if errors.As(cd.Err, &dne) {
+			return nil, 0, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
+		}
+		want = append(want, PreparedDevice{Request: cd.Request, Device: cd.Device, ContainerIndex: cd.ContainerIndex,
+			DeviceIndex: cd.DeviceIndex, Partition: cd.Partition, AdminAccess: cd.AdminAccess})
+		if !cd.AdminAccess {
+			realized++
+		}
+	}
+	return want, realized, nil
+}
+
+// admit decides whether the claim uid may be prepared with the devices
+// want, and reports whether it is already PrepareCompleted with them. A
+// claim not completed with them needs every device publishable; one
+// completed with other devices was reallocated; one started with other
+// devices is rolled back first. Then no device may overlap another
+// checkpointed claim's, and a claim not completed needs healthy GPUs.
+func (d *Driver) admit(ctx context.Context, ref, uid string, devs []ClaimDevice, want []PreparedDevice) (bool, error) {
+	ck := d.Checkpoint()
+	prev, had := ck.Claim(uid)
+	completed := had && prev.State == PrepareCompleted
+	same := had && sameDevices(prev, want)
+	if !completed || !same {
+		// A prepared claim is handed its devices again even when the
+		// allowlist no longer publishes them; nothing new is.
+		for _, cd := range devs {
+			if cd.Err != nil {
+				return false, &ClaimError{Claim: ref, Device: cd.Device, Err: cd.Err}
+			}
+		}
+	}
+	switch {
+	case completed && !same:
+		return false, &ClaimError{Claim: ref, Err: ErrReallocated}
+	case had && !completed && !same:
+		// Never handed to a container: roll the earlier attempt back.
+		if _, err := d.mgr.Unprepare(ctx, d.unprepareDemand(uid), uid); err != nil {
+			return false, &ClaimError{Claim: ref, Err: err}
+		}
+	}
+	for _, cd := range devs {
+		if cd.AdminAccess {
+			continue
+		}
+		if pc, pd, held := ck.Holds(cd.Partition, uid); held {
+			return false, &ClaimError{Claim: ref, Device: cd.Device, Err: &DeviceHeldError{Device: cd.Device, Claim: pc.UID, Held: pd.Device}}
+		}
+		if !completed {
+			if err := d.checkHealth(cd); err != nil {
+				return false, &ClaimError{Claim: ref, Device: cd.Device, Err: err}
+			}
+		}
+	}
+	return completed, nil
+}
+
+// realizeClaim has the manager realize the claim uid's devices (none when
+// realized is 0) and returns their runtime identities by (ContainerIndex,
+// DeviceIndex).
+func (d *Driver) realizeClaim(ctx context.Context, ref, uid string, realized int) (map[[2]int]reservation.RuntimeIdentity, error) {
+	byOwner := map[[2]int]reservation.RuntimeIdentity{}
+	if realized == 0 {
+		return byOwner, nil
+	}
+	got, err := d.mgr.Prepare(ctx, d.Demand(), uid)
+	if err != nil {
+		// The claim stays PrepareStarted: what this call created is
+		// rolled back, and a retry, the kubelet's unprepare or the
+		// stale-claim cleanup finishes it.
+		return nil, &ClaimError{Claim: ref, Err: err}
+	}
+	for _, g := range got {
+		byOwner[[2]int{g.Entry.ContainerIndex, g.Entry.DeviceIndex}] = g.Runtime
+	}
+	return byOwner, nil
+}
+
+// writeCDI sets the runtime identities of pc's devices from byOwner,
+// writes the claim's CDI spec and sets their CDI device names. The
+// instances stay when it fails: the kubelet retries.
+func (d *Driver) writeCDI(ref string, pc *PreparedClaim, byOwner map[[2]int]reservation.RuntimeIdentity) error {
+	cdiDevs := make([]CDIDevice, 0, len(pc.Devices))
 	for i := range pc.Devices {
 		pd := &pc.Devices[i]
-		cdev := CDIDevice{Device: pd.Device, Request: pd.Request, GPUUUID: pd.Partition.GPUUUID}
 		if !pd.AdminAccess {
 			rt, ok := byOwner[[2]int{pd.ContainerIndex, pd.DeviceIndex}]
 			if !ok {
-				return nil, &ClaimError{Claim: ref, Device: pd.Device, Err: fmt.Errorf("dradriver: the manager returned no instance for it")}
+				return &ClaimError{Claim: ref, Device: pd.Device, Err: fmt.Errorf("dradriver: the manager returned no instance for it")}
 			}
 			pd.Runtime = rt
-			cdev.MIGUUID = rt.MIGUUID
 		}
-		if src := d.cfg.DeviceNodes; src != nil {
-			var err error
-			if pd.AdminAccess {
-				cdev.Nodes, err = src.GPUNodes(pd.Partition.GPUUUID)
-			} else {
-				cdev.Nodes, err = src.MIGNodes(pd.Partition.GPUUUID, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID)
-			}
-			if err != nil {
-				// The instances stay: the kubelet retries.
-				return nil, &ClaimError{Claim: ref, Device: pd.Device, Err: err}
-			}
+		cdev, err := d.cdiDevice(*pd)
+		if err != nil {
+			return &ClaimError{Claim: ref, Device: pd.Device, Err: err}
 		}
 		cdiDevs = append(cdiDevs, cdev)
 	}
@@ -224,21 +268,42 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if src := d.cfg.DeviceNodes; src != nil {
 		var err error
 		if common, err = src.ControlNodes(); err != nil {
-			return nil, &ClaimError{Claim: ref, Err: err}
+			return &ClaimError{Claim: ref, Err: err}
 		}
 	}
 	ids, err := d.cdi.write(pc.UID, cdiDevs, common)
 	if err != nil {
-		return nil, &ClaimError{Claim: ref, Err: err}
+		return &ClaimError{Claim: ref, Err: err}
 	}
 	for i := range pc.Devices {
 		pc.Devices[i].CDIDevice = ids[i]
 	}
-	if err := d.putClaim(pc); err != nil {
-		// The instances stay: a retry is idempotent, and after a crash
-		// adoption at the allocated placement finds them again.
-		return nil, &ClaimError{Claim: ref, Err: err}
+	return nil
+}
+
+// cdiDevice returns the CDI device of a prepared device whose runtime
+// identity is set: the whole GPU's device nodes for admin access, the MIG
+// device's otherwise (none without Config.DeviceNodes).
+func (d *Driver) cdiDevice(pd PreparedDevice) (CDIDevice, error) {
+	cdev := CDIDevice{Device: pd.Device, Request: pd.Request, GPUUUID: pd.Partition.GPUUUID}
+	if !pd.AdminAccess {
+		cdev.MIGUUID = pd.Runtime.MIGUUID
 	}
+	src := d.cfg.DeviceNodes
+	if src == nil {
+		return cdev, nil
+	}
+	var err error
+	if pd.AdminAccess {
+		cdev.Nodes, err = src.GPUNodes(pd.Partition.GPUUUID)
+	} else {
+		cdev.Nodes, err = src.MIGNodes(pd.Partition.GPUUUID, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID)
+	}
+	return cdev, err
+}
+
+// kubeletDevices returns the kubelet's result for the prepared claim pc.
+func (d *Driver) kubeletDevices(pc PreparedClaim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, len(pc.Devices))
 	for i, pd := range pc.Devices {
 		out[i] = kubeletplugin.Device{
@@ -248,7 +313,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			CDIDeviceIDs: []string{pd.CDIDevice},
 		}
 	}
-	return out, nil
+	return out
 }
 
 // putClaim replaces (or adds) the checkpointed claim with pc's UID.
