@@ -357,20 +357,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	defer cancel()
 
 	if d.claimSource() == nil {
-		src := newInformerSource(d.cfg.Client, d.signal)
-		d.mu.Lock()
-		d.source = src
-		d.mu.Unlock()
-		src.run(ctx, &wg)
-		for {
-			if _, ok := src.Claims(); ok {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("dradriver: claim informer never synced: %w", ctx.Err())
-			case <-time.After(100 * time.Millisecond):
-			}
+		if err := d.startInformer(ctx, &wg); err != nil {
+			return err
 		}
 	}
 	if err := d.Setup(ctx); err != nil {
@@ -387,6 +375,42 @@ func (d *Driver) Run(ctx context.Context) error {
 	if hw, ok := d.cfg.Hardware.(realize.HealthWatcher); ok {
 		wg.Go(func() { d.watchHealth(ctx, hw) })
 	}
+	helper, err := d.startPlugin(ctx)
+	if err != nil {
+		return err
+	}
+	defer helper.Stop()
+	d.pubMu.Lock()
+	d.publisher = helper.PublishResources
+	d.pubMu.Unlock()
+	d.signal()
+	return d.serve(ctx)
+}
+
+// startInformer makes a claim informer on the API client the claim
+// source and waits until it has synced; its goroutines join wg and end
+// with ctx.
+func (d *Driver) startInformer(ctx context.Context, wg *sync.WaitGroup) error {
+	src := newInformerSource(d.cfg.Client, d.signal)
+	d.mu.Lock()
+	d.source = src
+	d.mu.Unlock()
+	src.run(ctx, wg)
+	for {
+		if _, ok := src.Claims(); ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dradriver: claim informer never synced: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startPlugin starts the kubelet plugin: registration, the DRA service
+// and the health service ([Driver.WatchHealthStatus]).
+func (d *Driver) startPlugin(ctx context.Context) (*kubeletplugin.Helper, error) {
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.KubeClient(d.cfg.Client),
@@ -399,14 +423,15 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
-		return fmt.Errorf("dradriver: start kubelet plugin: %w", err)
+		return nil, fmt.Errorf("dradriver: start kubelet plugin: %w", err)
 	}
-	defer helper.Stop()
-	d.pubMu.Lock()
-	d.publisher = helper.PublishResources
-	d.pubMu.Unlock()
-	d.signal()
+	return helper, nil
+}
 
+// serve republishes on every change and maintains the hardware every
+// MaintainInterval until ctx is done (nil) or the plugin reports a fatal
+// error.
+func (d *Driver) serve(ctx context.Context) error {
 	tick := time.NewTicker(d.cfg.MaintainInterval)
 	defer tick.Stop()
 	for {
