@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dynmig/dynmig/internal/atomicfile"
+	"github.com/dynmig/dynmig/internal/leaf/atomicfile"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -326,7 +326,7 @@ func ReadCheckpoint(path string) (Checkpoint, error) {
 
 // WriteCheckpoint replaces the checkpoint at path atomically and durably:
 // a crash leaves the old or the new content, never a mix
-// (internal/atomicfile).
+// (internal/leaf/atomicfile).
 func WriteCheckpoint(path string, c Checkpoint) error {
 	data, err := EncodeCheckpoint(c)
 	if err != nil {

@@ -26,7 +26,7 @@
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
 // them),
 // and those every dynmig binary has (-version, -log-format=text|json,
-// -log-level, -v; package internal/cli); -help lists them.
+// -log-level, -v; package internal/wiring/cli); -help lists them.
 // -metrics-addr (default :9396, clear of dcgm-exporter's 9400) serves
 // /metrics (the per-GPU health gauge dynmig_gpu_healthy, the assignment
 // mismatch counter, Go and process collectors), /healthz and /readyz,
@@ -37,7 +37,7 @@
 // malformed config, or one whose profiles this node's GPUs do not know, is
 // refused with a message naming the file and the cause: at start the
 // plugin exits, on reload the last good config stays in force (package
-// internal/devconfig).
+// internal/wiring/devconfig).
 // -kubeconfig names a kubeconfig file (its current context) for running
 // out of a cluster; empty means $KUBECONFIG, and with that empty too, the
 // pod's service account ([kube.RESTConfig], which loads it with client-go's

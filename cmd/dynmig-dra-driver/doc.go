@@ -24,7 +24,7 @@
 // config whose nvidia.migProfileAllowlist is the profile policy; SIGHUP
 // and a change of the file, seen every -device-config-poll, read it again
 // and republish; a refused config stops the start and keeps the last good
-// one on reload, as package internal/devconfig says), -maintain-interval,
+// one on reload, as package internal/wiring/devconfig says), -maintain-interval,
 // -metrics-addr (default :9397: /metrics with the Go and process
 // collectors, /healthz, and /readyz, ready once the driver serves the
 // kubelet), -device-nodes ("auto": with -backend=nvml, the CDI specs inject
@@ -34,7 +34,7 @@
 // -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
 // them), and those every dynmig binary has (-version, -log-format=text|json,
-// -log-level, -v; package internal/cli); -help lists them. -kubeconfig
+// -log-level, -v; package internal/wiring/cli); -help lists them. -kubeconfig
 // names a kubeconfig file for running out of a cluster;
 // empty means $KUBECONFIG, and with that empty too, the pod's service
 // account ([kube.RESTConfig]).

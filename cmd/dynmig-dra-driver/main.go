@@ -19,9 +19,9 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
-	"github.com/dynmig/dynmig/internal/backend"
-	"github.com/dynmig/dynmig/internal/cli"
-	"github.com/dynmig/dynmig/internal/devconfig"
+	"github.com/dynmig/dynmig/internal/wiring/backend"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
+	"github.com/dynmig/dynmig/internal/wiring/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -114,7 +114,7 @@ func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config)
 
 // serve opens the backend and runs the driver until ctx is done, with its
 // operations server on o.metricsAddr and o.deviceConfig watched (package
-// internal/devconfig: a refused config stops the start, and keeps the last
+// internal/wiring/devconfig: a refused config stops the start, and keeps the last
 // good one on reload).
 func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), o options, cfg dradriver.Config) error {
 	opened, err := devconfig.Open(ctx, o.deviceConfig, open)

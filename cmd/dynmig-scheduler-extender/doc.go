@@ -38,7 +38,7 @@
 // (also nodeGPUMigInstance), -lock-timeout, -resource (the device plugin's
 // extended resource), -skip-fresh-node-read and -kubeconfig, and those
 // every dynmig binary has (-version, -log-format=text|json, -log-level,
-// -v; package internal/cli); -help lists them. -kubeconfig names a kubeconfig file (its current
+// -v; package internal/wiring/cli); -help lists them. -kubeconfig names a kubeconfig file (its current
 // context) for running out of a cluster; empty means $KUBECONFIG, and with
 // that empty too, the pod's service account ([kube.RESTConfig], which
 // loads it with client-go's clientcmd as kubectl does).

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dynmig/dynmig/extender"
-	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
