@@ -2,6 +2,8 @@
 // arrows of CONTRIBUTING.md's architecture table point down only, and
 // internal/ stays in its two levels (leaf helpers in internal/leaf, the
 // binaries' shared wiring in internal/wiring, which no library package
-// imports). It has no code of its own; go test ./internal/archtest runs
-// the checks.
+// imports). It also keeps library functions short (TestFunctionLength: at
+// most 60 lines, bar the listed older ones, which may only shrink; go test
+// -v lists them). It has no code of its own; go test ./internal/archtest
+// runs the checks.
 package archtest
