@@ -36,7 +36,6 @@ var longFuncs = map[string]int{
 	"reservation/decode.go skipValue":         69,
 	"reservation/decode.go slowString":        67,
 	"reservation/decode.go uint":              64,
-	"reservation/desired.go Desired":          88,
 }
 
 // isLibrary reports whether the package at rel (relative to the module) is
