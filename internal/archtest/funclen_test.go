@@ -31,7 +31,6 @@ var longFuncs = map[string]int{
 	"kube/schedview.go applyPod":              93,
 	"placement/grid.go newShape":              71,
 	"placement/select.go dfs":                 73,
-	"realize/prepare.go takeOn":               76,
 	"reservation/decode.go entry":             83,
 	"reservation/decode.go skipValue":         69,
 	"reservation/decode.go slowString":        67,
