@@ -28,7 +28,6 @@ var longFuncs = map[string]int{
 	"deviceplugin/plugin.go Run":              62,
 	"kube/schedview.go applyNode":             62,
 	"kube/schedview.go applyPod":              93,
-	"placement/grid.go newShape":              71,
 	"placement/select.go dfs":                 73,
 	"reservation/decode.go entry":             83,
 	"reservation/decode.go skipValue":         69,
