@@ -18,7 +18,7 @@ ARG REVISION=""
 # warnings about them are noise.
 ENV CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
 RUN CGO_ENABLED=1 go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X github.com/dynmig/dynmig/internal/cli.version=${VERSION} -X github.com/dynmig/dynmig/internal/cli.revision=${REVISION}" \
+      -ldflags "-s -w -X github.com/dynmig/dynmig/internal/wiring/cli.version=${VERSION} -X github.com/dynmig/dynmig/internal/wiring/cli.revision=${REVISION}" \
       -o /out/dynmig-device-plugin ./cmd/dynmig-device-plugin
 
 FROM gcr.io/distroless/base-debian12

@@ -10,7 +10,7 @@ COPY . .
 ARG VERSION=""
 ARG REVISION=""
 RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X github.com/dynmig/dynmig/internal/cli.version=${VERSION} -X github.com/dynmig/dynmig/internal/cli.revision=${REVISION}" \
+      -ldflags "-s -w -X github.com/dynmig/dynmig/internal/wiring/cli.version=${VERSION} -X github.com/dynmig/dynmig/internal/wiring/cli.revision=${REVISION}" \
       -o /out/dynmig-scheduler-extender ./cmd/dynmig-scheduler-extender
 
 FROM gcr.io/distroless/static-debian12:nonroot

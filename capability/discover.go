@@ -159,6 +159,34 @@ func sortByIndex(gpus []GPU, findings []Finding) {
 	slices.SortStableFunc(findings, func(a, b Finding) int { return cmp.Compare(a.GPU, b.GPU) })
 }
 
+// usableProfiles returns the usable profiles of a GPU's table, by name
+// and in table order: the first of a name, and only with placements. Each
+// other one is noted as a FindingBadProfile.
+func usableProfiles(profiles []Profile, note func(k FindingKind, profile string, err error)) (map[string]*Profile, []Profile) {
+	byName := make(map[string]*Profile, len(profiles))
+	for i := range profiles {
+		p := &profiles[i]
+		switch {
+		case byName[p.Name] != nil:
+			note(FindingBadProfile, p.Name, &ProfileInfoError{Index: p.GIProfileIndex,
+				Reason: fmt.Sprintf("same name %s as profile index %d", p.Name, byName[p.Name].GIProfileIndex)})
+		case len(p.Placements) == 0:
+			note(FindingBadProfile, p.Name, &ProfileInfoError{Index: p.GIProfileIndex, Reason: "no placements"})
+		default:
+			byName[p.Name] = p
+		}
+	}
+	usable := make([]Profile, 0, len(byName))
+	for i := range profiles {
+		if p := &profiles[i]; byName[p.Name] == p {
+			usable = append(usable, *p)
+		}
+	}
+	return byName, usable
+}
+
+// discoverGPU returns dev as a GPU with the profiles of its allowlist
+// entry, noting in report what it leaves out and why.
 func discoverGPU(ctx context.Context, hw HardwareView, policy Allowlist, dev DeviceInfo, report *DiscoveryReport) (GPU, error) {
 	entry, _, matched := policy.Match(dev.Name)
 	note := func(k FindingKind, profile string, err error) {
@@ -187,27 +215,9 @@ func discoverGPU(ctx context.Context, hw HardwareView, policy Allowlist, dev Dev
 	for _, err := range errs {
 		note(FindingBadProfile, "", err)
 	}
-	byName := make(map[string]*Profile, len(all.Profiles))
-	for i := range all.Profiles {
-		p := &all.Profiles[i]
-		switch {
-		case byName[p.Name] != nil:
-			note(FindingBadProfile, p.Name, &ProfileInfoError{Index: p.GIProfileIndex,
-				Reason: fmt.Sprintf("same name %s as profile index %d", p.Name, byName[p.Name].GIProfileIndex)})
-		case len(p.Placements) == 0:
-			note(FindingBadProfile, p.Name, &ProfileInfoError{Index: p.GIProfileIndex, Reason: "no placements"})
-		default:
-			byName[p.Name] = p
-		}
-	}
+	byName, usable := usableProfiles(all.Profiles, note)
 	gpu := bare
 	gpu.Limits = all.Limits
-	usable := make([]Profile, 0, len(byName))
-	for i := range all.Profiles {
-		if p := &all.Profiles[i]; byName[p.Name] == p {
-			usable = append(usable, *p)
-		}
-	}
 	published := make(map[string]bool, len(byName))
 	for _, name := range policy[entry].Profiles {
 		p := byName[name]

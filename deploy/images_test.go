@@ -30,7 +30,7 @@ var images = []image{
 // TestImages checks the build recipes without building them (CI has no
 // container daemon): a pinned Go builder of the go.mod language version,
 // cgo only where NVML needs it, the bases docs/deploying.md names, the version stamp
-// on the variables internal/cli reads, and hack/build-images.sh building
+// on the variables internal/wiring/cli reads, and hack/build-images.sh building
 // every one.
 func TestImages(t *testing.T) {
 	gomod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
@@ -41,7 +41,7 @@ func TestImages(t *testing.T) {
 	if goVersion == nil {
 		t.Fatal("go.mod: no go directive")
 	}
-	cliVars, err := os.ReadFile(filepath.Join(repoRoot, "internal", "cli", "version.go"))
+	cliVars, err := os.ReadFile(filepath.Join(repoRoot, "internal", "wiring", "cli", "version.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +76,11 @@ func TestImages(t *testing.T) {
 			t.Errorf("%s: %v", im.dockerfile, err)
 		}
 		for _, v := range []string{"version", "revision"} {
-			if !strings.Contains(df, "-X github.com/dynmig/dynmig/internal/cli."+v+"=") {
-				t.Errorf("%s: no version stamp on internal/cli.%s", im.dockerfile, v)
+			if !strings.Contains(df, "-X github.com/dynmig/dynmig/internal/wiring/cli."+v+"=") {
+				t.Errorf("%s: no version stamp on internal/wiring/cli.%s", im.dockerfile, v)
 			}
 			if !regexp.MustCompile(`(?m)^\s+` + v + `\s+string$`).Match(cliVars) {
-				t.Errorf("internal/cli has no string variable %s for the linker to set", v)
+				t.Errorf("internal/wiring/cli has no string variable %s for the linker to set", v)
 			}
 		}
 		if !regexp.MustCompile(`(?m)^for component in .*\b` + im.component + `\b`).Match(script) {

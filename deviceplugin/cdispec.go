@@ -15,8 +15,8 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/dynmig/dynmig/internal/atomicfile"
-	"github.com/dynmig/dynmig/internal/devnodes"
+	"github.com/dynmig/dynmig/internal/leaf/atomicfile"
+	"github.com/dynmig/dynmig/internal/leaf/devnodes"
 	"github.com/dynmig/dynmig/realize"
 )
 
@@ -95,7 +95,7 @@ func NewProcCDI(root string) *NodeCDI { return &NodeCDI{nodes: procNodes{devnode
 
 // NewFakeCDI returns a [NodeCDI] for fakehal, whose GPUs have no /proc
 // files: nodes numbered from the GPU index and instance IDs (package
-// internal/devnodes, Fake).
+// internal/leaf/devnodes, Fake).
 func NewFakeCDI() *NodeCDI { return &NodeCDI{nodes: fakeNodes{}} }
 
 // DeviceEdits implements [CDIGenerator].
@@ -183,7 +183,7 @@ func (s *cdiSpecs) spec(in CDIInstance) (*cdispec.Spec, error) {
 	return spec, nil
 }
 
-// write writes the specs of ins atomically (package internal/atomicfile),
+// write writes the specs of ins atomically (package internal/leaf/atomicfile),
 // each readable by the container runtime.
 func (s *cdiSpecs) write(ins ...CDIInstance) error {
 	s.mu.Lock()

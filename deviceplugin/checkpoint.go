@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dynmig/dynmig/capability"
-	"github.com/dynmig/dynmig/internal/atomicfile"
+	"github.com/dynmig/dynmig/internal/leaf/atomicfile"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -272,7 +272,7 @@ func ReadCheckpoint(path string) (c Checkpoint, exists bool, err error) {
 }
 
 // WriteCheckpoint replaces the checkpoint at path atomically and durably
-// (internal/atomicfile): a crash leaves the old or the new content.
+// (internal/leaf/atomicfile): a crash leaves the old or the new content.
 func WriteCheckpoint(path string, c Checkpoint) error {
 	data, err := EncodeCheckpoint(c)
 	if err != nil {

@@ -64,7 +64,7 @@ func openCheckpointDir(path string, log *slog.Logger) (*os.File, error) {
 	return lock, nil
 }
 
-// removeStaleTemps removes the temporary files internal/atomicfile names
+// removeStaleTemps removes the temporary files internal/leaf/atomicfile names
 // after path (".<base>.tmp-*"): a write interrupted before its rename
 // left them, and only the lock holder writes there.
 func removeStaleTemps(path string, log *slog.Logger) error {

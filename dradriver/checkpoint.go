@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dynmig/dynmig/internal/atomicfile"
+	"github.com/dynmig/dynmig/internal/leaf/atomicfile"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -202,23 +202,9 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 	bad := func(claim, dev int, err error) (Checkpoint, error) {
 		return Checkpoint{}, &CheckpointError{Path: path, Claim: claim, Device: dev, Err: err}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var in checkpointJSON
-	if err := dec.Decode(&in); err != nil {
+	in, err := decodeCheckpointJSON(data)
+	if err != nil {
 		return bad(-1, -1, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bad(-1, -1, errors.New("trailing data after the checkpoint object"))
-	}
-	switch in.Version {
-	case 1:
-		if in.BootID != "" {
-			return bad(-1, -1, errors.New("version 1 has no boot ID"))
-		}
-	case checkpointVersion:
-	default:
-		return bad(-1, -1, fmt.Errorf("version %d, want 1 or %d", in.Version, checkpointVersion))
 	}
 	out := Checkpoint{BootID: in.BootID}
 	seen := map[string]bool{}
@@ -227,56 +213,102 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 			return bad(i, -1, errors.New("empty or repeated claim UID"))
 		}
 		seen[cj.UID] = true
-		state := cj.State
-		switch {
-		case in.Version == 1 && state == "":
-			state = PrepareCompleted
-		case in.Version == 1:
-			return bad(i, -1, fmt.Errorf("%w: version 1 has no states", ErrCheckpointState))
-		case state != PrepareStarted && state != PrepareCompleted:
-			return bad(i, -1, fmt.Errorf("%w: state %q", ErrCheckpointState, state))
-		}
-		cl := PreparedClaim{UID: cj.UID, Namespace: cj.Namespace, Name: cj.Name, State: state}
-		idx := map[[2]int]bool{}
-		for j, dj := range cj.Devices {
-			p, err := ParseDeviceName(dj.Device)
-			if err != nil {
-				return bad(i, j, err)
-			}
-			if dj.ContainerIndex < 0 || dj.DeviceIndex < 0 || idx[[2]int{dj.ContainerIndex, dj.DeviceIndex}] {
-				return bad(i, j, errors.New("negative or repeated (containerIndex, deviceIndex)"))
-			}
-			if in.Version == 1 && dj.AdminAccess {
-				return bad(i, j, errors.New("version 1 has no admin access"))
-			}
-			idx[[2]int{dj.ContainerIndex, dj.DeviceIndex}] = true
-			rt := reservation.RuntimeIdentity{MIGUUID: dj.MIGUUID, GPUInstanceID: dj.GIID, ComputeInstanceID: dj.CIID}
-			recorded := rt != reservation.RuntimeIdentity{}
-			if want := state == PrepareCompleted && !dj.AdminAccess; recorded != want {
-				return bad(i, j, fmt.Errorf("%w: %s device (admin access %t) with runtime identity %t", ErrCheckpointState, state, dj.AdminAccess, recorded))
-			}
-			a := reservation.Allocation{ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
-				GPUUUID: p.GPUUUID, Profile: p.Profile, Placement: p.Placement}
-			if recorded {
-				a = a.WithRuntime(rt)
-			}
-			if err := reservation.Validate([]reservation.Allocation{a}); err != nil {
-				return bad(i, j, err)
-			}
-			d := PreparedDevice{
-				Request: dj.Request, Device: dj.Device, ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
-				Partition: p, AdminAccess: dj.AdminAccess, Runtime: rt, CDIDevice: dj.CDIDevice,
-			}
-			if !d.AdminAccess {
-				if other, _, held := out.Holds(p, ""); held {
-					return bad(i, j, fmt.Errorf("device overlaps a device of claim %s", other.UID))
-				}
-			}
-			cl.Devices = append(cl.Devices, d)
+		cl, j, err := decodeClaim(in.Version, cj, out)
+		if err != nil {
+			return bad(i, j, err)
 		}
 		out.Claims = append(out.Claims, cl)
 	}
 	return out, nil
+}
+
+// decodeCheckpointJSON parses the file's one JSON object, of a version
+// DecodeCheckpoint reads.
+func decodeCheckpointJSON(data []byte) (checkpointJSON, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var in checkpointJSON
+	if err := dec.Decode(&in); err != nil {
+		return in, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return in, errors.New("trailing data after the checkpoint object")
+	}
+	switch in.Version {
+	case 1:
+		if in.BootID != "" {
+			return in, errors.New("version 1 has no boot ID")
+		}
+	case checkpointVersion:
+	default:
+		return in, fmt.Errorf("version %d, want 1 or %d", in.Version, checkpointVersion)
+	}
+	return in, nil
+}
+
+// decodeClaim decodes one claim of a file of the given version; prior
+// holds the claims decoded before it. A failure returns the offending
+// device's index, or -1 for the claim itself.
+func decodeClaim(version int, cj claimJSON, prior Checkpoint) (PreparedClaim, int, error) {
+	state := cj.State
+	switch {
+	case version == 1 && state == "":
+		state = PrepareCompleted
+	case version == 1:
+		return PreparedClaim{}, -1, fmt.Errorf("%w: version 1 has no states", ErrCheckpointState)
+	case state != PrepareStarted && state != PrepareCompleted:
+		return PreparedClaim{}, -1, fmt.Errorf("%w: state %q", ErrCheckpointState, state)
+	}
+	cl := PreparedClaim{UID: cj.UID, Namespace: cj.Namespace, Name: cj.Name, State: state}
+	idx := map[[2]int]bool{}
+	for j, dj := range cj.Devices {
+		d, err := decodeDevice(version, state, dj, idx)
+		if err != nil {
+			return PreparedClaim{}, j, err
+		}
+		if !d.AdminAccess {
+			if other, _, held := prior.Holds(d.Partition, ""); held {
+				return PreparedClaim{}, j, fmt.Errorf("device overlaps a device of claim %s", other.UID)
+			}
+		}
+		cl.Devices = append(cl.Devices, d)
+	}
+	return cl, -1, nil
+}
+
+// decodeDevice decodes one device of a claim in the given state; idx
+// holds the (ContainerIndex, DeviceIndex) of the claim's devices decoded
+// before it, and gets this one's.
+func decodeDevice(version int, state ClaimState, dj deviceJSON, idx map[[2]int]bool) (PreparedDevice, error) {
+	p, err := ParseDeviceName(dj.Device)
+	if err != nil {
+		return PreparedDevice{}, err
+	}
+	key := [2]int{dj.ContainerIndex, dj.DeviceIndex}
+	if dj.ContainerIndex < 0 || dj.DeviceIndex < 0 || idx[key] {
+		return PreparedDevice{}, errors.New("negative or repeated (containerIndex, deviceIndex)")
+	}
+	if version == 1 && dj.AdminAccess {
+		return PreparedDevice{}, errors.New("version 1 has no admin access")
+	}
+	idx[key] = true
+	rt := reservation.RuntimeIdentity{MIGUUID: dj.MIGUUID, GPUInstanceID: dj.GIID, ComputeInstanceID: dj.CIID}
+	recorded := rt != reservation.RuntimeIdentity{}
+	if want := state == PrepareCompleted && !dj.AdminAccess; recorded != want {
+		return PreparedDevice{}, fmt.Errorf("%w: %s device (admin access %t) with runtime identity %t", ErrCheckpointState, state, dj.AdminAccess, recorded)
+	}
+	a := reservation.Allocation{ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
+		GPUUUID: p.GPUUUID, Profile: p.Profile, Placement: p.Placement}
+	if recorded {
+		a = a.WithRuntime(rt)
+	}
+	if err := reservation.Validate([]reservation.Allocation{a}); err != nil {
+		return PreparedDevice{}, err
+	}
+	return PreparedDevice{
+		Request: dj.Request, Device: dj.Device, ContainerIndex: dj.ContainerIndex, DeviceIndex: dj.DeviceIndex,
+		Partition: p, AdminAccess: dj.AdminAccess, Runtime: rt, CDIDevice: dj.CDIDevice,
+	}, nil
 }
 
 // ReadCheckpoint reads the checkpoint at path. A missing file is an empty
@@ -294,7 +326,7 @@ func ReadCheckpoint(path string) (Checkpoint, error) {
 
 // WriteCheckpoint replaces the checkpoint at path atomically and durably:
 // a crash leaves the old or the new content, never a mix
-// (internal/atomicfile).
+// (internal/leaf/atomicfile).
 func WriteCheckpoint(path string, c Checkpoint) error {
 	data, err := EncodeCheckpoint(c)
 	if err != nil {
@@ -306,4 +338,40 @@ func WriteCheckpoint(path string, c Checkpoint) error {
 // sortClaims orders claims by UID, so equal checkpoints encode equally.
 func sortClaims(cs []PreparedClaim) {
 	slices.SortFunc(cs, func(a, b PreparedClaim) int { return strings.Compare(a.UID, b.UID) })
+}
+
+// Checkpoint returns a copy of the prepared claims.
+func (d *Driver) Checkpoint() Checkpoint {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return cloneCheckpoint(d.ck)
+}
+
+func cloneCheckpoint(ck Checkpoint) Checkpoint {
+	out := Checkpoint{BootID: ck.BootID, Claims: slices.Clone(ck.Claims)}
+	for i := range out.Claims {
+		out.Claims[i].Devices = slices.Clone(out.Claims[i].Devices)
+	}
+	return out
+}
+
+// updateCheckpoint applies f to a copy of the checkpoint, writes it
+// atomically and, only when that succeeded, makes it current. What f adds
+// is copied too: a claim being prepared keeps writing its own devices
+// (their runtime identities) while builds read the current checkpoint
+// without a lock.
+func (d *Driver) updateCheckpoint(f func(*Checkpoint)) error {
+	d.ckMu.Lock()
+	defer d.ckMu.Unlock()
+	ck := d.Checkpoint()
+	f(&ck)
+	ck = cloneCheckpoint(ck)
+	sortClaims(ck.Claims)
+	if err := WriteCheckpoint(d.CheckpointPath(), ck); err != nil {
+		return fmt.Errorf("dradriver: write checkpoint: %w", err)
+	}
+	d.mu.Lock()
+	d.ck = ck
+	d.mu.Unlock()
+	return nil
 }

@@ -1,6 +1,6 @@
 package dradriver
 
-import "github.com/dynmig/dynmig/internal/devnodes"
+import "github.com/dynmig/dynmig/internal/leaf/devnodes"
 
 // DeviceNode is one character device a CDI device injects into a
 // container. Major and minor are given, so the container runtime creates
@@ -35,7 +35,7 @@ type DeviceNodeError = devnodes.Error
 
 // ProcNodes is a [NodeSource] reading the NVIDIA kernel driver's files
 // under Root's /proc, as NVIDIA's own DRA driver does; the device plugin
-// shares it (package internal/devnodes, which says what it reads). The
+// shares it (package internal/leaf/devnodes, which says what it reads). The
 // zero value reads under "/".
 type ProcNodes = devnodes.Proc
 

@@ -53,7 +53,8 @@
 // claims keep theirs. Prepared devices a failure hits are published with
 // a device taint ([TaintKey], KEP-5055, beta since Kubernetes 1.36):
 // NoExecute when the GPU is lost, so that the pods using it are evicted,
-// NoSchedule otherwise ([Driver.Resources]). [Driver.WatchHealthStatus]
+// NoSchedule otherwise ([Driver.Resources]). A retained device gets every
+// taint a published one gets, beside its [RetainedTaintKey]. [Driver.WatchHealthStatus]
 // reports every prepared device's health to the kubelet (KEP-4680), which
 // shows it in the status of the pods using it. Each change is also an
 // Event on the node ([EventSource], package kube's reasons such as

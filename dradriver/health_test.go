@@ -3,6 +3,7 @@ package dradriver_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +11,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
 	"github.com/dynmig/dynmig/realize"
 )
 
@@ -229,5 +231,54 @@ func TestDeviceTaints(t *testing.T) {
 	d.ApplyHealth(realize.HealthEvent{GPU: 0, GI: rt.GPUInstanceID, CI: rt.ComputeInstanceID, Cause: realize.CauseXid, Xid: 94})
 	if ts := taintsOf(t, d)[dev0]; len(ts) != 1 || ts[0].Value != "xid-94" || ts[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Errorf("failed MIG device %s: taints %+v, want xid-94:NoSchedule", dev0, ts)
+	}
+}
+
+// A prepared device whose profile left the allowlist stays published,
+// retained; a failure gets it every taint a published device gets (issue
+// 35, defect 4): NoExecute beside its NoSchedule retained taint when its
+// GPU is lost, so its pods are evicted, and NoSchedule when its MIG device
+// fails; it is published once, in its retained slice, and a recovery
+// leaves only the retained taint.
+func TestRetainedDeviceTaints(t *testing.T) {
+	e := newEnv(t, "NVIDIA A30", "NVIDIA A30")
+	d := e.driver(t)
+	dev := deviceName(t, e.hw, 0, "2g.12gb", 0, 2)
+	c := claimFor("uid-r", dev)
+	e.claims.set(true, c)
+	if r := prepareOne(t, d, c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := d.SetAllowlist(context.Background(), capability.Allowlist{{Models: []string{"A30"}, Profiles: []string{"1g.6gb"}}}); err != nil {
+		t.Fatal(err)
+	}
+	retained := resourceapi.DeviceTaint{Key: dradriver.RetainedTaintKey, Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	if got := taintsOf(t, d)[dev]; !slices.Equal(got, []resourceapi.DeviceTaint{retained}) {
+		t.Fatalf("retained device %s: taints %+v, want only %+v", dev, got, retained)
+	}
+	pc, _ := d.Checkpoint().Claim("uid-r")
+	rt := pc.Devices[0].Runtime
+	recovered := realize.HealthEvent{GPU: 0, GI: realize.NoInstance, CI: realize.NoInstance, Healthy: true, Cause: realize.CauseRecovered}
+	tests := []struct {
+		name  string
+		event realize.HealthEvent
+		want  resourceapi.DeviceTaint
+	}{
+		{name: "gpu lost", event: realize.HealthEvent{GPU: 0, GI: realize.NoInstance, CI: realize.NoInstance, Cause: realize.CauseXid, Xid: 79},
+			want: resourceapi.DeviceTaint{Key: dradriver.TaintKey, Value: "xid-79", Effect: resourceapi.DeviceTaintEffectNoExecute}},
+		{name: "mig device failed", event: realize.HealthEvent{GPU: 0, GI: rt.GPUInstanceID, CI: rt.ComputeInstanceID, Cause: realize.CauseXid, Xid: 94},
+			want: resourceapi.DeviceTaint{Key: dradriver.TaintKey, Value: "xid-94", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d.ApplyHealth(tt.event)
+			if got := taintsOf(t, d)[dev]; !slices.Equal(got, []resourceapi.DeviceTaint{retained, tt.want}) {
+				t.Errorf("retained device %s: taints %+v, want %+v and %+v", dev, got, retained, tt.want)
+			}
+			d.ApplyHealth(recovered) // a GPU's recovery clears its MIG devices' failures too
+		})
+	}
+	if got := taintsOf(t, d)[dev]; !slices.Equal(got, []resourceapi.DeviceTaint{retained}) {
+		t.Errorf("after recovery: taints %+v, want only %+v", got, retained)
 	}
 }

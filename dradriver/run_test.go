@@ -22,7 +22,7 @@ import (
 
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
 	"github.com/dynmig/dynmig/kube"
 )
 

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
 	"github.com/dynmig/dynmig/kube"
 )
 

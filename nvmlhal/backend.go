@@ -12,7 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/dynmig/dynmig/capability"
-	"github.com/dynmig/dynmig/internal/gpulock"
+	"github.com/dynmig/dynmig/internal/leaf/gpulock"
 	"github.com/dynmig/dynmig/realize"
 )
 

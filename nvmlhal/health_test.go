@@ -10,7 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/goleak"
 
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
 	"github.com/dynmig/dynmig/nvmlhal"
 	"github.com/dynmig/dynmig/nvmlhal/nvmlmock"
 	"github.com/dynmig/dynmig/realize"

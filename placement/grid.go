@@ -277,24 +277,11 @@ func newShape(gpu *capability.GPU, lim capability.Limits) (*shape, error) {
 			return nil, &GridError{UUID: gpu.UUID, Profile: pr.Name, Reason: "profile listed twice"}
 		}
 		seen[pr.Name] = true
-		pls := slices.Clone(pr.Placements)
-		slices.SortFunc(pls, func(a, b capability.Placement) int {
-			return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.Size, b.Size))
-		})
-		pls = slices.Compact(pls)
-		pr.Placements = pls
-		gp := gridProfile{p: pr, placements: pls, masks: make([]uint64, len(pls)),
-			memoryMB: pr.MemoryMB, sliceCount: pr.SliceCount,
-			highFirst: pr.SliceCount == 1 || pr.SliceCount == 3}
-		for j, pl := range pls {
-			if !pl.Within(capability.MaxSlots) {
-				return nil, &GridError{UUID: gpu.UUID, Profile: pr.Name, Reason: fmt.Sprintf("placement %v is not on a %d-slot grid", pl, capability.MaxSlots)}
-			}
-			gp.masks[j] = pl.Mask()
-			gp.union |= gp.masks[j]
-			if gp.minSize == 0 || pl.Size < gp.minSize {
-				gp.minSize = pl.Size
-			}
+		gp, err := compileProfile(gpu.UUID, pr)
+		if err != nil {
+			return nil, err
+		}
+		for _, pl := range gp.placements {
 			sh.width = max(sh.width, pl.End())
 		}
 		sh.maxMemory = max(sh.maxMemory, pr.MemoryMB)
@@ -307,18 +294,7 @@ func newShape(gpu *capability.GPU, lim capability.Limits) (*shape, error) {
 	}
 	sh.frag = fragMasks(sh.profiles)
 	sh.engines = deriveEngines(sh.profiles, sh.width, lim)
-	sh.byEnd = make([][]uint64, len(sh.profiles))
-	for i := range sh.profiles {
-		gp := &sh.profiles[i]
-		idx := make([]int, len(gp.masks))
-		for j := range idx {
-			idx[j] = j
-		}
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(gp.placements[a].End(), gp.placements[b].End()) })
-		for _, j := range idx {
-			sh.byEnd[i] = append(sh.byEnd[i], gp.masks[j])
-		}
-	}
+	sh.byEnd = byEndMasks(sh.profiles)
 	if sh.width <= tableSlots {
 		sh.capTable = make([]int32, 1<<sh.width)
 		sh.strandTable = make([]int16, 1<<sh.width)
@@ -328,6 +304,50 @@ func newShape(gpu *capability.GPU, lim capability.Limits) (*shape, error) {
 		}
 	}
 	return sh, nil
+}
+
+// compileProfile compiles one profile of the GPU uuid's table: its
+// placements sorted by (start, size) without repeats (pr's are replaced by
+// them), their masks, and the masks' union and smallest size.
+func compileProfile(uuid string, pr *capability.Profile) (gridProfile, error) {
+	pls := slices.Clone(pr.Placements)
+	slices.SortFunc(pls, func(a, b capability.Placement) int {
+		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.Size, b.Size))
+	})
+	pls = slices.Compact(pls)
+	pr.Placements = pls
+	gp := gridProfile{p: pr, placements: pls, masks: make([]uint64, len(pls)),
+		memoryMB: pr.MemoryMB, sliceCount: pr.SliceCount,
+		highFirst: pr.SliceCount == 1 || pr.SliceCount == 3}
+	for j, pl := range pls {
+		if !pl.Within(capability.MaxSlots) {
+			return gridProfile{}, &GridError{UUID: uuid, Profile: pr.Name, Reason: fmt.Sprintf("placement %v is not on a %d-slot grid", pl, capability.MaxSlots)}
+		}
+		gp.masks[j] = pl.Mask()
+		gp.union |= gp.masks[j]
+		if gp.minSize == 0 || pl.Size < gp.minSize {
+			gp.minSize = pl.Size
+		}
+	}
+	return gp, nil
+}
+
+// byEndMasks returns each profile's placement masks ordered by the
+// placement's end, ties in table order.
+func byEndMasks(profiles []gridProfile) [][]uint64 {
+	byEnd := make([][]uint64, len(profiles))
+	for i := range profiles {
+		gp := &profiles[i]
+		idx := make([]int, len(gp.masks))
+		for j := range idx {
+			idx[j] = j
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(gp.placements[a].End(), gp.placements[b].End()) })
+		for _, j := range idx {
+			byEnd[i] = append(byEnd[i], gp.masks[j])
+		}
+	}
+	return byEnd
 }
 
 // fragMasks collects the distinct published placements with their weights.

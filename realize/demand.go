@@ -202,61 +202,98 @@ func demandSet(d Demand) desiredSet {
 		h := &d.Holders[i]
 		ref := reservation.PodRef{UID: h.UID, Namespace: h.Namespace, Name: h.Name}
 		out.listed[h.UID] = true
-		entries := make([]reservation.Entry, len(h.Devices))
-		allocs := make([]reservation.Allocation, len(h.Devices))
-		for j := range h.Devices {
-			allocs[j] = h.Devices[j].Allocation
-			entries[j] = reservation.Entry{PodUID: h.UID, Namespace: h.Namespace, Name: h.Name, Index: j, Allocation: allocs[j]}
-		}
+		entries, allocs := holderEntries(h)
 		if h.Released {
-			out.endedAt = append(out.endedAt, entries...)
-			for j := range entries {
-				if m := entries[j].MIGUUID; m != "" {
-					if out.ended == nil {
-						out.ended = make(map[string]Owner)
-					}
-					out.ended[m] = entryOwner(&entries[j])
-				}
-			}
+			out.addEnded(entries)
 			continue
 		}
 		out.active[h.UID] = true
-		var reasons []error
-		if h.Err != nil {
-			reasons = append(reasons, &reservation.PodError{Pod: ref, Index: -1, Err: h.Err})
-		}
-		if h.UID == "" || count[h.UID] > 1 {
-			reasons = append(reasons, &reservation.PodError{Pod: ref, Index: -1, Err: reservation.ErrPodIdentity})
-		}
-		if err := reservation.Validate(allocs); err != nil && !allUntrusted(h.Devices) {
-			for _, e := range flattenJoin(err) {
-				index := -1
-				var ve *reservation.ValidationError
-				if errors.As(e, &ve) {
-					index = ve.Index
-				}
-				reasons = append(reasons, &reservation.PodError{Pod: ref, Index: index, Err: e})
-			}
-		}
-		if len(reasons) > 0 {
+		if reasons := holderReasons(h, ref, allocs, count[h.UID] > 1); len(reasons) > 0 {
 			set.Reasons = append(set.Reasons, reasons...)
 			unknown[h.UID] = ref
 			set.Withheld = append(set.Withheld, entries...)
 			continue
 		}
-		for j := range entries {
-			if err := h.Devices[j].Untrusted; err != nil {
-				set.Withheld = append(set.Withheld, entries[j])
-				var pe *reservation.PodError
-				if !errors.As(err, &pe) {
-					err = &reservation.PodError{Pod: ref, Index: j, Err: err}
-				}
-				set.Untrusted = append(set.Untrusted, err)
-				continue
+		trusted = appendTrusted(&set, trusted, h, ref, entries)
+	}
+	withholdConflicts(&set, trusted, unknown)
+	sortSet(&set)
+	set.Authorized = len(set.Reasons) == 0
+	out.DesiredSet = set
+	return out
+}
+
+// holderEntries returns the entries and allocations of h's devices.
+func holderEntries(h *Holder) ([]reservation.Entry, []reservation.Allocation) {
+	entries := make([]reservation.Entry, len(h.Devices))
+	allocs := make([]reservation.Allocation, len(h.Devices))
+	for j := range h.Devices {
+		allocs[j] = h.Devices[j].Allocation
+		entries[j] = reservation.Entry{PodUID: h.UID, Namespace: h.Namespace, Name: h.Name, Index: j, Allocation: allocs[j]}
+	}
+	return entries, allocs
+}
+
+// addEnded records the entries of a released holder: their placements,
+// and their owners by MIG UUID.
+func (out *desiredSet) addEnded(entries []reservation.Entry) {
+	out.endedAt = append(out.endedAt, entries...)
+	for j := range entries {
+		if m := entries[j].MIGUUID; m != "" {
+			if out.ended == nil {
+				out.ended = make(map[string]Owner)
 			}
-			trusted = append(trusted, entries[j])
+			out.ended[m] = entryOwner(&entries[j])
 		}
 	}
+}
+
+// holderReasons returns why the active holder h withholds authorisation:
+// an unreadable record, an empty or repeated UID (dup), or devices that
+// fail reservation.Validate (unless all of them are untrusted).
+func holderReasons(h *Holder, ref reservation.PodRef, allocs []reservation.Allocation, dup bool) []error {
+	var reasons []error
+	if h.Err != nil {
+		reasons = append(reasons, &reservation.PodError{Pod: ref, Index: -1, Err: h.Err})
+	}
+	if h.UID == "" || dup {
+		reasons = append(reasons, &reservation.PodError{Pod: ref, Index: -1, Err: reservation.ErrPodIdentity})
+	}
+	if err := reservation.Validate(allocs); err != nil && !allUntrusted(h.Devices) {
+		for _, e := range flattenJoin(err) {
+			index := -1
+			var ve *reservation.ValidationError
+			if errors.As(e, &ve) {
+				index = ve.Index
+			}
+			reasons = append(reasons, &reservation.PodError{Pod: ref, Index: index, Err: e})
+		}
+	}
+	return reasons
+}
+
+// appendTrusted appends h's trusted entries to trusted, and withholds its
+// untrusted ones in set, each with its reason.
+func appendTrusted(set *reservation.DesiredSet, trusted []reservation.Entry, h *Holder, ref reservation.PodRef, entries []reservation.Entry) []reservation.Entry {
+	for j := range entries {
+		if err := h.Devices[j].Untrusted; err != nil {
+			set.Withheld = append(set.Withheld, entries[j])
+			var pe *reservation.PodError
+			if !errors.As(err, &pe) {
+				err = &reservation.PodError{Pod: ref, Index: j, Err: err}
+			}
+			set.Untrusted = append(set.Untrusted, err)
+			continue
+		}
+		trusted = append(trusted, entries[j])
+	}
+	return trusted
+}
+
+// withholdConflicts sorts the trusted entries into set's active and
+// withheld ones: the entries of holders in unknown and of holders whose
+// entries conflict are withheld, and the conflicts are reasons.
+func withholdConflicts(set *reservation.DesiredSet, trusted []reservation.Entry, unknown map[string]reservation.PodRef) {
 	claimants, conflicts := reservation.Conflicts(trusted)
 	for _, c := range conflicts {
 		set.Reasons = append(set.Reasons, c)
@@ -274,10 +311,6 @@ func demandSet(d Demand) desiredSet {
 	for _, p := range unknown {
 		set.Unknown = append(set.Unknown, p)
 	}
-	sortSet(&set)
-	set.Authorized = len(set.Reasons) == 0
-	out.DesiredSet = set
-	return out
 }
 
 // allUntrusted reports whether devs are all untrusted: none of them is

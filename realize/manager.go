@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dynmig/dynmig/internal/gpulock"
+	"github.com/dynmig/dynmig/internal/leaf/gpulock"
 )
 
 // Options configures a [Manager]. The zero value works: no logging, MIG mode

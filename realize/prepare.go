@@ -225,27 +225,8 @@ func (m *Manager) takeOn(ctx context.Context, gone *desiredSet, dev capability.D
 		if m.lookup(key) != nil || prof == nil {
 			continue // managed (the holder's is released next), or nothing of this profile can be live
 		}
-		var gi Instance
-		rt, recorded := e.Runtime()
-		switch {
-		case recorded:
-			g, ok := findGI(insts, rt.GPUInstanceID)
-			if !ok || verify(g, prof.GIProfileIndex, e.Placement, rt) != "" {
-				continue // gone, or not the recorded instance
-			}
-			gi = g
-		case gone.atPlacement:
-			g, ok := findAt(insts, e.Placement)
-			if !ok || g.Profile != prof.GIProfileIndex || len(g.ComputeInstances) != 1 {
-				continue
-			}
-			gi = g
-			ci := g.ComputeInstances[0]
-			rt = reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: g.GIID, ComputeInstanceID: ci.ID}
-		default:
-			continue
-		}
-		if m.managedGI(dev.Index, gi) {
+		gi, rt, recorded, ok := holderInstance(insts, prof, &e, gone.atPlacement)
+		if !ok || m.managedGI(dev.Index, gi) {
 			continue
 		}
 		_, named := gone.namedByOther(rt.MIGUUID, owner)
@@ -274,6 +255,31 @@ func (m *Manager) takeOn(ctx context.Context, gone *desiredSet, dev capability.D
 		m.log.InfoContext(ctx, "adopted instance to unprepare it", instanceAttrs(rec)...)
 	}
 	return errors.Join(errs...)
+}
+
+// holderInstance finds the live instance of the holder's entry e: the
+// recorded one when e records a runtime identity (none when it is gone or
+// does not match), else, with atPlacement, the one at e's placement with
+// e's profile and one compute instance. It reports whether e's runtime
+// identity was recorded, and false when no instance is found.
+func holderInstance(insts []Instance, prof *capability.Profile, e *reservation.Entry, atPlacement bool) (Instance, reservation.RuntimeIdentity, bool, bool) {
+	rt, recorded := e.Runtime()
+	switch {
+	case recorded:
+		g, ok := findGI(insts, rt.GPUInstanceID)
+		if !ok || verify(g, prof.GIProfileIndex, e.Placement, rt) != "" {
+			return Instance{}, rt, true, false // gone, or not the recorded instance
+		}
+		return g, rt, true, true
+	case atPlacement:
+		g, ok := findAt(insts, e.Placement)
+		if !ok || g.Profile != prof.GIProfileIndex || len(g.ComputeInstances) != 1 {
+			return Instance{}, rt, false, false
+		}
+		ci := g.ComputeInstances[0]
+		return g, reservation.RuntimeIdentity{MIGUUID: ci.MIGUUID, GPUInstanceID: g.GIID, ComputeInstanceID: ci.ID}, false, true
+	}
+	return Instance{}, rt, false, false
 }
 
 // unprepareOne destroys one managed instance of the unprepared holder

@@ -258,14 +258,40 @@ func Desired(snap Snapshot) DesiredSet {
 	if !snap.Complete {
 		set.Reasons = append(set.Reasons, ErrIncompleteSnapshot)
 	}
+	unknown := make(map[string]PodRef)
+	seen := make(map[string]*Pod) // the trusted pods
+	trusted := set.addPods(snap, seen, unknown)
+	// First the overlaps the records' binding and first observations
+	// resolve, then the other conflicts of entries that lost none.
+	lost := set.addConflicts(trusted, seen, unknown)
+	for i, e := range trusted {
+		if _, bad := unknown[e.PodUID]; bad || lost[i] {
+			set.Withheld = append(set.Withheld, e)
+		} else {
+			set.Active = append(set.Active, e)
+		}
+	}
+	for _, p := range unknown {
+		set.Unknown = append(set.Unknown, p)
+	}
+	slices.SortFunc(set.Unknown, func(a, b PodRef) int { return cmp.Compare(a.UID, b.UID) })
+	slices.SortFunc(set.Active, compareEntries)
+	slices.SortFunc(set.Withheld, compareEntries)
+	set.Authorized = len(set.Reasons) == 0
+	return set
+}
+
+// addPods sorts the entries of the snapshot's pods not released, as
+// [Desired] says: it returns the trusted ones, adding their pods to seen,
+// withholds the others in set with their reasons, and adds the pods whose
+// records withhold authorisation to unknown.
+func (set *DesiredSet) addPods(snap Snapshot, seen map[string]*Pod, unknown map[string]PodRef) []Entry {
 	// A UID listed twice cannot say which pod owns what, whatever the
 	// order or phase of the two.
 	listed := make(map[string]int, len(snap.Pods))
 	for i := range snap.Pods {
 		listed[snap.Pods[i].UID]++
 	}
-	unknown := make(map[string]PodRef)
-	seen := make(map[string]*Pod) // the trusted pods
 	var trusted []Entry
 	for i := range snap.Pods {
 		pod := &snap.Pods[i]
@@ -297,8 +323,15 @@ func Desired(snap Snapshot) DesiredSet {
 		unknown[pod.UID] = pod.Ref()
 		set.Withheld = append(set.Withheld, entries...)
 	}
-	// First the overlaps the records' binding and first observations
-	// resolve, then the other conflicts of entries that lost none.
+	return trusted
+}
+
+// addConflicts applies [Desired]'s conflict rules to the trusted entries
+// of the pods in seen: it returns which entries lost a resolved conflict
+// (each loser's error goes to Untrusted), and adds the pods of the other
+// conflicts to unknown and up to [MaxProblems] of those conflicts to
+// Reasons.
+func (set *DesiredSet) addConflicts(trusted []Entry, seen map[string]*Pod, unknown map[string]PodRef) []bool {
 	pairs := conflictPairs(trusted)
 	lost := make([]bool, len(trusted))
 	for _, p := range pairs {
@@ -325,21 +358,7 @@ func Desired(snap Snapshot) DesiredSet {
 			conflicts++
 		}
 	}
-	for i, e := range trusted {
-		if _, bad := unknown[e.PodUID]; bad || lost[i] {
-			set.Withheld = append(set.Withheld, e)
-		} else {
-			set.Active = append(set.Active, e)
-		}
-	}
-	for _, p := range unknown {
-		set.Unknown = append(set.Unknown, p)
-	}
-	slices.SortFunc(set.Unknown, func(a, b PodRef) int { return cmp.Compare(a.UID, b.UID) })
-	slices.SortFunc(set.Active, compareEntries)
-	slices.SortFunc(set.Withheld, compareEntries)
-	set.Authorized = len(set.Reasons) == 0
-	return set
+	return lost
 }
 
 // resolve resolves the conflict of trusted[i] and trusted[j]: it returns

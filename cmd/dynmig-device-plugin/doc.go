@@ -32,7 +32,7 @@
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
 // them),
 // and those every dynmig binary has (-version, -log-format=text|json,
-// -log-level, -v; package internal/cli); -help lists them.
+// -log-level, -v; package internal/wiring/cli); -help lists them.
 // -metrics-addr (default :9396, clear of dcgm-exporter's 9400) serves
 // /metrics (the per-GPU health gauge dynmig_gpu_healthy, the assignment
 // mismatch counter, Go and process collectors), /healthz and /readyz,
@@ -44,7 +44,7 @@
 // malformed config, or one whose profiles this node's GPUs do not know, is
 // refused with a message naming the file and the cause: at start the
 // plugin exits, on reload the last good config stays in force (package
-// internal/devconfig).
+// internal/wiring/devconfig).
 // -enable-mig (off by default) switches MIG mode on, at start, for each
 // idle GPU whose MIG mode is off: never a GPU that runs processes or that
 // a record names (realize.Options.EnableMIG). NVIDIA's MIG User Guide says
@@ -60,7 +60,7 @@
 // Every flag is checked before the cluster is contacted or the backend
 // opened: a missing -node or -backend, an unknown backend or fake model, a
 // malformed health check list or a negative duration is a usage error,
-// exit 64, with one line per flag (package internal/cli).
+// exit 64, with one line per flag (package internal/wiring/cli).
 //
 // -kubeconfig names a kubeconfig file (its current context) for running
 // out of a cluster; empty means $KUBECONFIG, and with that empty too, the

@@ -19,9 +19,9 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"
-	"github.com/dynmig/dynmig/internal/backend"
-	"github.com/dynmig/dynmig/internal/cli"
-	"github.com/dynmig/dynmig/internal/devconfig"
+	"github.com/dynmig/dynmig/internal/wiring/backend"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
+	"github.com/dynmig/dynmig/internal/wiring/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -54,7 +54,7 @@ func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // command is the binary: it parses and checks args, then runs the plugin
 // until SIGINT or SIGTERM, and returns the exit code (package
-// internal/cli). Every flag is checked before the cluster is contacted or
+// internal/wiring/cli). Every flag is checked before the cluster is contacted or
 // the backend opened.
 func command(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -154,7 +154,7 @@ func run(ctx context.Context, o options, cfg deviceplugin.Config) error {
 
 // serve opens the backend and runs the plugin until ctx is done, with its
 // operations server on o.metricsAddr and o.deviceConfig watched (package
-// internal/devconfig: a refused config stops the start, and keeps the last
+// internal/wiring/devconfig: a refused config stops the start, and keeps the last
 // good one on reload).
 func serve(ctx context.Context, open func(context.Context) (realize.Realizer, func(), error), o options, cfg deviceplugin.Config) error {
 	log := cfg.Logger

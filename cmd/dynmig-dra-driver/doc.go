@@ -24,7 +24,7 @@
 // config whose nvidia.migProfileAllowlist is the profile policy; SIGHUP
 // and a change of the file, seen every -device-config-poll, read it again
 // and republish; a refused config stops the start and keeps the last good
-// one on reload, as package internal/devconfig says), -maintain-interval,
+// one on reload, as package internal/wiring/devconfig says), -maintain-interval,
 // -metrics-addr (default :9397: /metrics with the Go and process
 // collectors, /healthz, and /readyz, ready once the driver serves the
 // kubelet), -device-nodes ("auto": with -backend=nvml, the CDI specs inject
@@ -34,7 +34,7 @@
 // -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
 // them), -enable-mig, and those every dynmig binary has (-version, -log-format=text|json,
-// -log-level, -v; package internal/cli); -help lists them. -kubeconfig
+// -log-level, -v; package internal/wiring/cli); -help lists them. -kubeconfig
 // names a kubeconfig file for running out of a cluster;
 // empty means $KUBECONFIG, and with that empty too, the pod's service
 // account ([kube.RESTConfig]).
@@ -54,7 +54,7 @@
 // Every flag is checked before the cluster is contacted or the backend
 // opened: a missing -node or -backend, an unknown backend or fake model, a
 // malformed health check list or a negative duration is a usage error,
-// exit 64, with one line per flag (package internal/cli).
+// exit 64, with one line per flag (package internal/wiring/cli).
 //
 // Placements are half-open slot intervals [start, start+size). The
 // command runs one dradriver.Driver until SIGINT or SIGTERM and exits when

@@ -20,9 +20,9 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/dradriver"
-	"github.com/dynmig/dynmig/internal/backend"
-	"github.com/dynmig/dynmig/internal/cli"
-	"github.com/dynmig/dynmig/internal/devconfig"
+	"github.com/dynmig/dynmig/internal/wiring/backend"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
+	"github.com/dynmig/dynmig/internal/wiring/devconfig"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -50,7 +50,7 @@ func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // command is the binary: it parses and checks args, then runs the driver
 // until SIGINT or SIGTERM, and returns the exit code (package
-// internal/cli). Every flag is checked before the cluster is contacted or
+// internal/wiring/cli). Every flag is checked before the cluster is contacted or
 // the backend opened.
 func command(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -131,7 +131,7 @@ func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config)
 
 // serve opens the backend and runs the driver until ctx is done, with its
 // operations server on o.metricsAddr and o.deviceConfig watched (package
-// internal/devconfig: a refused config stops the start, and keeps the last
+// internal/wiring/devconfig: a refused config stops the start, and keeps the last
 // good one on reload).
 func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (realize.Realizer, func(), error), o options, cfg dradriver.Config) error {
 	opened, err := devconfig.Open(ctx, o.deviceConfig, open)

@@ -24,9 +24,9 @@ import (
 
 	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/backend"
-	"github.com/dynmig/dynmig/internal/cli/clitest"
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
+	"github.com/dynmig/dynmig/internal/wiring/backend"
+	"github.com/dynmig/dynmig/internal/wiring/cli/clitest"
 	"github.com/dynmig/dynmig/realize"
 )
 

@@ -38,14 +38,14 @@
 // (also nodeGPUMigInstance), -lock-timeout, -resource (the device plugin's
 // extended resource), -skip-fresh-node-read and -kubeconfig, and those
 // every dynmig binary has (-version, -log-format=text|json, -log-level,
-// -v; package internal/cli); -help lists them. -kubeconfig names a kubeconfig file (its current
+// -v; package internal/wiring/cli); -help lists them. -kubeconfig names a kubeconfig file (its current
 // context) for running out of a cluster; empty means $KUBECONFIG, and with
 // that empty too, the pod's service account ([kube.RESTConfig], which
 // loads it with client-go's clientcmd as kubectl does).
 //
 // Every flag is checked before the cluster is contacted: an empty -addr or
 // -resource and a negative -lock-timeout (0 means the default, 2m) are
-// usage errors, exit 64, one line per flag (package internal/cli).
+// usage errors, exit 64, one line per flag (package internal/wiring/cli).
 //
 // Placements are half-open slot intervals [start, start+size) and memory
 // is MiB, as in package extender, which also states the failure semantics

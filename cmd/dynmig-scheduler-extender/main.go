@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dynmig/dynmig/extender"
-	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -49,7 +49,7 @@ func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // command is the binary: it parses and checks args, then serves the
 // extender until SIGINT or SIGTERM, and returns the exit code (package
-// internal/cli). Every flag is checked before the cluster is contacted.
+// internal/wiring/cli). Every flag is checked before the cluster is contacted.
 func command(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	cli.SetUsage(fs, summary)

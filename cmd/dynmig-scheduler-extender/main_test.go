@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/dynmig/dynmig/internal/cli/clitest"
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
+	"github.com/dynmig/dynmig/internal/wiring/cli/clitest"
 	"github.com/dynmig/dynmig/kube/kubetest"
 )
 

@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dynmig/dynmig/internal/cli/clitest"
+	"github.com/dynmig/dynmig/internal/wiring/cli/clitest"
 )
 
 // TestUsageErrors: every flag is checked before the cluster is contacted

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 )
 
 // Exit codes, documented in the package comment and in `migctl help`.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dynmig/dynmig/internal/slotmap"
+	"github.com/dynmig/dynmig/internal/leaf/slotmap"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/placement/sim"

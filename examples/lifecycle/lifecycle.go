@@ -9,7 +9,7 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/slotmap"
+	"github.com/dynmig/dynmig/internal/leaf/slotmap"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"

@@ -51,16 +51,21 @@ func listPackages(t *testing.T) map[string]pkg {
 
 // layer gives each package directory its row in the architecture table;
 // a package may import only packages of its own or a lower layer.
+// internal/ has two levels (see [TestInternalLevels]): leaf helpers on the
+// ground floor (a new one starts at layer 0, std only) and the wiring the
+// binaries share, beside the components at layer 7.
 func layer(rel string) int {
 	top, _, _ := strings.Cut(rel, "/")
 	switch {
-	case rel == "internal/gpulock" || rel == "internal/atomicfile" || rel == "internal/testwait" || rel == "internal/devnodes":
-		return 0
+	case rel == "internal/leaf/slotmap":
+		return 2
+	case strings.HasPrefix(rel, "internal/leaf/"):
+		return 0 // gpulock, atomicfile, testwait, devnodes
 	case top == "capability":
 		return 1
 	case rel == "placement/placementtest" || rel == "reservation/reservationtest":
 		return 3
-	case top == "placement" || rel == "reservation" || top == "schedule" || rel == "internal/slotmap":
+	case top == "placement" || rel == "reservation" || top == "schedule":
 		return 2
 	case top == "realize":
 		return 4
@@ -68,11 +73,35 @@ func layer(rel string) int {
 		return 5
 	case top == "kube":
 		return 6
-	case top == "deviceplugin" || top == "extender" || top == "dradriver" ||
-		rel == "internal/backend" || rel == "internal/cli" || rel == "internal/devconfig":
+	case top == "deviceplugin" || top == "extender" || top == "dradriver" || strings.HasPrefix(rel, "internal/wiring/"):
 		return 7
 	}
 	return 8 // cmd, examples, systemtest, deploy: anything
+}
+
+// isWiring reports whether rel is wiring the binaries share.
+func isWiring(rel string) bool { return strings.HasPrefix(rel, "internal/wiring/") }
+
+// TestInternalLevels keeps internal/'s two levels visible and apart:
+// every internal package is a leaf helper (internal/leaf/..., which the
+// library's layers build on) or wiring the binaries share
+// (internal/wiring/..., which opens hardware, reads flags and files and
+// starts servers); only the binaries (cmd/, examples/, systemtest) and
+// other wiring import wiring, never a library package.
+func TestInternalLevels(t *testing.T) {
+	pkgs := listPackages(t)
+	for rel, p := range pkgs {
+		if strings.HasPrefix(rel, "internal/") && rel != "internal/archtest" &&
+			!strings.HasPrefix(rel, "internal/leaf/") && !isWiring(rel) {
+			t.Errorf("%s is neither internal/leaf/... nor internal/wiring/...: say which level it is", rel)
+		}
+		for _, imp := range p.Imports {
+			dep := strings.TrimPrefix(imp, module+"/")
+			if dep != imp && isWiring(dep) && !isWiring(rel) && layer(rel) < 8 {
+				t.Errorf("%s imports %s: only the binaries and other wiring import internal/wiring", rel, dep)
+			}
+		}
+	}
 }
 
 // TestArrowsPointDown: no package imports one of a higher layer.

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/dynmig/dynmig/bench/dra"
+	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/placement/sim"
 )
@@ -75,12 +76,84 @@ type key struct {
 
 type total struct{ accepted, capacity, fragmented int }
 
+func (t *total) add(r sim.Result) {
+	t.accepted += r.Accepted
+	t.capacity += r.Capacity
+	t.fragmented += r.Fragmented
+}
+
+// lagKey names a row of the republication table.
+type lagKey struct {
+	model  string
+	layout dra.Layout
+	every  int
+}
+
+// tally accumulates the replays' results per row of the totals and the
+// republication tables, in the order rows first appear.
+type tally struct {
+	totals    map[key]*total
+	keys      []key
+	lagTotals map[lagKey]*total
+	lagStats  map[lagKey]*dra.PublishStats
+	lagKeys   []lagKey
+	draTime   time.Duration // spent in the real allocator's replays
+}
+
+func newTally() *tally {
+	return &tally{totals: map[key]*total{}, lagTotals: map[lagKey]*total{}, lagStats: map[lagKey]*dra.PublishStats{}}
+}
+
 func run(ctx context.Context, w io.Writer, cfg config) error {
+	traces, err := selectTraces(cfg)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	fmt.Fprintf(w, "# published device order vs the DRA structured allocator, %s, %s, dra=%v\n\n",
+		began.UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), cfg.dra)
+	tw := tabwriter.NewWriter(io.Discard, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if cfg.perTrace {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	}
+	fmt.Fprintln(tw, "trace\tlayout\torder\taccepted\trej capacity\trej fragmentation\tfrag / current\taccepted - current\t")
+	tl := newTally()
+	for _, t := range traces {
+		gpus, evs, err := t.Events()
+		if err != nil {
+			return fmt.Errorf("%v: %w", t, err)
+		}
+		if err := tl.replayOrders(ctx, tw, cfg, t, gpus, evs); err != nil {
+			return err
+		}
+		if err := tl.replayLags(cfg, t, gpus, evs); err != nil {
+			return err
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := tl.printTotals(w); err != nil {
+		return err
+	}
+	if err := tl.printLags(w); err != nil {
+		return err
+	}
+	if cfg.dra {
+		fmt.Fprintf(w, "\nevery replay matched the allocator; allocator replays took %s\n", tl.draTime.Round(time.Second))
+	}
+	_, err = fmt.Fprintf(w, "\n%d traces, %s\n", len(traces), time.Since(began).Round(time.Second))
+	return err
+}
+
+// selectTraces returns the quality traces of cfg's seeds and models, with
+// cfg's arrivals.
+func selectTraces(cfg config) ([]dra.Trace, error) {
 	var traces []dra.Trace
 	for _, s := range placement.SplitList(cfg.seeds) {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return fmt.Errorf("bad seed %q: %w", s, err)
+			return nil, fmt.Errorf("bad seed %q: %w", s, err)
 		}
 		for _, t := range dra.QualityTraces(seed) {
 			if !contains(placement.SplitList(cfg.models), t.Model) {
@@ -93,127 +166,117 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 		}
 	}
 	if len(traces) == 0 {
-		return fmt.Errorf("no traces for models %q", cfg.models)
+		return nil, fmt.Errorf("no traces for models %q", cfg.models)
 	}
-	began := time.Now()
-	fmt.Fprintf(w, "# published device order vs the DRA structured allocator, %s, %s, dra=%v\n\n",
-		began.UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), cfg.dra)
-	tw := tabwriter.NewWriter(io.Discard, 0, 0, 2, ' ', tabwriter.AlignRight)
-	if cfg.perTrace {
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	}
-	fmt.Fprintln(tw, "trace\tlayout\torder\taccepted\trej capacity\trej fragmentation\tfrag / current\taccepted - current\t")
-	totals := map[key]*total{}
-	var keys []key
-	type lagKey struct {
-		model  string
-		layout dra.Layout
-		every  int
-	}
-	lagTotals := map[lagKey]*total{}
-	lagStats := map[lagKey]*dra.PublishStats{}
-	var lagKeys []lagKey
-	var draTime time.Duration
-	for _, t := range traces {
-		gpus, evs, err := t.Events()
-		if err != nil {
-			return fmt.Errorf("%v: %w", t, err)
-		}
-		for _, layout := range dra.Layouts() {
-			var base sim.Result
-			for i, o := range dra.Orders() {
-				opts := dra.NodeOptions{Order: o, Layout: layout, ShuffleSeed: cfg.shuffle}
-				r, _, err := dra.SimRun(gpus, evs, opts)
-				if err != nil {
-					return fmt.Errorf("%v, %s, %s: %w", t, layout, o, err)
-				}
-				if cfg.dra {
-					start := time.Now()
-					d, err := dra.Run(ctx, gpus, evs, opts)
-					draTime += time.Since(start)
-					if err != nil {
-						return fmt.Errorf("%v, %s, %s: %w", t, layout, o, err)
-					}
-					if d.Accepted != r.Accepted || d.Capacity != r.Capacity || d.Fragmented != r.Fragmented {
-						return fmt.Errorf("%v, %s, %s: allocator %+v differs from the simulator %+v", t, layout, o, d, r)
-					}
-				}
-				if i == 0 {
-					base = r
-				}
-				name := ""
-				if i == 0 && layout == dra.OrderedPool {
-					name = t.String()
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%+d\t\n", name, layout, o, r.Accepted, r.Capacity, r.Fragmented,
-					ratio(r.Fragmented, base.Fragmented), r.Accepted-base.Accepted)
-				k := key{t.Model, layout, o.String()}
-				if totals[k] == nil {
-					totals[k] = &total{}
-					keys = append(keys, k)
-				}
-				totals[k].accepted += r.Accepted
-				totals[k].capacity += r.Capacity
-				totals[k].fragmented += r.Fragmented
+	return traces, nil
+}
+
+// replayOrders replays the trace once per layout and published order,
+// prints a row per replay to tw and adds it to the totals.
+func (tl *tally) replayOrders(ctx context.Context, tw io.Writer, cfg config, t dra.Trace, gpus []capability.GPU, evs []sim.Event) error {
+	for _, layout := range dra.Layouts() {
+		var base sim.Result
+		for i, o := range dra.Orders() {
+			opts := dra.NodeOptions{Order: o, Layout: layout, ShuffleSeed: cfg.shuffle}
+			r, err := tl.replay(ctx, cfg, gpus, evs, opts)
+			if err != nil {
+				return fmt.Errorf("%v, %s, %s: %w", t, layout, o, err)
 			}
-		}
-		refreshed := dra.Orders()[len(dra.Orders())-1]
-		for _, layout := range []dra.Layout{dra.ByProfile, dra.PerGPU} {
-			for _, every := range lags {
-				r, st, err := dra.SimRun(gpus, evs, dra.NodeOptions{Order: refreshed, Layout: layout, ShuffleSeed: cfg.shuffle, RefreshEvery: every})
-				if err != nil {
-					return fmt.Errorf("%v, %s, every %d: %w", t, layout, every, err)
-				}
-				k := lagKey{t.Model, layout, every}
-				if lagTotals[k] == nil {
-					lagTotals[k], lagStats[k] = &total{}, &dra.PublishStats{}
-					lagKeys = append(lagKeys, k)
-				}
-				lagTotals[k].accepted += r.Accepted
-				lagTotals[k].capacity += r.Capacity
-				lagTotals[k].fragmented += r.Fragmented
-				lagStats[k].Publications += st.Publications
-				lagStats[k].ChangedSlices += st.ChangedSlices
-				lagStats[k].SliceWrites += st.SliceWrites
-				lagStats[k].GenerationBumps += st.GenerationBumps
+			if i == 0 {
+				base = r
 			}
+			name := ""
+			if i == 0 && layout == dra.OrderedPool {
+				name = t.String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%+d\t\n", name, layout, o, r.Accepted, r.Capacity, r.Fragmented,
+				ratio(r.Fragmented, base.Fragmented), r.Accepted-base.Accepted)
+			k := key{t.Model, layout, o.String()}
+			if tl.totals[k] == nil {
+				tl.totals[k] = &total{}
+				tl.keys = append(tl.keys, k)
+			}
+			tl.totals[k].add(r)
 		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	return nil
+}
+
+// replay replays the events with the simulated allocator and, with
+// cfg.dra, with the real one too, which must agree.
+func (tl *tally) replay(ctx context.Context, cfg config, gpus []capability.GPU, evs []sim.Event, opts dra.NodeOptions) (sim.Result, error) {
+	r, _, err := dra.SimRun(gpus, evs, opts)
+	if err != nil || !cfg.dra {
+		return r, err
 	}
+	start := time.Now()
+	d, err := dra.Run(ctx, gpus, evs, opts)
+	tl.draTime += time.Since(start)
+	if err != nil {
+		return r, err
+	}
+	if d.Accepted != r.Accepted || d.Capacity != r.Capacity || d.Fragmented != r.Fragmented {
+		return r, fmt.Errorf("allocator %+v differs from the simulator %+v", d, r)
+	}
+	return r, nil
+}
+
+// replayLags replays the trace in the refreshed order republished after
+// every n-th allocation or release, for each of lags, and adds the
+// results and publication counts to the republication table.
+func (tl *tally) replayLags(cfg config, t dra.Trace, gpus []capability.GPU, evs []sim.Event) error {
+	refreshed := dra.Orders()[len(dra.Orders())-1]
+	for _, layout := range []dra.Layout{dra.ByProfile, dra.PerGPU} {
+		for _, every := range lags {
+			r, st, err := dra.SimRun(gpus, evs, dra.NodeOptions{Order: refreshed, Layout: layout, ShuffleSeed: cfg.shuffle, RefreshEvery: every})
+			if err != nil {
+				return fmt.Errorf("%v, %s, every %d: %w", t, layout, every, err)
+			}
+			k := lagKey{t.Model, layout, every}
+			if tl.lagTotals[k] == nil {
+				tl.lagTotals[k], tl.lagStats[k] = &total{}, &dra.PublishStats{}
+				tl.lagKeys = append(tl.lagKeys, k)
+			}
+			tl.lagTotals[k].add(r)
+			s := tl.lagStats[k]
+			s.Publications += st.Publications
+			s.ChangedSlices += st.ChangedSlices
+			s.SliceWrites += st.SliceWrites
+			s.GenerationBumps += st.GenerationBumps
+		}
+	}
+	return nil
+}
+
+// printTotals prints the totals per model, layout and order.
+func (tl *tally) printTotals(w io.Writer) error {
 	fmt.Fprintln(w, "\n# totals over the traces above, per model and layout; ratios against the current order in the same layout")
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "model\tlayout\torder\taccepted\trej capacity\trej fragmentation\tfrag / current\taccepted / current\t")
-	for _, k := range keys {
-		base := totals[key{k.model, k.layout, dra.Orders()[0].String()}]
-		r := totals[k]
+	for _, k := range tl.keys {
+		base := tl.totals[key{k.model, k.layout, dra.Orders()[0].String()}]
+		r := tl.totals[k]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.4f\t\n", k.model, k.layout, k.order, r.accepted, r.capacity, r.fragmented,
 			ratio(r.fragmented, base.fragmented), float64(r.accepted)/float64(base.accepted))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
+
+// printLags prints the republication table.
+func (tl *tally) printLags(w io.Writer) error {
 	fmt.Fprintln(w, "\n# the refreshed order republished after every n-th allocation or release; ratios against the current order in the same layout")
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "model\tlayout\tevery\taccepted\trej capacity\trej fragmentation\tfrag / current\taccepted / current\trepublications\tchanged slices\tgeneration bumps\tslice writes\twrites / republication\t")
-	for _, k := range lagKeys {
-		base := totals[key{k.model, k.layout, dra.Orders()[0].String()}]
-		r, st := lagTotals[k], lagStats[k]
+	for _, k := range tl.lagKeys {
+		base := tl.totals[key{k.model, k.layout, dra.Orders()[0].String()}]
+		r, st := tl.lagTotals[k], tl.lagStats[k]
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.4f\t%d\t%d\t%d\t%d\t%s\t\n", k.model, k.layout, k.every, r.accepted, r.capacity, r.fragmented,
 			ratio(r.fragmented, base.fragmented), float64(r.accepted)/float64(base.accepted), st.Publications, st.ChangedSlices,
 			st.GenerationBumps, st.SliceWrites, ratio(st.SliceWrites, st.Publications))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if cfg.dra {
-		fmt.Fprintf(w, "\nevery replay matched the allocator; allocator replays took %s\n", draTime.Round(time.Second))
-	}
-	_, err := fmt.Fprintf(w, "\n%d traces, %s\n", len(traces), time.Since(began).Round(time.Second))
-	return err
+	return tw.Flush()
 }
 
 func ratio(a, b int) string {

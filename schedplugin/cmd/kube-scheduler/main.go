@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	dcli "github.com/dynmig/dynmig/internal/cli"
+	dcli "github.com/dynmig/dynmig/internal/wiring/cli"
 	"github.com/dynmig/dynmig/schedplugin"
 )
 

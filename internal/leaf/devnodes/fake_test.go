@@ -3,7 +3,7 @@ package devnodes_test
 import (
 	"testing"
 
-	"github.com/dynmig/dynmig/internal/devnodes"
+	"github.com/dynmig/dynmig/internal/leaf/devnodes"
 )
 
 // TestFakeNumbering: the capability minors follow the driver's mig-minors

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 )
 
 func TestUsageChecks(t *testing.T) {

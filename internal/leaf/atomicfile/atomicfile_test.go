@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dynmig/dynmig/internal/atomicfile"
+	"github.com/dynmig/dynmig/internal/leaf/atomicfile"
 )
 
 func TestWrite(t *testing.T) {

@@ -24,8 +24,8 @@
 // The version is the main module's version and VCS revision from
 // runtime/debug.ReadBuildInfo. Builds without VCS stamping (go build
 // -buildvcs=false, or a source tree without .git, as in an image build)
-// set them with the linker: -X github.com/dynmig/dynmig/internal/cli.version=V
-// and -X github.com/dynmig/dynmig/internal/cli.revision=R, which win over
+// set them with the linker: -X github.com/dynmig/dynmig/internal/wiring/cli.version=V
+// and -X github.com/dynmig/dynmig/internal/wiring/cli.revision=R, which win over
 // the build info.
 //
 // The operations server answers /healthz with 200 while the process

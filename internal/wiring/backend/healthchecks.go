@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 	"github.com/dynmig/dynmig/realize"
 )
 

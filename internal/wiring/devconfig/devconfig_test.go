@@ -16,8 +16,8 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/devconfig"
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
+	"github.com/dynmig/dynmig/internal/wiring/devconfig"
 	"github.com/dynmig/dynmig/realize"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 )
 
 // CheckFlags checks -backend and, for the fake backend, -fake-gpus as

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/backend"
+	"github.com/dynmig/dynmig/internal/wiring/backend"
 	"github.com/dynmig/dynmig/realize"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dynmig/dynmig/internal/devconfig"
+	"github.com/dynmig/dynmig/internal/wiring/devconfig"
 )
 
 // A config with a malformed profile name is refused with the file and the

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/dynmig/dynmig/internal/gpulock"
+	"github.com/dynmig/dynmig/internal/leaf/gpulock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"k8s.io/klog/v2"
 
-	"github.com/dynmig/dynmig/internal/cli"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

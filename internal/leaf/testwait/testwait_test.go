@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
 )
 
 func TestBoundFollowsTheTimeoutFlag(t *testing.T) {
