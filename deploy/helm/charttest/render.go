@@ -41,6 +41,14 @@ func AdmissionPolicyFile() string {
 	return filepath.Join(filepath.Dir(RenderedFile()), "admission-policy.yaml")
 }
 
+// RecordPolicyFile is the checked-in rendering of the chart's sealing
+// policy for the allocation record with recordPolicy.writers
+// ["e2e/migration-writer"]: the policy and its binding only. The e2e
+// module installs it.
+func RecordPolicyFile() string {
+	return filepath.Join(filepath.Dir(RenderedFile()), "record-policy.yaml")
+}
+
 // Options says what to render the chart for.
 type Options struct {
 	// Release and Namespace name the release; "" means "dynmig" and
