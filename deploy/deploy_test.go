@@ -391,7 +391,7 @@ var builtinRoles = []string{"ClusterRole/system:kube-scheduler", "ClusterRole/sy
 var required = map[string]map[string][]string{
 	// extender and kube.SchedulerView.
 	"dynmig-scheduler-extender": {
-		"/pods":                {"get", "list", "watch", "patch"},
+		"/pods":                {"get", "list", "watch"},
 		"/pods/binding":        {"create"},
 		"/nodes":               {"list", "watch"},
 		"events.k8s.io/events": {"create", "patch"},

@@ -12,13 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// envPolicy returns env-policy.yaml's policy and binding.
+// envPolicy returns admission/env-policy.yaml's policy and binding.
 func envPolicy(t *testing.T) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
 	var p *admissionv1.ValidatingAdmissionPolicy
 	var b *admissionv1.ValidatingAdmissionPolicyBinding
 	for _, o := range loadManifests(t) {
-		if o.file != "env-policy.yaml" {
+		if o.file != "admission/env-policy.yaml" {
 			continue
 		}
 		switch v := o.obj.(type) {
@@ -29,7 +29,7 @@ func envPolicy(t *testing.T) (*admissionv1.ValidatingAdmissionPolicy, *admission
 		}
 	}
 	if p == nil || b == nil {
-		t.Fatal("env-policy.yaml: want a ValidatingAdmissionPolicy and its binding")
+		t.Fatal("admission/env-policy.yaml: want a ValidatingAdmissionPolicy and its binding")
 	}
 	return p, b
 }

@@ -12,5 +12,8 @@
 // the device plugin's /metrics (the pod's hami_node_gpu_mig_instance_info series) and checks
 // their probes. It also applies the chart's MutatingAdmissionPolicy
 // (deploy/helm/charttest/testdata/admission-policy.yaml) and checks which
-// pods it routes to the dynmig scheduler. The package has test files only.
+// pods it routes to the dynmig scheduler, and the chart's sealing policy
+// for the allocation record (deploy/helm/charttest/testdata/record-policy.yaml):
+// who may create, bind with, and change the record. The package has test
+// files only.
 package chart

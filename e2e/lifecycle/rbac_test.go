@@ -102,7 +102,6 @@ func TestRBAC(t *testing.T) {
 				{verb: "list", resource: "pods"},
 				{verb: "watch", resource: "pods"},
 				{verb: "get", resource: "pods", namespace: testNamespace},
-				{verb: "patch", resource: "pods", namespace: testNamespace},
 				{verb: "create", resource: "pods", subresource: "binding", namespace: testNamespace},
 				{verb: "create", group: "events.k8s.io", resource: "events", namespace: testNamespace},
 				{verb: "patch", group: "events.k8s.io", resource: "events", namespace: testNamespace},
@@ -110,10 +109,14 @@ func TestRBAC(t *testing.T) {
 			// Not denied: deleting pods and updating pods/status, which
 			// system:kube-scheduler grants for preemption and the
 			// PodScheduled condition; the extender shares the account.
+			// Not patch or update on pods: both scheduler modes write the
+			// allocation record only in the binding.
 			denied: []access{
 				{verb: "get", resource: "secrets", namespace: testNamespace},
 				{verb: "list", resource: "secrets"},
 				{verb: "create", resource: "pods", namespace: testNamespace},
+				{verb: "patch", resource: "pods", namespace: testNamespace},
+				{verb: "update", resource: "pods", namespace: testNamespace},
 				{verb: "patch", resource: "nodes"},
 				{verb: "update", resource: "nodes"},
 				{verb: "delete", resource: "nodes"},

@@ -48,11 +48,11 @@ func TestEnvPolicy(t *testing.T) {
 		t.Errorf("rules %+v miss pod creation or ephemeral containers", rules)
 	}
 
-	// deploy/env-policy.yaml is the same policy; deploy's tests evaluate
+	// deploy/admission/env-policy.yaml is the same policy; deploy's tests evaluate
 	// its expressions on pods.
 	deployed := deployedEnvPolicy(t)
 	if !reflect.DeepEqual(policy.Spec, deployed.Spec) {
-		t.Errorf("the chart's policy differs from deploy/env-policy.yaml:\n%+v\n%+v", policy.Spec, deployed.Spec)
+		t.Errorf("the chart's policy differs from deploy/admission/env-policy.yaml:\n%+v\n%+v", policy.Spec, deployed.Spec)
 	}
 
 	objs = objects(t, charttest.Options{Values: map[string]any{"envPolicy": map[string]any{"exemptNamespaces": []any{"gpu-operator", "dynmig-system"}}}})
@@ -67,10 +67,10 @@ func TestEnvPolicy(t *testing.T) {
 	}
 }
 
-// deployedEnvPolicy decodes deploy/env-policy.yaml's policy.
+// deployedEnvPolicy decodes deploy/admission/env-policy.yaml's policy.
 func deployedEnvPolicy(t *testing.T) *admissionv1.ValidatingAdmissionPolicy {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(charttest.ChartDir(), "..", "..", "env-policy.yaml"))
+	data, err := os.ReadFile(filepath.Join(charttest.ChartDir(), "..", "..", "admission", "env-policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,13 @@ var admission = charttest.Options{
 	Values:      map[string]any{"admissionPolicy": map[string]any{"enabled": true}},
 }
 
+// recordWriters renders the sealing policy with the writer the e2e
+// module's test account is (charttest.RecordPolicyFile).
+var recordWriters = charttest.Options{
+	KubeVersion: "v1.37.2",
+	Values:      map[string]any{"recordPolicy": map[string]any{"writers": []any{"e2e/migration-writer"}}},
+}
+
 // TestRenderedFile: the checked-in renderings are the chart's current
 // ones; `go test -run TestRenderedFile -update` rewrites them.
 func TestRenderedFile(t *testing.T) {
@@ -57,6 +64,20 @@ func TestRenderedFile(t *testing.T) {
 		t.Fatalf("admission policy: %d documents, want the policy and its binding", len(policy))
 	}
 	checkGolden(t, charttest.AdmissionPolicyFile(), policy)
+	docs, err = charttest.Render(recordWriters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy = policy[:0]
+	for _, d := range docs {
+		if strings.HasPrefix(d, "# Source: dynmig/templates/record-policy.yaml\n") {
+			policy = append(policy, d)
+		}
+	}
+	if len(policy) != 2 {
+		t.Fatalf("record policy: %d documents, want the policy and its binding", len(policy))
+	}
+	checkGolden(t, charttest.RecordPolicyFile(), policy)
 }
 
 func checkGolden(t *testing.T, path string, docs []string) {

@@ -41,6 +41,14 @@ func AdmissionPolicyFile() string {
 	return filepath.Join(filepath.Dir(RenderedFile()), "admission-policy.yaml")
 }
 
+// RecordPolicyFile is the checked-in rendering of the chart's sealing
+// policy for the allocation record with recordPolicy.writers
+// ["e2e/migration-writer"]: the policy and its binding only. The e2e
+// module installs it.
+func RecordPolicyFile() string {
+	return filepath.Join(filepath.Dir(RenderedFile()), "record-policy.yaml")
+}
+
 // Options says what to render the chart for.
 type Options struct {
 	// Release and Namespace name the release; "" means "dynmig" and
@@ -61,6 +69,41 @@ type Options struct {
 // manifests, one YAML document per element, in a stable order (by
 // template file, then as the file has them). NOTES.txt is left out.
 func Render(opts Options) ([]string, error) {
+	files, err := render(opts)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var docs []string
+	for _, name := range names {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			continue
+		}
+		for _, doc := range strings.Split(files[name], "\n---") {
+			if body := strings.TrimSpace(stripComments(doc)); body != "" {
+				docs = append(docs, fmt.Sprintf("# Source: %s\n%s\n", name, strings.TrimSpace(doc)))
+			}
+		}
+	}
+	return docs, nil
+}
+
+// Notes renders the chart as Render does and returns NOTES.txt, the text
+// helm install prints.
+func Notes(opts Options) (string, error) {
+	files, err := render(opts)
+	if err != nil {
+		return "", err
+	}
+	return files["dynmig/templates/NOTES.txt"], nil
+}
+
+// render renders every template of the chart, by file name.
+func render(opts Options) (map[string]string, error) {
 	chrt, err := loader.Load(ChartDir())
 	if err != nil {
 		return nil, err
@@ -89,27 +132,7 @@ func Render(opts Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(chrt, vals)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var docs []string
-	for _, name := range names {
-		if strings.HasSuffix(name, "NOTES.txt") {
-			continue
-		}
-		for _, doc := range strings.Split(files[name], "\n---") {
-			if body := strings.TrimSpace(stripComments(doc)); body != "" {
-				docs = append(docs, fmt.Sprintf("# Source: %s\n%s\n", name, strings.TrimSpace(doc)))
-			}
-		}
-	}
-	return docs, nil
+	return engine.Render(chrt, vals)
 }
 
 // stripComments drops whole-line comments, to tell empty documents.

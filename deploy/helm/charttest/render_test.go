@@ -295,7 +295,8 @@ func TestValues(t *testing.T) {
 			"affinity": map[string]any{"nodeAffinity": map[string]any{}}},
 		"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prom"}}},
 	}
-	objs := objects(t, charttest.Options{KubeVersion: "v1.35.0", Values: vals})
+	objs := objects(t, charttest.Options{KubeVersion: "v1.35.0", Values: vals,
+		APIVersions: []string{"monitoring.coreos.com/v1/ServiceMonitor"}})
 	ds := named[*appsv1.DaemonSet](t, objs, "dynmig-device-plugin")
 	spec := &ds.Spec.Template.Spec
 	dp := container(t, spec, "device-plugin")
@@ -378,14 +379,17 @@ func TestDRADriver(t *testing.T) {
 // serves.
 func TestAdmissionPolicy(t *testing.T) {
 	for _, tc := range []struct {
+		kube string
 		apis []string
 		want string
 	}{
-		{[]string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, "admissionregistration.k8s.io/v1"},
-		{nil, "admissionregistration.k8s.io/v1beta1"},
+		{"v1.36.0", []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, "admissionregistration.k8s.io/v1"},
+		{"v1.35.0", []string{"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, "admissionregistration.k8s.io/v1beta1"},
+		// helm template without a cluster: the version decides.
+		{"v1.36.0", nil, "admissionregistration.k8s.io/v1"},
 	} {
 		vals := map[string]any{"admissionPolicy": map[string]any{"enabled": true}}
-		objs := objects(t, charttest.Options{KubeVersion: "v1.36.0", APIVersions: tc.apis, Values: vals})
+		objs := objects(t, charttest.Options{KubeVersion: tc.kube, APIVersions: tc.apis, Values: vals})
 		var kinds []string
 		for _, o := range objs {
 			gvk := o.GetObjectKind().GroupVersionKind()

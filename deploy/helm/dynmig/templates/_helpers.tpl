@@ -60,3 +60,38 @@ readinessProbe:
   httpGet: {path: /readyz, port: metrics}
   periodSeconds: 5
 {{- end -}}
+
+{{/* A node component's node selector: dynmig.nodeSelector (list $ .nodeSelector)
+is nodeLabel: "true" (when nodeLabel is set) with the component's own
+nodeSelector over it, as YAML. */}}
+{{- define "dynmig.nodeSelector" -}}
+{{- $root := index . 0 -}}
+{{- $sel := dict -}}
+{{- with $root.Values.nodeLabel }}{{ $_ := set $sel . "true" }}{{ end -}}
+{{- $sel = merge (deepCopy (index . 1 | default dict)) $sel -}}
+{{- toYaml $sel -}}
+{{- end -}}
+
+{{/* dynmig.requireAPI (list $ "group/version" "Kind" "minimum Kubernetes" "the values that render it")
+fails the render unless the cluster serves the kind: its discovery lists
+group/version/Kind, or (helm template without a cluster) it lists
+group/version and its version is at least the minimum ("" for an API
+that is not Kubernetes', such as a CRD's). */}}
+{{- define "dynmig.requireAPI" -}}
+{{- $root := index . 0 -}}
+{{- $gv := index . 1 -}}
+{{- $kind := index . 2 -}}
+{{- $since := index . 3 -}}
+{{- $caps := $root.Capabilities -}}
+{{- $served := $caps.APIVersions.Has (printf "%s/%s" $gv $kind) -}}
+{{- if and (not $served) ($caps.APIVersions.Has $gv) -}}
+{{- $served = or (not $since) (semverCompare (printf ">=%s-0" $since) $caps.KubeVersion.Version) -}}
+{{- end -}}
+{{- if not $served -}}
+{{- if $since -}}
+{{- fail (printf "%s renders %s %s, which needs Kubernetes %s or later; this cluster (%s) does not serve it" (index . 4) $gv $kind $since $caps.KubeVersion.Version) -}}
+{{- else -}}
+{{- fail (printf "%s renders %s %s, which this cluster does not serve (install its CRD first)" (index . 4) $gv $kind) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
