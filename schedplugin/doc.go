@@ -46,6 +46,10 @@
 // [StaleClaimReason] event and counted in [MetricStaleClaims] (served on
 // kube-scheduler's /metrics), and then blocks only pods the device plugin
 // could confuse with it; only entries the trust rule keeps occupy slots.
+// A bound pod's slots are held until the pod ends, whatever its owner does
+// to its record meanwhile, in the hints' updates and in Bind's read alike
+// (kube.SchedulerView, "Held until the pod ends", which also states the
+// residual after a restart).
 //
 // A binding cycle that fails after Bind called the API server calls
 // Unreserve, which reads the pod again for up to [CleanupTimeout] even when
