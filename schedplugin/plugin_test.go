@@ -54,6 +54,7 @@ type env struct {
 	clk    *clocktesting.FakePassiveClock
 	// activated receives the keys of each Activate call's pods.
 	activated chan []string
+	factory   informers.SharedInformerFactory
 }
 
 // activator records the plugin's Handle.Activate calls.
@@ -104,7 +105,7 @@ func newEnvGPUs(t testing.TB, opts schedplugin.Options, models []string) *env {
 		factory.Shutdown()
 		frameworkruntime.WaitForShutdown(fh)
 	})
-	e := &env{ctx: ctx, client: client, pl: pl, clk: clk, activated: activated}
+	e := &env{ctx: ctx, client: client, pl: pl, clk: clk, activated: activated, factory: factory}
 	e.waitFor(t, func() bool { return pl.View().HasSynced() })
 	return e
 }
