@@ -10,7 +10,9 @@
 // package schedule; a [SchedulerView] keeps a
 // scheduler's ledger current from shared informers and the scheduler's own
 // binds, applying events in order and freeing a pod's slots by the same
-// release rule the device plugin reclaims by, and [NodeBinds] holds the one
+// release rule the device plugin reclaims by (a bound pod's slots are held
+// until it ends, whatever its record says later: see the view's "Held
+// until the pod ends"), and [NodeBinds] holds the one
 // MIG bind a scheduler runs per node and says what keeps a pod off a node
 // (that bind, or a claim [Blocking] finds). It is the library's
 // adapter layer to Kubernetes: the components (deviceplugin, extender,
@@ -71,6 +73,13 @@
 //     resourceVersion precondition; on a conflict it re-reads the pod and
 //     re-validates the reservation, and refuses (without writing) when the
 //     reservation it realized is no longer the one in the pod.
+//   - A [SchedulerView] holds a bound pod's slots until the pod ends,
+//     whatever its record says later (removed, moved, changed,
+//     unreadable), from events and fresh reads alike. The residual: a view
+//     that never held the pod (a scheduler started after the record was
+//     removed) does not count it, since nothing it may read says what the
+//     pod holds; pods it places on those slots are refused by the node's
+//     device plugin, which keeps what it handed out, until the pod ends.
 //   - The [OwnershipGuard] fails closed: if the node or its pods cannot be
 //     read, ownership is unknown and mutation is refused.
 //

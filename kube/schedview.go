@@ -78,6 +78,25 @@ type SchedulerViewOptions struct {
 // deletes a reservation the scheduler made, and a pod that ends after its
 // bind frees its slots as soon as that is observed.
 //
+// # Held until the pod ends
+//
+// Once the view holds a bound pod's slots (from its record as first
+// applied, or from [SchedulerView.Bound]), it holds exactly those until
+// the pod ends: deleted, terminal, or released while deleting. A later
+// version whose record is removed, unreadable, or schedules other entries
+// (changed or moved; a record that only gains or loses runtime identities
+// is the same) keeps them, and the view follows only what the API server
+// and the kubelet write: its deletion deadline and its admission, which
+// lifts its claim. The record is writable by anyone who may update the
+// pod, while the node's device plugin keeps what it handed out, so a view
+// that freed or moved the slots would place the next pod on a live
+// instance and the node would refuse it. This holds for fresh reads
+// ([SchedulerView.ObservePods]) too. A view that never held the pod (a
+// scheduler started after the record was removed) does not count it:
+// nothing it may read says what the pod holds; the node's device plugin
+// still refuses a pod placed there, so the residual is that pod's failed
+// start, not a shared device.
+//
 // # Concurrency
 //
 // A SchedulerView is safe for concurrent use. It starts no goroutines: the
@@ -372,13 +391,27 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 			return // older than what was applied
 		}
 	}
+	v.applyVersion(uid, p, pod, version)
+}
+
+// applyVersion applies a version of the pod uid (p when the view holds it)
+// that is not older than what was applied. v.mu is held.
+func (v *SchedulerView) applyVersion(uid string, p *viewPod, pod *corev1.Pod, version uint64) {
 	view := PodViewFor(pod, v.resource)
 	_, annotated := pod.Annotations[reservation.AnnotationKey]
 	now := v.clock.Now()
-	if pod.Spec.NodeName == "" || !annotated || view.Released(now) {
+	if pod.Spec.NodeName == "" || view.Released(now) {
 		if p != nil {
 			v.ledger.DeletePod(uid)
 			v.drop(uid)
+		}
+		return
+	}
+	if !annotated {
+		// Removed from a bound pod that still runs: held until it ends.
+		if v.holds(p, pod) {
+			v.log.Warn("pod reservation removed while the pod runs; keeping what it last held", "pod", view.Ref().String())
+			v.keepHeld(uid, p, pod, view, version)
 		}
 		return
 	}
@@ -387,8 +420,8 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 		// The record is unreadable: what the pod holds is unknown, so
 		// whatever it was last known to hold stays taken.
 		v.log.Warn("pod reservation unreadable; keeping what it last held", "pod", view.Ref().String(), "err", err)
-		if p != nil {
-			p.version = max(p.version, version)
+		if v.holds(p, pod) {
+			v.keepHeld(uid, p, pod, view, version)
 		}
 		return
 	}
@@ -396,6 +429,20 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 	if untrusted != nil {
 		v.log.Warn("pod reservation entries not requested by their containers are ignored", "pod", view.Ref().String(), "err", untrusted)
 	}
+	if v.holds(p, pod) && !v.sameHeld(uid, kept) {
+		// Changed or moved after the bind: the node keeps what the pod
+		// was handed, and so does the view.
+		v.log.Warn("pod reservation changed while the pod runs; keeping what it last held", "pod", view.Ref().String())
+		v.keepHeld(uid, p, pod, view, version)
+		return
+	}
+	v.record(uid, p, pod, view, kept, untrusted != nil, version, now)
+}
+
+// record makes kept, the trusted entries of the pod's record, what the pod
+// uid holds (p when the view holds it already), with its claim while some
+// entry is not realized. v.mu is held.
+func (v *SchedulerView) record(uid string, p *viewPod, pod *corev1.Pod, view reservation.Pod, kept []reservation.Allocation, untrusted bool, version uint64, now time.Time) {
 	if p == nil {
 		p = &viewPod{}
 	}
@@ -421,7 +468,7 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 		c.created = view.Created
 	}
 	p.ref, p.node, p.version, p.claim = view.Ref(), pod.Spec.NodeName, version, c
-	p.state, p.untrust, p.admitted = notBinding, untrusted != nil, admitted
+	p.state, p.untrust, p.admitted = notBinding, untrusted, admitted
 	var deadline time.Time
 	if view.Deleting {
 		deadline = view.DeletionDeadline
@@ -449,6 +496,45 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 // apply it through this function, so that they agree with [SchedulerView].
 func TrustedEntries(allocs []reservation.Allocation, requests []int) ([]reservation.Allocation, error) {
 	return trusted(allocs, requests)
+}
+
+// holds reports whether the view holds p as a bound pod on pod's node,
+// whose slots are then held until the pod ends (see "Held until the pod
+// ends" in [SchedulerView]'s documentation).
+func (v *SchedulerView) holds(p *viewPod, pod *corev1.Pod) bool {
+	return p != nil && p.state != binding && p.node == pod.Spec.NodeName
+}
+
+// sameHeld reports whether kept schedules exactly what the ledger holds
+// for the pod uid: the record changed at most in its runtime identities.
+func (v *SchedulerView) sameHeld(uid string, kept []reservation.Allocation) bool {
+	held, _, _ := v.ledger.Pod(uid)
+	if len(held) != len(kept) {
+		return false
+	}
+	for _, a := range kept {
+		r := placement.Reservation{PodUID: uid, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
+			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
+		if !slices.Contains(held, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// keepHeld applies a version of the held pod p whose record the view
+// does not follow (removed, changed or unreadable): its slots and claim
+// stay as they were, while what the API server and the kubelet set
+// still applies: the version, a deletion deadline, and admission, which
+// lifts the claim. v.mu is held.
+func (v *SchedulerView) keepHeld(uid string, p *viewPod, pod *corev1.Pod, view reservation.Pod, version uint64) {
+	p.version = max(p.version, version)
+	if view.Deleting && !view.DeletionDeadline.IsZero() {
+		v.deadline[uid] = view.DeletionDeadline
+	}
+	if Admitted(pod) {
+		p.admitted, p.claim = true, nil
+	}
 }
 
 // trusted returns the entries the trust rule keeps, and the rule's error.

@@ -46,6 +46,10 @@
 // [StaleClaimReason] event and counted in [MetricStaleClaims] (served on
 // kube-scheduler's /metrics), and then blocks only pods the device plugin
 // could confuse with it; only entries the trust rule keeps occupy slots.
+// A bound pod's slots are held until the pod ends, whatever its owner does
+// to its record meanwhile, in the hints' updates and in Bind's read alike
+// (kube.SchedulerView, "Held until the pod ends", which also states the
+// residual after a restart).
 //
 // A binding cycle that fails after Bind called the API server calls
 // Unreserve, which reads the pod again for up to [CleanupTimeout] even when
@@ -71,15 +75,27 @@
 //
 // # Requeueing
 //
-// The plugin registers three events, each with a queueing hint that
-// returns Queue only when the pending pod fits the event's node afterwards
+// The plugin registers four events, each with a queueing hint. Three
+// return Queue only when the pending pod fits the event's node afterwards
 // (allocatable devices, node lock, ledger): a bound pod deleted (its slots,
 // claim or devices freed; the scheduler also sends this event when a
 // binding fails), a bound MIG pod's record or lifecycle changing (realized
 // or admitted by the kubelet: the node lock is lifted; deleting or ended:
 // slots freed), and a node
 // added or its hami.io/node-nvidia-register annotation or allocatable
-// changing. The scheduler's own informer handler and the view's run
+// changing. A pending pod that asks for no MIG device is queued by them
+// only when the event frees or adds devices (a deletion, an ended pod, a
+// node change), and one whose request is malformed or that carries a
+// foreign record never: only its own update can fix it. The fourth is the
+// pending pod's own update, which the queue reports as TargetPod (a
+// general Update for annotations): it returns Queue when what the plugin
+// decides on changed (the MIG opt-in, the request with its GPU type and
+// UUID constraints and profile preference, the device count, a record)
+// and the new request is well formed. A MIG request that cannot fit a node
+// even with every slot free (no profile of its GPUs is large enough, its
+// constraints exclude every GPU, or it needs more slots than the node has)
+// is UnschedulableAndUnresolvable there ([ErrNeverFits]), so preemption's
+// dry run skips the node. The scheduler's own informer handler and the view's run
 // independently, so a hint applies its event to the view before deciding
 // (once per event; the view orders events by resourceVersion and ignores
 // repeats). The scheduler also reports every failed binding cycle as a
@@ -93,7 +109,24 @@
 // PostFilter arms a timer for the earliest such lock's end, which moves
 // the pod back to the active queue (Handle.Activate); [Plugin.Close]
 // stops it. The timer needs an [Options.Clock] with timers (the real
-// clock has them).
+// clock has them). Nor does a bind in flight end with an event the plugin
+// registers (a bound pod's arrival is an assigned pod's Add; a failed
+// bind changes nothing): a pod such a bind kept off a node waits for it,
+// and the bind's end (PostBind or Unreserve) moves the pod back to the
+// active queue.
+//
+// # One state per scheduler
+//
+// kube-scheduler builds one plugin per profile. The DynMIG plugins of one
+// scheduler (one API client) for one device resource share one state: the
+// view and its ledger, the binds in flight, and the pods waiting for them,
+// so that two profiles never place two pods on the same slots or bind two
+// MIG pods to one node at once. The first profile's plugin makes it; a
+// later profile that asks for other ledger options is refused at start
+// with [ErrProfileConflict]; per-profile arguments (lock timeout, fresh
+// node read) stay the profile's own. Profiles for different resources
+// place different device plugins' devices and keep a state each. The
+// state lives while any of its plugins is open ([Plugin.Close]).
 //
 // # Scheduler configuration
 //

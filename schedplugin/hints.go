@@ -2,6 +2,8 @@ package schedplugin
 
 import (
 	"context"
+	"errors"
+	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/reservation"
 )
 
@@ -23,7 +26,54 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: p.afterPodDelete},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update}, QueueingHintFn: p.afterPodUpdate},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeAllocatable}, QueueingHintFn: p.afterNodeChange},
+		// The queue reports a pending pod's own update as TargetPod: a
+		// general Update for annotations (the MIG opt-in, use-gputype,
+		// nouse-gpuuuid, the profile preference), specific kinds for
+		// labels or resources. Update matches them all.
+		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: p.afterOwnUpdate},
 	}, nil
+}
+
+// afterOwnUpdate answers the pending pod's own update: it may fit now when
+// what the plugin decides on changed (its MIG request, its device count,
+// whether it carries a record) and the new request is well formed.
+func (p *Plugin) afterOwnUpdate(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldPod, newPod := asPod(oldObj), asPod(newObj)
+	if newPod == nil {
+		return fwk.QueueSkip, nil
+	}
+	cur := p.demandOf(newPod)
+	if cur.malformed {
+		return fwk.QueueSkip, nil // refused by PreFilter again until fixed
+	}
+	if oldPod != nil && reflect.DeepEqual(p.demandOf(oldPod), cur) {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+// demand is what the plugin decides on of a pod: it changes only with the
+// pod's annotations and resources.
+type demand struct {
+	devices   int64
+	record    bool
+	mig       bool // asks for MIG: req is its request
+	malformed bool // opts in to MIG with a request that does not parse
+	req       placement.Request
+}
+
+func (p *Plugin) demandOf(pod *corev1.Pod) demand {
+	_, record := pod.Annotations[reservation.AnnotationKey]
+	d := demand{devices: p.deviceRequest(pod), record: record}
+	req, err := kube.ParseRequestFor(pod, p.opts.Resource)
+	switch {
+	case errors.Is(err, kube.ErrNotMIG):
+	case err != nil:
+		d.malformed = true
+	case req.DeviceCount() > 0:
+		d.mig, d.req = true, req
+	}
+	return d
 }
 
 // afterPodDelete answers a bound pod's deletion: its slots, its claim on
@@ -48,7 +98,7 @@ func (p *Plugin) afterPodDelete(logger klog.Logger, pod *corev1.Pod, oldObj, new
 	if ending || !p.reportsUnreserve(deleted) {
 		p.applyOnce(deleted, func() { p.view.PodHandler().OnDelete(deleted) })
 	}
-	return p.fitsNow(logger, pod, deleted.Spec.NodeName, nil), nil
+	return p.fitsNow(logger, pod, deleted.Spec.NodeName, nil, p.deviceRequest(deleted) > 0), nil
 }
 
 // afterPodUpdate answers a bound pod's update that changes its record
@@ -72,7 +122,10 @@ func (p *Plugin) afterPodUpdate(logger klog.Logger, pod *corev1.Pod, oldObj, new
 		return fwk.QueueSkip, nil
 	}
 	p.applyOnce(newPod, func() { p.view.PodHandler().OnUpdate(oldPod, newPod) })
-	return p.fitsNow(logger, pod, newPod.Spec.NodeName, nil), nil
+	// Only an ended pod frees devices: realization and admission free
+	// none.
+	ended := newPod.Status.Phase == corev1.PodSucceeded || newPod.Status.Phase == corev1.PodFailed
+	return p.fitsNow(logger, pod, newPod.Spec.NodeName, nil, ended && p.deviceRequest(newPod) > 0), nil
 }
 
 // afterNodeChange answers a node added, or its registration or allocatable
@@ -88,29 +141,32 @@ func (p *Plugin) afterNodeChange(logger klog.Logger, pod *corev1.Pod, oldObj, ne
 		return fwk.QueueSkip, nil
 	}
 	p.applyOnce(node, func() { p.view.NodeHandler().OnUpdate(oldObj, node) })
-	return p.fitsNow(logger, pod, node.Name, node), nil
+	return p.fitsNow(logger, pod, node.Name, node, true), nil
 }
 
 // fitsNow answers whether pod fits node on the view as it is now: the
 // node has the devices (when node is given), is not held by another MIG
-// pod, and the ledger places the request.
-func (p *Plugin) fitsNow(logger klog.Logger, pod *corev1.Pod, name string, node *corev1.Node) fwk.QueueingHint {
-	devices := p.deviceRequest(pod)
+// pod, and the ledger places the request. A pod that asks for no MIG
+// device was refused for the device count only, so it is queued only when
+// the event frees or adds devices (devicesFreed); a malformed request or a
+// foreign record only the pod's own update can fix (afterOwnUpdate).
+func (p *Plugin) fitsNow(logger klog.Logger, pod *corev1.Pod, name string, node *corev1.Node, devicesFreed bool) fwk.QueueingHint {
+	d := p.demandOf(pod)
 	if node != nil {
 		alloc := node.Status.Allocatable[p.opts.Resource]
-		if devices > alloc.Value() {
+		if d.devices > alloc.Value() {
 			return fwk.QueueSkip
 		}
 	}
-	req, err := kube.ParseRequestFor(pod, p.opts.Resource)
-	if err != nil || req.DeviceCount() == 0 {
-		// Rejected for the device count only: the event freed or added
-		// devices on the node.
-		if devices > 0 {
-			return fwk.Queue
-		}
+	switch {
+	case d.malformed || d.record && !d.mig:
+		return fwk.QueueSkip
+	case !d.mig && d.devices > 0 && devicesFreed:
+		return fwk.Queue
+	case !d.mig:
 		return fwk.QueueSkip
 	}
+	req := d.req
 	p.view.Refresh()
 	if who, ok := p.blocker(context.Background(), name, string(pod.UID), &req, false); ok {
 		logger.V(5).Info("node still held by an unrealized MIG pod", "pod", klog.KObj(pod), "node", name, "holder", who.String())

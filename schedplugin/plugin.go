@@ -72,6 +72,12 @@ var (
 	// ErrPodChanged: between the scheduling cycle and Bind the pod was
 	// replaced, bound, or changed its MIG request; nothing was written.
 	ErrPodChanged = errors.New("schedplugin: pod changed while being bound")
+	// ErrNeverFits: the pod's MIG request does not fit the node even
+	// with every slot free (no profile of the node's GPUs is large
+	// enough, its constraints exclude every GPU, or the request needs
+	// more slots than the node has); the status is
+	// UnschedulableAndUnresolvable, so preemption skips the node.
+	ErrNeverFits = errors.New("schedplugin: MIG request cannot fit the node")
 	// ErrInvalidArgs is wrapped by every error about the plugin's
 	// configuration arguments.
 	ErrInvalidArgs = errors.New("schedplugin: invalid plugin arguments")
@@ -117,17 +123,14 @@ type Args struct {
 type Plugin struct {
 	handle fwk.Handle
 	client kubernetes.Interface
-	view   *kube.SchedulerView
+	view   *kube.SchedulerView // sh.view
 	opts   Options
 	log    *slog.Logger
 
-	binds    kube.NodeBinds // the MIG pod being bound to each node (Reserve to PostBind or Unreserve)
-	mu       sync.Mutex
-	reported map[string]bool // UIDs whose stale claim was reported
-	// The pods Unreserve was given, by UID: the scheduler reports a failed
-	// binding cycle as a deletion of that very pod, which is not one (see
-	// afterPodDelete).
-	unreserved map[string]unreservedPod
+	// sh is the state of every DynMIG profile of the scheduler: view,
+	// ledger, binds in flight (see "One state per scheduler" in the
+	// package documentation).
+	sh *shared
 
 	index atomic.Pointer[nodeIndex] // the last node list's positions (nodeIndex)
 
@@ -172,13 +175,12 @@ func New(h fwk.Handle, opts Options) (*Plugin, error) {
 	if log == nil {
 		log = slog.New(logr.ToSlogHandler(klog.Background().WithName(Name)))
 	}
-	view := kube.NewSchedulerView(placement.NewLedger(opts.Ledger),
-		kube.SchedulerViewOptions{Resource: opts.Resource, Clock: opts.Clock, Logger: log})
-	if err := view.Register(h.SharedInformerFactory()); err != nil {
-		return nil, fmt.Errorf("schedplugin: register the view's informers: %w", err)
+	sh, err := acquireShared(h, opts, log)
+	if err != nil {
+		return nil, err
 	}
-	return &Plugin{handle: h, client: h.ClientSet(), view: view, opts: opts, log: log,
-		reported: map[string]bool{}, unreserved: map[string]unreservedPod{}, waking: map[types.UID]wake{}}, nil
+	return &Plugin{handle: h, client: h.ClientSet(), view: sh.view, opts: opts, log: log, sh: sh,
+		waking: map[types.UID]wake{}}, nil
 }
 
 // Factory returns the plugin factory to register with kube-scheduler
@@ -262,8 +264,11 @@ type cycleState struct {
 	tried    bool        // Bind called the API server
 
 	// The earliest end of a young claim's lock Filter met (Unix ns, 0 for
-	// none), for PostFilter (wake.go).
+	// none), and the binds in flight it met (node -> UID), for PostFilter
+	// (wake.go).
 	lockEnd atomic.Int64
+	bindMu  sync.Mutex
+	binds   map[string]string
 }
 
 // Clone shares the state: the nodes' scores are only ever written for the
@@ -379,7 +384,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 		return nil
 	}
 	if who, ok := p.blocker(ctx, node.Name, string(pod.UID), &s.req, true); ok {
-		p.noteLockEnd(s, who)
+		p.noteLockEnd(s, node.Name, who)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: waiting for the device plugin to realize %s", ErrNodeLocked, who))
 	}
 	score, err := p.view.Ledger().Evaluate(node.Name, &s.req)
@@ -387,12 +392,38 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 		if nm := p.noMIG(node.Name); nm != nil {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, nm.Error())
 		}
+		if p.neverFits(node.Name, &s.req, err) {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%v: %v", ErrNeverFits, err))
+		}
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	if i, ok := s.index[node.Name]; ok {
 		s.scores[i].Store(score)
 	}
 	return nil
+}
+
+// neverFits reports whether req, which the ledger refused on node with
+// err, would not fit the node with every slot free either: no pod's
+// removal (preemption's) can make room, and the node's GPUs changing is a
+// node event, which requeues the pod anyway.
+func (p *Plugin) neverFits(node string, req *placement.Request, err error) bool {
+	switch {
+	case errors.Is(err, placement.ErrNoProfile), errors.Is(err, placement.ErrExcluded):
+		return true // decided by the node's GPUs and the request alone
+	case !errors.Is(err, placement.ErrCapacity):
+		return false // fragmented or search-bounded: free slots exist
+	}
+	gpus, ok := p.view.Ledger().Node(node)
+	if !ok {
+		return false
+	}
+	for i := range gpus {
+		gpus[i].Used, gpus[i].Engines = 0, placement.Engines{}
+	}
+	sel := placement.NewSelector(placement.SelectorOptions{Policy: p.opts.Ledger.Policy, MaxSteps: p.opts.Ledger.MaxSteps})
+	_, err = sel.Select(gpus, req, nil)
+	return err != nil && !errors.Is(err, placement.ErrSearchLimit)
 }
 
 // noMIG returns an error wrapping [ErrNoMIGGPUs] when the node publishes
@@ -416,16 +447,16 @@ func (p *Plugin) blocker(ctx context.Context, node, uid string, req *placement.R
 	if report {
 		stale = func(c kube.NodeClaim) { p.reportStale(ctx, node, c) }
 	}
-	return p.binds.Blocker(node, uid, req, p.view.Claims(node), p.opts.Clock.Now(), p.opts.LockTimeout, stale)
+	return p.sh.binds.Blocker(node, uid, req, p.view.Claims(node), p.opts.Clock.Now(), p.opts.LockTimeout, stale)
 }
 
 // reportStale records a warning event on a claim's pod the first time it
 // is found past the lock timeout.
 func (p *Plugin) reportStale(_ context.Context, node string, c kube.NodeClaim) {
-	p.mu.Lock()
-	done := p.reported[c.Pod.UID]
-	p.reported[c.Pod.UID] = true
-	p.mu.Unlock()
+	p.sh.mu.Lock()
+	done := p.sh.reported[c.Pod.UID]
+	p.sh.reported[c.Pod.UID] = true
+	p.sh.mu.Unlock()
 	if done {
 		return
 	}
@@ -442,16 +473,16 @@ func (p *Plugin) reportStale(_ context.Context, node string, c kube.NodeClaim) {
 // and the pods Unreserve was given longer ago than the scheduler takes to
 // report them.
 func (p *Plugin) prune() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for uid := range p.reported {
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	for uid := range p.sh.reported {
 		if !p.view.Unrealized(uid) {
-			delete(p.reported, uid)
+			delete(p.sh.reported, uid)
 		}
 	}
-	for uid, u := range p.unreserved {
+	for uid, u := range p.sh.unreserved {
 		if p.opts.Clock.Since(u.at) > unreservedMemory {
-			delete(p.unreserved, uid)
+			delete(p.sh.unreserved, uid)
 		}
 	}
 }
@@ -469,9 +500,9 @@ type unreservedPod struct {
 
 // noteUnreserved remembers pod as given to Unreserve.
 func (p *Plugin) noteUnreserved(pod *corev1.Pod) {
-	p.mu.Lock()
-	p.unreserved[string(pod.UID)] = unreservedPod{pod: pod, at: p.opts.Clock.Now()}
-	p.mu.Unlock()
+	p.sh.mu.Lock()
+	p.sh.unreserved[string(pod.UID)] = unreservedPod{pod: pod, at: p.opts.Clock.Now()}
+	p.sh.mu.Unlock()
 }
 
 // reportsUnreserve reports whether pod, shown deleted to a queueing hint,
@@ -480,9 +511,9 @@ func (p *Plugin) noteUnreserved(pod *corev1.Pod) {
 // ever copy it, a pod of the same UID and version, which a deletion's
 // final state never is: deleting writes a new version).
 func (p *Plugin) reportsUnreserve(pod *corev1.Pod) bool {
-	p.mu.Lock()
-	u, ok := p.unreserved[string(pod.UID)]
-	p.mu.Unlock()
+	p.sh.mu.Lock()
+	u, ok := p.sh.unreserved[string(pod.UID)]
+	p.sh.mu.Unlock()
 	return ok && (u.pod == pod || u.pod.ResourceVersion == pod.ResourceVersion)
 }
 
@@ -536,7 +567,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 
 // claim marks node as binding pod uid, or fails with [ErrNodeLocked].
 func (p *Plugin) claim(ctx context.Context, node, uid string, req *placement.Request) error {
-	if who, ok := p.binds.Claim(node, uid); !ok {
+	if who, ok := p.sh.binds.Claim(node, uid); !ok {
 		return fmt.Errorf("%w: node %s is binding pod %s", ErrNodeLocked, node, who)
 	}
 	if who, ok := p.blocker(ctx, node, uid, req, false); ok {
@@ -546,7 +577,9 @@ func (p *Plugin) claim(ctx context.Context, node, uid string, req *placement.Req
 	return nil
 }
 
-func (p *Plugin) release(node, uid string) { p.binds.Release(node, uid) }
+// release ends the bind of pod uid to node and wakes the pods that bind
+// kept off the node (wake.go).
+func (p *Plugin) release(node, uid string) { p.sh.endBind(node, uid) }
 
 // Unreserve settles a binding that did not complete: see "Failure
 // semantics" in the package documentation.

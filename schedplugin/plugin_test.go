@@ -54,6 +54,7 @@ type env struct {
 	clk    *clocktesting.FakePassiveClock
 	// activated receives the keys of each Activate call's pods.
 	activated chan []string
+	factory   informers.SharedInformerFactory
 }
 
 // activator records the plugin's Handle.Activate calls.
@@ -104,7 +105,7 @@ func newEnvGPUs(t testing.TB, opts schedplugin.Options, models []string) *env {
 		factory.Shutdown()
 		frameworkruntime.WaitForShutdown(fh)
 	})
-	e := &env{ctx: ctx, client: client, pl: pl, clk: clk, activated: activated}
+	e := &env{ctx: ctx, client: client, pl: pl, clk: clk, activated: activated, factory: factory}
 	e.waitFor(t, func() bool { return pl.View().HasSynced() })
 	return e
 }
@@ -854,4 +855,50 @@ func TestFailedBindOfABoundPodKeepsItsSlots(t *testing.T) {
 	assert.True(t, held, "p keeps its slots")
 	_, kept, statuses := e.cycle(t, q, "n1")
 	assert.NotContains(t, kept, "n1", "q fits over p's slots: %v", statuses["n1"])
+}
+
+// A running pod the plugin bound keeps its slots when its owner removes
+// its record: the queueing hint that applies the update requeues no pod,
+// and the next pod is not placed on the live instance.
+func TestHintStrippedRecordKeepsSlots(t *testing.T) {
+	e, whole, b, hint := wholeGPUHeld(t, fwk.Update)
+	stripped := whole.DeepCopy()
+	stripped.ResourceVersion = "1000"
+	stripped.Status.Phase = corev1.PodRunning
+	delete(stripped.Annotations, reservation.AnnotationKey)
+	got, err := hint(klog.Background(), b, whole, stripped)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.QueueSkip, got, "the stripped pod still holds its GPU")
+	_, _, held := e.pl.View().Ledger().Pod("uid-whole")
+	assert.True(t, held)
+	_, kept, _ := e.cycle(t, b, "n1")
+	assert.NotContains(t, kept, "n1")
+}
+
+// Bind's consistent read of the node lists a running pod whose record its
+// owner removed: the view keeps the slots it knew, so the next pod goes to
+// the other GPU and a third finds none.
+func TestBindReadKeepsStrippedPodsSlots(t *testing.T) {
+	e := newEnvGPUs(t, schedplugin.Options{}, fakehal.Repeat(2, "A100"))
+	whole := e.schedule(t, e.create(t, migPod("whole", "")), "n1")
+	before, _, _ := e.pl.View().Ledger().Pod("uid-whole")
+	whole.Status.Phase = corev1.PodRunning
+	running, err := e.client.CoreV1().Pods("default").UpdateStatus(e.ctx, whole, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	delete(running.Annotations, reservation.AnnotationKey)
+	_, err = e.client.CoreV1().Pods("default").Update(e.ctx, running, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	e.schedule(t, e.create(t, migPod("b", "")), "n1")
+	after, _, held := e.pl.View().Ledger().Pod("uid-whole")
+	require.True(t, held, "the read dropped the running pod's slots")
+	assert.Equal(t, before, after)
+	all, err := e.client.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	e.waitFor(t, func() bool { // the informer delivered the stripped pod too
+		ok, _ := e.pl.View().Reflects(all.Items, nil)
+		return ok
+	})
+	_, kept, _ := e.cycle(t, e.create(t, migPod("c", "")), "n1")
+	assert.NotContains(t, kept, "n1", "c is placed on a live instance")
 }

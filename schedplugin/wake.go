@@ -18,12 +18,20 @@ import (
 // (5 minutes by default) once the claim ages past the lock timeout. Filter
 // notes when the earliest such lock ends, PostFilter arms a timer for it,
 // and the timer moves the pod back to the active queue (Handle.Activate).
+// Nor is a bind in flight's end: the bound pod's arrival is an assigned
+// pod's Add, and a failed bind changes nothing in the cluster. Filter
+// notes such binds, PostFilter has the pod wait for them, and the bind's
+// end (PostBind or Unreserve) moves it back to the active queue.
 
-// noteLockEnd records in s when the lock h ends, if h is a young claim's:
-// a bind in flight ends with the pod's update, a stale claim only with its
-// realization or end, both cluster events.
-func (p *Plugin) noteLockEnd(s *cycleState, h kube.Holder) {
-	if h.Binding != "" || p.opts.Clock.Now().Sub(h.Claim.Since) >= p.opts.LockTimeout {
+// noteLockEnd records in s what ends the lock h on node: a bind in flight,
+// or a young claim's timeout. A stale claim ends only with its realization
+// or its pod's end, both cluster events.
+func (p *Plugin) noteLockEnd(s *cycleState, node string, h kube.Holder) {
+	if h.Binding != "" {
+		s.noteBind(node, h.Binding)
+		return
+	}
+	if p.opts.Clock.Now().Sub(h.Claim.Since) >= p.opts.LockTimeout {
 		return
 	}
 	end := h.Claim.Since.Add(p.opts.LockTimeout).UnixNano()
@@ -36,15 +44,56 @@ func (p *Plugin) noteLockEnd(s *cycleState, h kube.Holder) {
 }
 
 // PostFilter runs when no node can take the pod. If a young claim's lock
-// kept it off a node, the pod is moved back to the active queue when that
-// lock ends. It never makes the pod schedulable itself.
+// or a bind in flight kept it off a node, the pod is moved back to the
+// active queue when that lock ends. It never makes the pod schedulable
+// itself.
 func (p *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if s := readState(cs); s != nil {
 		if end := s.lockEnd.Load(); end != 0 {
 			p.wakeAt(pod, time.Unix(0, end))
 		}
+		for node, uid := range s.bindsMet() {
+			p.waitForBind(pod, node, uid)
+		}
 	}
 	return nil, fwk.NewStatus(fwk.Unschedulable)
+}
+
+// noteBind records that a bind of the pod uid in flight kept the cycle's
+// pod off node.
+func (s *cycleState) noteBind(node, uid string) {
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	if s.binds == nil {
+		s.binds = map[string]string{}
+	}
+	s.binds[node] = uid
+}
+
+// bindsMet returns the binds noteBind recorded, by node.
+func (s *cycleState) bindsMet() map[string]string {
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	return s.binds
+}
+
+// waitForBind has pod wait for the bind of pod uid to node to end, or
+// activates it now when that bind has already ended.
+func (p *Plugin) waitForBind(pod *corev1.Pod, node, uid string) {
+	if !p.sh.waitForBind(p, pod, node, uid) {
+		p.activate(map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+	}
+}
+
+// activate moves pods back to the active queue unless the plugin is
+// closed.
+func (p *Plugin) activate(pods map[string]*corev1.Pod) {
+	p.wakeMu.Lock()
+	closed := p.closed
+	p.wakeMu.Unlock()
+	if !closed && len(pods) > 0 {
+		p.handle.Activate(logr.FromSlogHandler(p.log.Handler()), pods)
+	}
 }
 
 // wakeAt activates pod at t (or just after), with one timer for the
@@ -103,7 +152,7 @@ func (p *Plugin) wakeDue() {
 	p.wakeMu.Unlock()
 	if len(due) > 0 {
 		p.log.Debug("lock timeout passed; retrying the pods it kept off their nodes", "pods", len(due))
-		p.handle.Activate(logr.FromSlogHandler(p.log.Handler()), due)
+		p.activate(due)
 	}
 }
 
@@ -113,6 +162,9 @@ func (p *Plugin) wakeDue() {
 func (p *Plugin) Close() error {
 	p.wakeMu.Lock()
 	defer p.wakeMu.Unlock()
+	if !p.closed {
+		p.sh.close(p)
+	}
 	p.closed = true
 	if p.timer != nil {
 		p.timer.Stop()
