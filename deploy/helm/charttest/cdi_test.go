@@ -17,7 +17,7 @@ func TestDevicePluginCDI(t *testing.T) {
 		strategy string
 		mounted  bool
 	}{{"cdi-cri", true}, {"cdi-annotations", true}, {"envvar", false}, {"volume-mounts", false}} {
-		objs := objects(t, charttest.Options{Values: map[string]any{"devicePlugin": map[string]any{"deviceListStrategy": tt.strategy}, "hostPaths": map[string]any{"cdiDir": "/run/cdi"}}})
+		objs := objects(t, charttest.Options{KubeVersion: "v1.37.2", Values: map[string]any{"devicePlugin": map[string]any{"deviceListStrategy": tt.strategy}, "hostPaths": map[string]any{"cdiDir": "/run/cdi"}}})
 		ds := named[*appsv1.DaemonSet](t, objs, "dynmig-device-plugin")
 		dp := container(t, &ds.Spec.Template.Spec, "device-plugin")
 		if s, _ := argValue(dp.Args, "device-list-strategy"); s != tt.strategy {
@@ -30,7 +30,7 @@ func TestDevicePluginCDI(t *testing.T) {
 			t.Errorf("%s: -cdi-dir=%q (%v), mounted %v, host path %v; want all %v", tt.strategy, dir, hasFlag, mounted, hostPath, tt.mounted)
 		}
 	}
-	objs := objects(t, charttest.Options{})
+	objs := objects(t, charttest.Options{KubeVersion: "v1.37.2"})
 	dp := container(t, &named[*appsv1.DaemonSet](t, objs, "dynmig-device-plugin").Spec.Template.Spec, "device-plugin")
 	if s, _ := argValue(dp.Args, "device-list-strategy"); s != "cdi-cri" {
 		t.Errorf("default -device-list-strategy=%q, want cdi-cri", s)

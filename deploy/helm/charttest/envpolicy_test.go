@@ -18,7 +18,7 @@ import (
 // checked, for every kind of container and each device-selecting variable;
 // the operator's list replaces the default, and enabled: false drops it.
 func TestEnvPolicy(t *testing.T) {
-	objs := objects(t, charttest.Options{Namespace: "gpu-nodes"})
+	objs := objects(t, charttest.Options{KubeVersion: "v1.37.2", Namespace: "gpu-nodes"})
 	policy := named[*admissionv1.ValidatingAdmissionPolicy](t, objs, "dynmig-no-device-env")
 	binding := named[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, "dynmig-no-device-env")
 	if binding.Spec.PolicyName != policy.Name {
@@ -55,11 +55,11 @@ func TestEnvPolicy(t *testing.T) {
 		t.Errorf("the chart's policy differs from deploy/admission/env-policy.yaml:\n%+v\n%+v", policy.Spec, deployed.Spec)
 	}
 
-	objs = objects(t, charttest.Options{Values: map[string]any{"envPolicy": map[string]any{"exemptNamespaces": []any{"gpu-operator", "dynmig-system"}}}})
+	objs = objects(t, charttest.Options{KubeVersion: "v1.37.2", Values: map[string]any{"envPolicy": map[string]any{"exemptNamespaces": []any{"gpu-operator", "dynmig-system"}}}})
 	if got := exempt(t, named[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, "dynmig-no-device-env")); !slices.Equal(got, []string{"gpu-operator", "dynmig-system"}) {
 		t.Errorf("exempt namespaces %v, want the operator's list", got)
 	}
-	objs = objects(t, charttest.Options{Values: map[string]any{"envPolicy": map[string]any{"enabled": false}}})
+	objs = objects(t, charttest.Options{KubeVersion: "v1.37.2", Values: map[string]any{"envPolicy": map[string]any{"enabled": false}}})
 	for _, p := range only[*admissionv1.ValidatingAdmissionPolicy](objs) {
 		if p.Name == "dynmig-no-device-env" {
 			t.Error("envPolicy.enabled: false still renders the policy")
