@@ -384,6 +384,34 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err := p.guard.Check(ctx); err != nil {
 		return err
 	}
+	if err := p.discoverAndPublish(ctx, &wg); err != nil {
+		return err
+	}
+	if err := p.firstPass(ctx); err != nil {
+		return err
+	}
+	wg.Go(func() { _ = p.runner.Run(ctx) })
+
+	p.record.serving()
+	srv, err := p.serve(&wg)
+	if err != nil {
+		return err
+	}
+	defer func() { srv.Stop() }() // the server current at return
+	if p.cfg.KubeletSocket != "" {
+		if err := p.register(ctx); err != nil {
+			return err
+		}
+	}
+	p.serving.Store(true)
+	close(p.ready)
+	defer p.serving.Store(false)
+	return p.watchSocket(ctx, &wg, &srv)
+}
+
+// discoverAndPublish discovers the GPUs, restores their health, publishes
+// them and starts watching their health on wg.
+func (p *Plugin) discoverAndPublish(ctx context.Context, wg *sync.WaitGroup) error {
 	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, p.cfg.Allowlist)
 	if err != nil {
 		return fmt.Errorf("deviceplugin: discovery: %w", err)
@@ -403,9 +431,13 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if w := p.openHealth(ctx); w != nil {
 		wg.Go(func() { p.watchHealth(ctx, w) })
 	}
-	// The first maintenance pass adopts live instances before the socket
-	// is served; later passes (the runner's) adopt again until adoption
-	// settles, reconcile and collect leaks.
+	return nil
+}
+
+// firstPass runs the first maintenance pass, which adopts live instances
+// before the socket is served; later passes (the runner's) adopt again
+// until adoption settles, reconcile and collect leaks.
+func (p *Plugin) firstPass(ctx context.Context) error {
 	snap := p.snapshot()
 	rep, err := p.manager.Maintain(ctx, snap)
 	p.record.sync(p.manager.Managed, snap)
@@ -418,27 +450,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 			"leaks", len(rep.Adopt.Leaks), "err", err)
 	}
 	if migSwitchedOn(rep) {
-		if err := p.rediscover(ctx); err != nil {
-			return err
-		}
+		return p.rediscover(ctx)
 	}
-	wg.Go(func() { _ = p.runner.Run(ctx) })
-
-	p.record.serving()
-	srv, err := p.serve(&wg)
-	if err != nil {
-		return err
-	}
-	defer func() { srv.Stop() }() // the server current at return
-	if p.cfg.KubeletSocket != "" {
-		if err := p.register(ctx); err != nil {
-			return err
-		}
-	}
-	p.serving.Store(true)
-	close(p.ready)
-	defer p.serving.Store(false)
-	return p.watchSocket(ctx, &wg, &srv)
+	return nil
 }
 
 // watchSocket serves until ctx is done. When the socket disappears (the
