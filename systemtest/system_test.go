@@ -24,7 +24,7 @@ import (
 // TestSystem is the whole-system model-based test; see the package
 // documentation for the actors, actions and invariants.
 func TestSystem(t *testing.T) {
-	var st runStats
+	st := runStats{refusals: map[string]int{}}
 	defer func() { t.Logf("%s", &st) }()
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newSystem(rt)
@@ -59,13 +59,18 @@ func TestSystem(t *testing.T) {
 // runStats counts what the sequences exercised, for the test log.
 type runStats struct {
 	sequences, steps, placed, multiDevice, pending, allocations, handOuts, restarts, faults, attacks, forgerRefusals, residual int
+	// refusals counts honest Allocates refused with ErrConflict or
+	// ErrOccupied, by the class holderOf gave.
+	refusals map[string]int
 }
 
 func (st *runStats) String() string {
 	return fmt.Sprintf("sequences %d (shrinking included), steps %d, pods placed %d (multi-device %d, unschedulable %d), "+
 		"successful Allocates %d, devices handed out %d, "+
-		"plugin restarts %d, faults injected %d, forged records %d, forger Allocates refused %d, residual-risk hand-outs %d",
-		st.sequences, st.steps, st.placed, st.multiDevice, st.pending, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual)
+		"plugin restarts %d, faults injected %d, forged records %d, forger Allocates refused %d, residual-risk hand-outs %d, "+
+		"honest refusals by holder %v",
+		st.sequences, st.steps, st.placed, st.multiDevice, st.pending, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual,
+		st.refusals)
 }
 
 // bindTimeAnnotation is kube.BindTimeAnnotation, which anyone who can
@@ -788,7 +793,9 @@ func (s *system) handOut(t *rapid.T, p *simPod, c allocateCall) {
 // have received the device from an earlier plugin process (the current
 // one remembers whom it handed it to); a process still running on the
 // device proves nothing, since the true owner's processes run on adopted
-// devices too. Such hand-outs are counted, not failed.
+// devices too. "Ended" is exactly !o.holds(now): a pod deleting whose
+// containers may still run is not ended, so a copy of its record handed
+// its device fails the model. Such hand-outs are counted, not failed.
 func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device) {
 	mig := d.Runtime.MIGUUID
 	entries, err := reservation.DecodeString(pod.Annotations[reservation.AnnotationKey])
@@ -796,7 +803,7 @@ func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device
 		return // not a copy of the device's identity
 	}
 	for _, o := range s.pods {
-		if o == p || o.active || o.gen >= s.gen || !slices.Contains(slices.Collect(maps.Values(o.received)), mig) {
+		if o == p || o.holds(s.clock.now) || o.gen >= s.gen || !slices.Contains(slices.Collect(maps.Values(o.received)), mig) {
 			continue
 		}
 		if _, err := reservation.DecodeString(o.annotation()); o.gone || err != nil {
@@ -804,6 +811,49 @@ func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device
 			s.residual++
 		}
 	}
+}
+
+// holderOf names the class of what holds one of p's placements: "record"
+// when another pod still in the API has a record that names an
+// overlapping placement or a MIG UUID p's record names, "undecidable
+// record" when another listed pod's record does not decode (the trust
+// rule cannot clear it), "instance" when the hardware holds an instance
+// there that p was not handed, "own earlier device" when it holds the
+// one p was handed (its record lost the identity, as after a lost patch,
+// so the manager cannot tell the instance is p's); "" when nothing does.
+func (s *system) holderOf(p *simPod) string {
+	mine, err := reservation.DecodeString(p.annotation())
+	if err != nil {
+		return "undecidable record"
+	}
+	overlaps := func(gpu string, at capability.Placement) bool {
+		return slices.ContainsFunc(mine, func(a reservation.Allocation) bool { return a.GPUUUID == gpu && a.Placement.Overlaps(at) })
+	}
+	for _, o := range s.pods {
+		if o == p || o.gone || o.annotation() == "" {
+			continue
+		}
+		theirs, err := reservation.DecodeString(o.annotation())
+		if err != nil {
+			return "undecidable record"
+		}
+		if slices.ContainsFunc(theirs, func(a reservation.Allocation) bool {
+			return overlaps(a.GPUUUID, a.Placement) || a.MIGUUID != "" && slices.ContainsFunc(mine, func(b reservation.Allocation) bool { return b.MIGUUID == a.MIGUUID })
+		}) {
+			return "record"
+		}
+	}
+	handed := slices.Collect(maps.Values(p.received))
+	for _, in := range s.node.Snapshot() {
+		if !overlaps(s.gpuUUID(in.GPU), in.Placement) {
+			continue
+		}
+		if slices.ContainsFunc(in.ComputeInstances, func(ci realize.ComputeInstance) bool { return slices.Contains(handed, ci.MIGUUID) }) {
+			return "own earlier device"
+		}
+		return "instance"
+	}
+	return ""
 }
 
 // expectAllocateError accepts the failures a healthy system may answer
@@ -816,9 +866,22 @@ func (s *system) expectAllocateError(t *rapid.T, p *simPod, snap reservation.Sna
 	case p.attack != "" || p.saved != "":
 		return // a forged or corrupt record: refusing it is the point
 	case errors.Is(err, realize.ErrConflict), errors.Is(err, realize.ErrOccupied):
-		// An ended pod's instance not yet released (unauthorised listing,
-		// processes still running) or an untrusted rival.
-		return
+		// Allowed only where something still holds p's placement: an
+		// ended pod's instance not yet released (unauthorised listing,
+		// processes still running), or another listed pod's record; or
+		// where the call's listing did not authorise taking over what
+		// occupies the key.
+		if why := s.holderOf(p); why != "" {
+			s.stats.refusals[why]++
+			return
+		}
+		if !reservation.Desired(snap).Authorized {
+			// Taking over an unmanaged instance at the key (a fault's
+			// leftover) needs an authorised listing.
+			s.stats.refusals["unauthorised listing"]++
+			return
+		}
+		t.Fatalf("Allocate(%s) refused (%v) though no other pod's record or instance holds its placements", p.uid(), err)
 	case errors.Is(err, realize.ErrNoReservation):
 		return // a container without devices
 	}
