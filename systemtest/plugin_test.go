@@ -96,7 +96,7 @@ type dpStats struct {
 	// holds the slot or cannot be decided.
 	refusedUnhealthy, refusedHeld int
 	// Paths of issue 40's table (see dpPaths).
-	endedReused, stripRestartClaims, replacedWhileDown int
+	endedReused, stripRestartClaims, replacedWhileDown, endedCopyClaims int
 	// Running pods that lost their device to the residual lostAfterEdit.
 	lostAfterEdit int
 }
@@ -405,6 +405,9 @@ func (s *dpSystem) admit(t *rapid.T) {
 	if s.strippedKept[p.slot] {
 		s.stats.stripRestartClaims++
 	}
+	if s.copiesEndedDevice(t, p) {
+		s.stats.endedCopyClaims++
+	}
 	before := s.liveMIGs()
 	req := &v1beta1.AllocateRequest{ContainerRequests: []*v1beta1.ContainerAllocateRequest{{DevicesIds: []string{"id"}}}}
 	resp, err := s.plugin.Allocate(context.Background(), req)
@@ -489,6 +492,21 @@ func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, err error) {
 		return
 	}
 	t.Fatalf("honest %s refused at slot %d, which no other pod's record holds: %v; %s", p.name, p.slot, err, s.diagnose())
+}
+
+// copiesEndedDevice reports whether p's record names the MIG UUID an
+// ended pod was handed while the current checkpoint recorded it: the
+// plugin must not hand p that device (admit fails the model if it does).
+func (s *dpSystem) copiesEndedDevice(t *rapid.T, p *dpPod) bool {
+	allocs, err := kube.PodAllocations(s.get(t, p.name))
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(allocs, func(a reservation.Allocation) bool {
+		return a.MIGUUID != "" && slices.ContainsFunc(s.pods, func(o *dpPod) bool {
+			return o != p && o.ended && o.mig == a.MIGUUID && o.epoch == s.epoch
+		})
+	})
 }
 
 func (s *dpSystem) placementOf(mig string) capability.Placement {

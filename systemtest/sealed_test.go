@@ -370,7 +370,7 @@ func dpPaths(st *dpStats) []coveredPath {
 	paths := []coveredPath{
 		{"restart with the checkpoint kept after an identity was stripped, then a claim on that slot", st.stripRestartClaims},
 		{"a handed pod deleted and its record copied by a forger while the plugin is down", st.replacedWhileDown},
-		{"an ended pod's device reused for a copy of its record after the checkpoint was lost (endedReused)", st.endedReused},
+		{"a copy of an ended pod's record, MIG UUID included, claimed while the checkpoint that recorded its hand-out is intact", st.endedCopyClaims},
 		{"owner writes refused by the admission policy", st.sealRefused},
 		{"Xid 79 on the GPU", st.xids},
 		{"pods created with a made-up runtime identity", st.fabricated},
