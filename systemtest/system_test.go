@@ -54,11 +54,25 @@ func TestSystem(t *testing.T) {
 		s.drain(rt)
 		st.residual += s.residual
 	})
+	if !t.Failed() {
+		checkCoverage(t, st.sequences, []coveredPath{
+			{"a running pod's record rewritten to another placement", st.moveRewrites},
+			{"a running pod's record rewritten onto another active pod's placement", st.conflictRewrites},
+			{"plugin restarts", st.restarts},
+			{"multi-device pods", st.multiDevice},
+		})
+		// The residual is counted, not claimed: about 1 in 100 sequences.
+		t.Logf("the counted residual (a copy of an ended pod's device after a restart) reached %d times", st.residual)
+	}
 }
 
 // runStats counts what the sequences exercised, for the test log.
 type runStats struct {
 	sequences, steps, placed, multiDevice, pending, allocations, handOuts, restarts, faults, attacks, forgerRefusals, residual int
+	// Running pods whose own record was rewritten to another placement
+	// (moveRewrites) or onto one another active pod's record names
+	// (conflictRewrites).
+	moveRewrites, conflictRewrites int
 	// refusals counts honest Allocates refused with ErrConflict or
 	// ErrOccupied, by the class holderOf gave.
 	refusals map[string]int
@@ -104,6 +118,10 @@ type simPod struct {
 	gen int
 	// saved is the annotation a corrupt action replaced; "" when intact.
 	saved string
+	// moved: its owner rewrote its record to another placement while it
+	// ran (corrupt); the kubelet admitted its containers already and
+	// calls no Allocate for them until the record is restored.
+	moved bool
 	// informed is the last annotation value the scheduler's informer
 	// could decode, the record its ledger keeps for the pod.
 	informed string
@@ -595,12 +613,12 @@ func (s *system) drawRequest(t *rapid.T) *placement.Request {
 }
 
 func (s *system) allocate(t *rapid.T) {
-	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone })
+	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone && !p.moved })
 	s.doAllocate(t, p, s.drawContainer(t, p), false)
 }
 
 func (s *system) repeatAllocate(t *rapid.T) {
-	p := s.pick(t, "allocated pod", func(p *simPod) bool { return p.active && !p.gone && len(p.received) > 0 })
+	p := s.pick(t, "allocated pod", func(p *simPod) bool { return p.active && !p.gone && !p.moved && len(p.received) > 0 })
 	var cs []int
 	for k := range p.received {
 		if !slices.Contains(cs, k.c) {
@@ -687,7 +705,7 @@ func (s *system) burst(t *rapid.T) {
 	s.plugin(t)
 	var pods []*simPod
 	for _, p := range s.pods {
-		if p.active && !p.gone {
+		if p.active && !p.gone && !p.moved {
 			pods = append(pods, p)
 		}
 	}
@@ -947,7 +965,7 @@ func (s *system) stopContainers(t *rapid.T) {
 // rollback destroys, the other must not have handed out.
 func (s *system) raceAllocate(t *rapid.T) {
 	s.plugin(t)
-	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone })
+	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone && !p.moved })
 	container := s.drawContainer(t, p)
 	armed := s.armed()
 	calls := make([]allocateCall, 2)
@@ -1210,14 +1228,22 @@ func (s *system) drawPlacement(t *rapid.T) reservation.Allocation {
 }
 
 // corrupt breaks an active pod's own record (a buggy or malicious writer):
-// truncated JSON or a partial runtime identity. repair restores it.
+// truncated JSON, a partial runtime identity, or one entry moved to
+// another placement (one another active pod's record names, which the
+// rewritten entry loses) with its identity kept. repair restores it.
 func (s *system) corrupt(t *rapid.T) {
 	p := s.pick(t, "pod to corrupt", func(p *simPod) bool { return p.active && !p.gone && p.attack == "" && p.saved == "" })
 	v := p.annotation()
 	var bad string
 	entries, _ := reservation.DecodeString(v)
-	if rapid.Bool().Draw(t, "truncate") || len(entries) == 0 {
+	how := rapid.SampledFrom([]string{"truncate", "partial", "move", "lose a conflict"}).Draw(t, "corruption")
+	if (how == "move" || how == "lose a conflict") && len(p.received) == 0 {
+		how = "truncate" // only a running pod's record is moved (issue 40)
+	}
+	if how == "truncate" || len(entries) == 0 {
 		bad = v[:rapid.IntRange(1, len(v)-1).Draw(t, "cut")]
+	} else if how == "move" || how == "lose a conflict" {
+		bad = s.moved(t, p, entries, how == "lose a conflict")
 	} else {
 		i := rapid.IntRange(0, len(entries)-1).Draw(t, "entry")
 		entries[i].ComputeInstanceID = reservation.OptionalID{}
@@ -1228,7 +1254,50 @@ func (s *system) corrupt(t *rapid.T) {
 		bad = reservation.EncodeString(entries)
 	}
 	p.saved = v
+	if how == "move" || how == "lose a conflict" {
+		s.rewrite(p, bad)
+		return
+	}
 	s.setAnnotation(p, bad)
+}
+
+// rewrite replaces p's record with value, a valid record its owner wrote
+// after the binding. The scheduler keeps the slots it bound p to until p
+// ends, whatever its annotation says later (issue 35), so its ledger and
+// informed record stay as they were.
+func (s *system) rewrite(p *simPod, value string) {
+	ann := maps.Clone(p.pod.Annotations)
+	ann[reservation.AnnotationKey] = value
+	p.pod.Annotations = ann
+	p.moved = true
+	entries, _ := reservation.DecodeString(value)
+	for _, e := range entries {
+		s.claims[claim{e.GPUUUID, e.Placement}] = true
+	}
+}
+
+// moved rewrites one entry of p's record to another placement, keeping
+// its runtime identity: a drawn one, or one another active pod's record
+// names (the rewritten entry loses the conflict to the earlier record).
+// Each kind is counted for the coverage check.
+func (s *system) moved(t *rapid.T, p *simPod, entries []reservation.Allocation, conflict bool) string {
+	i := rapid.IntRange(0, len(entries)-1).Draw(t, "entry")
+	to := s.drawPlacement(t)
+	if conflict {
+		o := s.pick(t, "pod whose placement it takes", func(o *simPod) bool {
+			theirs, err := reservation.DecodeString(o.annotation())
+			return o != p && o.active && !o.gone && err == nil && len(theirs) > 0
+		})
+		theirs, _ := reservation.DecodeString(o.annotation())
+		to = rapid.SampledFrom(theirs).Draw(t, "its entry").Scheduled()
+	}
+	entries[i].GPUUUID, entries[i].Profile, entries[i].Placement = to.GPUUUID, to.Profile, to.Placement
+	if conflict {
+		s.stats.conflictRewrites++
+	} else {
+		s.stats.moveRewrites++
+	}
+	return reservation.EncodeString(entries)
 }
 
 func (s *system) repair(t *rapid.T) {
@@ -1240,7 +1309,7 @@ func (s *system) repair(t *rapid.T) {
 
 func (s *system) restore(p *simPod) {
 	v := p.saved
-	p.saved = ""
+	p.saved, p.moved = "", false
 	s.setAnnotation(p, v)
 }
 
