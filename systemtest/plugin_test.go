@@ -239,6 +239,17 @@ func (s *dpSystem) barrier(t *rapid.T) {
 	s.writes = 0
 }
 
+// synced makes the plugin's pod cache hold every write made so far, so
+// that what the next Allocate or maintenance pass sees depends on the
+// model's steps only, not on when the informer delivered them: failures
+// then replay from rapid's fail file (see the package documentation,
+// "Replaying a failure").
+func (s *dpSystem) synced(t *rapid.T) {
+	if s.writes > 0 {
+		s.barrier(t)
+	}
+}
+
 // settle keeps the fake's watch buffer (100 events) from overflowing: a
 // barrier once the writes since the last one approach it.
 func (s *dpSystem) settle(t *rapid.T) {
@@ -402,6 +413,7 @@ func (s *dpSystem) admit(t *rapid.T) {
 	if p == nil {
 		t.Skip("nothing pending")
 	}
+	s.synced(t)
 	if s.strippedKept[p.slot] {
 		s.stats.stripRestartClaims++
 	}

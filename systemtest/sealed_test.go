@@ -316,6 +316,7 @@ func (s *dpSystem) awaitHealth(t *rapid.T) {
 
 // maintain: a maintenance pass (the plugin's interval elapsed).
 func (s *dpSystem) maintain(t *rapid.T) {
+	s.synced(t)
 	s.pass(t)
 }
 
