@@ -331,10 +331,20 @@ func (s *dpSystem) liveMIGs() map[string]bool {
 	return live
 }
 
-// recordHolder returns a pod other than p, still in the API, whose record
-// holds p's slot, or whose record cannot be decided (it does not decode or
-// validate): either pauses the slot (the package documentation, "Device
-// plugin model").
+// requestsGPU reports whether a container of pod requests the plugin's
+// resource.
+func requestsGPU(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
+		_, ok := c.Resources.Limits[kube.ResourceGPU]
+		return ok
+	})
+}
+
+// recordHolder returns a pod other than p, still in the API, that requests
+// a device and whose record holds p's slot or cannot be decided (it does
+// not decode or validate): either pauses the slot (the package
+// documentation, "Device plugin model"). A pod that requests no device
+// holds nothing, whatever its record says (the trust rule).
 func (s *dpSystem) recordHolder(t *rapid.T, p *dpPod) (string, bool) {
 	list, err := s.client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -343,8 +353,8 @@ func (s *dpSystem) recordHolder(t *rapid.T, p *dpPod) (string, bool) {
 	want := s.entry(p.slot).Placement
 	for _, o := range list.Items {
 		value, ok := o.Annotations[reservation.AnnotationKey]
-		if o.Name == p.name || !ok {
-			continue
+		if o.Name == p.name || !ok || !requestsGPU(&o) {
+			continue // the trust rule: a pod that requests no device holds none
 		}
 		allocs, err := reservation.DecodeString(value)
 		if err != nil {

@@ -832,7 +832,7 @@ func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device
 }
 
 // holderOf names the class of what holds one of p's placements: "record"
-// when another pod still in the API has a record that names an
+// when another pod still in the API that requests devices has a record that names an
 // overlapping placement or a MIG UUID p's record names, "undecidable
 // record" when another listed pod's record does not decode (the trust
 // rule cannot clear it), "instance" when the hardware holds an instance
@@ -848,8 +848,8 @@ func (s *system) holderOf(p *simPod) string {
 		return slices.ContainsFunc(mine, func(a reservation.Allocation) bool { return a.GPUUUID == gpu && a.Placement.Overlaps(at) })
 	}
 	for _, o := range s.pods {
-		if o == p || o.gone || o.annotation() == "" {
-			continue
+		if o == p || o.gone || o.annotation() == "" || !o.pod.RequestsDevices() {
+			continue // the trust rule: a pod that requests no device holds none
 		}
 		theirs, err := reservation.DecodeString(o.annotation())
 		if err != nil {
