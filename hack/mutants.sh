@@ -8,8 +8,9 @@
 # directory, applies the edit there (never to your tree), checks that it
 # changed the file and still builds, and runs each model with fixed seeds.
 # A mutant is "caught" when a model fails on some seed; the model and seed
-# that caught it are reported, and rapid's fail file (under the scratch
-# copy's systemtest/testdata/rapid) replays the failure.
+# that caught it are reported, and rapid's fail file (kept under RESULTS)
+# replays the failure with go test ./systemtest -run MODEL
+# -rapid.failfile=FILE in a tree with the same mutant applied.
 #
 # Run it when a guard or the model changes (CONTRIBUTING.md); every mutant
 # should be caught. It is slow: the device-plugin model runs its real
@@ -21,6 +22,10 @@
 #   DP_CHECKS      TestDevicePlugin sequences per seed (default 500)
 #   SYSTEM_CHECKS  TestSystem sequences per seed (default 500)
 #   MODELS         models to run (default "TestDevicePlugin TestSystem")
+#   RESULTS        directory for each run's log (default: a new temporary one)
+#
+# "not replayable" marks a failure rapid could not reproduce while
+# shrinking (see systemtest/doc.go, "Replaying a failure").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +43,9 @@ fi
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
+RESULTS=${RESULTS:-$(mktemp -d)}
+mkdir -p "$RESULTS"
+echo "logs: $RESULTS"
 
 checks_for() {
   case $1 in
@@ -70,10 +78,20 @@ for m in "${mutants[@]}"; do
       log="$tree/$model-$seed.log"
       (cd "$tree" && go test -count=1 ./systemtest -run "^$model\$" \
         -rapid.seed="$seed" -rapid.checks="$(checks_for "$model")" >"$log" 2>&1) || true
-      # Only a failed invariant counts: a coverage or build failure is not
-      # the model catching the mutant.
-      if after=$(grep -o 'failed after [0-9]* tests' "$log" | head -1); then
-        caught="$caught $model(seed $seed, $after)"
+      # A failed invariant counts, also one rapid could not replay
+      # ("flaky"); a coverage failure (a path never reached) does not.
+      cp "$log" "$RESULTS/$name-$model-$seed.log"
+      # Keep the fail file for replay, away from the next seed's run
+      # (rapid replays a fail file it finds before drawing new sequences).
+      if [ -d "$tree/systemtest/testdata/rapid" ]; then
+        mv "$tree/systemtest/testdata/rapid" "$RESULTS/$name-$model-$seed.rapid"
+      fi
+      if grep -q -- '^--- FAIL' "$log" && ! grep -q 'was never reached' "$log"; then
+        how=$(grep -o 'failed after [0-9]* tests' "$log" | head -1 || true)
+        if grep -q 'flaky test, can not reproduce' "$log"; then
+          how="not replayable"
+        fi
+        caught="$caught $model(seed $seed, ${how:-failed})"
       fi
     done
   done

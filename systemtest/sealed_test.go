@@ -344,19 +344,35 @@ func requestsGPU(pod *corev1.Pod) bool {
 // a device and whose record holds p's slot or cannot be decided (it does
 // not decode or validate): either pauses the slot (the package
 // documentation, "Device plugin model"). A pod that requests no device
-// holds nothing, whatever its record says (the trust rule).
+// holds nothing (the trust rule), except that the plugin takes over no
+// instance whose MIG UUID its record names.
 func (s *dpSystem) recordHolder(t *rapid.T, p *dpPod) (string, bool) {
 	list, err := s.client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := s.entry(p.slot).Placement
+	atSlot := map[string]bool{} // the MIG UUIDs live at p's slot
+	for _, in := range s.hw.Snapshot() {
+		for _, ci := range in.ComputeInstances {
+			atSlot[ci.MIGUUID] = in.Placement.Overlaps(want)
+		}
+	}
 	for _, o := range list.Items {
 		value, ok := o.Annotations[reservation.AnnotationKey]
-		if o.Name == p.name || !ok || !requestsGPU(&o) {
-			continue // the trust rule: a pod that requests no device holds none
+		if o.Name == p.name || !ok {
+			continue
 		}
 		allocs, err := reservation.DecodeString(value)
+		if !requestsGPU(&o) {
+			// The trust rule: a pod that requests no device holds none,
+			// but an instance its record names by MIG UUID is not taken
+			// over for another pod.
+			if err == nil && slices.ContainsFunc(allocs, func(a reservation.Allocation) bool { return atSlot[a.MIGUUID] }) {
+				return o.Name + " (names the instance at the slot)", true
+			}
+			continue
+		}
 		if err != nil {
 			return o.Name + " (undecidable record)", true
 		}
