@@ -291,13 +291,6 @@ func (s *dpSystem) get(t *rapid.T, name string) *corev1.Pod {
 	return p
 }
 
-func (s *dpSystem) update(t *rapid.T, pod *corev1.Pod) {
-	s.writes++
-	if _, err := s.client.CoreV1().Pods("default").Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func (s *dpSystem) updateStatus(t *rapid.T, name string, edit func(*corev1.PodStatus)) {
 	s.writes++
 	p := s.get(t, name)
