@@ -77,9 +77,28 @@
 // invalid, legacy or copied records; the kubelet admits one pod at a time
 // (Allocate, then status) and rejects a pod whose Allocate failed; pods
 // end (Succeeded, Failed, deleted); the plugin restarts between any two
-// steps, pods may end or be forged while it is down, and it starts with
-// its checkpoint kept, lost (deleted), or corrupted (garbage, truncated at
-// a random length, or version 2).
+// steps, pods may end or be forged while it is down (or a running pod is
+// deleted and a forger copies its record), and it starts with its
+// checkpoint kept, lost (deleted), or corrupted (garbage, truncated at a
+// random length, or version 2); maintenance passes run as a step; the
+// GPU reports Xid 79 and recovers (the model waits until the plugin and
+// the node's health record agree); owners edit their running pods'
+// records (strip or forge the runtime identity, move the record to a
+// free slot or onto one another pod claims, remove it, or copy another
+// running pod's); forgers create pods with a made-up runtime identity.
+//
+// Each sequence draws whether the admission policy of the record is
+// modelled (-model.policy=on or off forces it): the fake API server then
+// refuses, with Forbidden, an owner's create of a pod carrying the record
+// and an owner's update that adds, changes or removes it, as the chart's
+// ValidatingAdmissionPolicy does; the scheduler's binding and the
+// plugin's runtime patch pass. The model checks that every owner write is
+// refused exactly when the policy says so. Without the policy, the edits
+// the device plugin does not yet survive (issue 35: moving, removing,
+// replacing or forging a running pod's record before a restart with the
+// checkpoint intact; a copied or made-up identity on an unhealthy GPU)
+// are drawn only once the constant sealedRecordFixed is true; with it
+// true the model fails on them within the first sequences.
 //
 // Invariants: a corrupted checkpoint makes deviceplugin.New fail with a
 // *deviceplugin.CheckpointError, leaving the file and the hardware as they
@@ -94,10 +113,21 @@
 // instance adopted during the drain only once a listing is the manager's
 // AbsentPodGrace past its adoption, so the drain lets that much time pass
 // before each pass) and its checkpoint names no pod and no device.
-// A pod the scheduler bound whose Allocate is still refused after the
-// kubelet's retries is counted (honestRefused), not failed: an instance
-// an ended pod's record still names, or records the rule cannot decide,
-// pause its slot until those pods are gone, which the final drain checks.
+// No new instance appears on the GPU while it is unhealthy. Liveness: a
+// pod the scheduler bound whose Allocate is still refused after the
+// kubelet's retries (which pass AbsentPodGrace and run maintenance) fails
+// the model unless its refusal has an allowed class: the GPU is unhealthy
+// (refusedUnhealthy), or another pod still in the API holds its slot: its
+// record names the slot or cannot be decided (refusedHeld; the rule
+// pauses such slots until those pods are gone, which the final drain
+// checks).
+//
+// A second residual exists only without the policy (lostAfterEdit): a
+// running pod whose owner moved, removed, replaced or forged its record
+// loses its device when the checkpoint is lost after that edit, since
+// nothing the restarted plugin reads says the device is the pod's. The
+// model allows exactly that (dpSystem.lostAfterEdit); with the checkpoint
+// intact, or with the policy, no running pod may lose its device.
 //
 // The residual, counted rather than failed (TestDevicePlugin logs the
 // count as endedReused): with the checkpoint lost, a forged copy of an
@@ -126,6 +156,48 @@
 // again to another pod. The last is a race no public-API test can time:
 // the model guards it (deviceplugin's TestLaggingCacheNeverHandsADeviceTwice
 // covers the rest of its scenario).
+//
+// # Coverage and mutation check
+//
+// Both models count the paths they claim to exercise and go test -v logs
+// each count; a run of at least 300 sequences fails when one was reached
+// zero times. TestDevicePlugin claims: a claim on a slot whose pod's
+// identity was stripped before a restart with the checkpoint kept; a
+// running pod deleted and its record copied while the plugin is down; a
+// copy of an ended pod's record, MIG UUID included, claimed while the
+// checkpoint that recorded the hand-out is intact; owner writes the
+// policy refused; Xid 79; made-up identities. TestSystem claims: running
+// pods' records rewritten to another placement, and onto one another
+// active pod's record names (it loses the conflict; the scheduler keeps
+// the slots it bound, and the kubelet calls no Allocate for the admitted
+// containers until the record is restored); restarts; multi-device pods.
+// TestSystem's honest Allocates refused with ErrConflict or ErrOccupied
+// fail unless something holds the placement (holderOf: another listed
+// pod's record, an undecidable record, an instance the pod was not
+// handed, its own earlier device whose identity its record lost) or the
+// call's listing did not authorise taking over; counts per class are
+// logged. Its counted residual (forgetResidual) forgives exactly a copy of
+// the device of a pod that no longer holds it (!holds(now)).
+//
+// hack/mutants.sh removes each guard listed in systemtest/mutants (one
+// sed script each) in a scratch copy and reports which model caught it;
+// see CONTRIBUTING.md.
+//
+// # Replaying a failure
+//
+// TestSystem runs in one goroutine on a fake clock, except the burst
+// step; its failures replay from rapid's fail file. TestDevicePlugin
+// runs the real plugin, whose informer, maintenance loop and health watch
+// are goroutines; the model steps a fake clock and, before each step that
+// depends on the plugin's view, waits for an observable effect (the
+// watch started, a barrier pod recorded in the checkpoint, the pass count,
+// the health state and record), so the model's actions and draws replay.
+// What is not controlled: when the informer delivers a write made since
+// the last barrier (at most 30 writes) relative to the next Allocate, and
+// whether a maintenance pass the clock step triggers runs once or twice.
+// A failure that depends on such an interleaving may replay with other
+// MIG UUIDs or not at all; the failures of issue 35's defects replayed
+// every time.
 //
 // # Running
 //

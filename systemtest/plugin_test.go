@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,35 +56,78 @@ type dpPod struct {
 	epoch int    // the checkpoint epoch in which it was handed mig
 	done  bool   // admitted, refused or never admitted (GPU-free)
 	ended bool
+	// extra are the slots its owner's edits made its record claim since
+	// it runs (the scheduler counts them until the pod ends).
+	extra []uint32
+	// stripped: its owner stripped its record's runtime identity while
+	// it ran.
+	stripped bool
+	// edited: its owner moved, removed, replaced or forged its record
+	// while it ran, first in checkpoint epoch editEpoch.
+	edited    bool
+	editEpoch int
+	// lostToEdit: it lost its device to the residual lostAfterEdit.
+	lostToEdit bool
 }
 
 // running reports whether the pod holds a device its containers may use.
-func (p *dpPod) running() bool { return p.mig != "" && !p.ended }
+func (p *dpPod) running() bool { return p.mig != "" && !p.ended && !p.lostToEdit }
+
+// lostAfterEdit reports whether p may lose its device to the residual of
+// sequences without the admission policy: its owner rewrote its record
+// (moved, removed, replaced it, or forged its identity) and the
+// checkpoint was lost after that, so nothing the restarted plugin can
+// read says the device is p's. With the checkpoint intact it never may.
+func (s *dpSystem) lostAfterEdit(p *dpPod) bool {
+	return !s.sealed && p.edited && p.editEpoch < s.epoch
+}
 
 // dpStats counts what the device-plugin model exercised.
 type dpStats struct {
-	sequences, kept, lost, corrupted, whileDown, allocs, refused, stripped, swaps, bindConflicts, forged, optOuts, gpuFree, endedReused, honestRefused int
+	sequences, sealed, kept, lost, corrupted, whileDown, allocs, refused, stripped, swaps, bindConflicts, forged, optOuts, gpuFree int
+	// The owner's record edits of running pods that went through, and
+	// those the modelled admission policy refused.
+	edits, conflictMoves, sealRefused int
+	// Pods created with a made-up runtime identity, and those created
+	// while the GPU was unhealthy; Xid 79 injected.
+	fabricated, fabricatedUnhealthy, xids int
+	// Honest pods refused after the kubelet's retries, by class (see
+	// refusedHonest): the GPU unhealthy, or another listed pod's record
+	// holds the slot or cannot be decided.
+	refusedUnhealthy, refusedHeld int
+	// Paths of issue 40's table (see dpPaths).
+	endedReused, stripRestartClaims, replacedWhileDown, endedCopyClaims int
+	// Running pods that lost their device to the residual lostAfterEdit.
+	lostAfterEdit int
 }
 
 // dpSystem drives a real deviceplugin.Plugin over a kubetest API server
 // and fake hardware, on a fake clock whose maintenance passes the model
 // triggers. See the package documentation, "Device plugin model".
 type dpSystem struct {
-	client  kubernetes.Interface
-	hw      *fakehal.Node
-	clk     *clocktesting.FakeClock
-	gpu     string
-	dir     string
-	ckpt    string
-	pods    []*dpPod
-	plugin  *deviceplugin.Plugin
-	stopFn  func() error
-	n       int
-	epoch   int // incremented whenever the checkpoint is lost
-	stats   *dpStats
-	writes  int        // pod writes since the plugin's cache last caught up (barrier)
-	log     syncBuffer // the plugin's log, shown when an invariant fails
-	created time.Time
+	client kubernetes.Interface
+	hw     *fakehal.Node
+	clk    *clocktesting.FakeClock
+	gpu    string
+	dir    string
+	ckpt   string
+	pods   []*dpPod
+	plugin *deviceplugin.Plugin
+	stopFn func() error
+	n      int
+	epoch  int // incremented whenever the checkpoint is lost
+	stats  *dpStats
+	writes int // pod writes since the plugin's cache last caught up (barrier)
+	server *kubetest.Server
+	// sealed: this sequence models the admission policy (sealRecords).
+	sealed bool
+	// unhealthy: the GPU reported Xid 79 and has not recovered.
+	unhealthy bool
+	// strippedKept are the slots of pods whose identity was stripped
+	// before a restart with the checkpoint kept.
+	strippedKept map[uint32]bool
+	log          syncBuffer // the plugin's log, shown when an invariant fails
+	created      time.Time
 }
 
 // The plugin's ReconcileInterval and its manager's AbsentPodGrace, on the
@@ -194,6 +239,17 @@ func (s *dpSystem) barrier(t *rapid.T) {
 	s.writes = 0
 }
 
+// synced makes the plugin's pod cache hold every write made so far, so
+// that what the next Allocate or maintenance pass sees depends on the
+// model's steps only, not on when the informer delivered them: failures
+// then replay from rapid's fail file (see the package documentation,
+// "Replaying a failure").
+func (s *dpSystem) synced(t *rapid.T) {
+	if s.writes > 0 {
+		s.barrier(t)
+	}
+}
+
 // settle keeps the fake's watch buffer (100 events) from overflowing: a
 // barrier once the writes since the last one approach it.
 func (s *dpSystem) settle(t *rapid.T) {
@@ -235,13 +291,6 @@ func (s *dpSystem) get(t *rapid.T, name string) *corev1.Pod {
 	return p
 }
 
-func (s *dpSystem) update(t *rapid.T, pod *corev1.Pod) {
-	s.writes++
-	if _, err := s.client.CoreV1().Pods("default").Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func (s *dpSystem) updateStatus(t *rapid.T, name string, edit func(*corev1.PodStatus)) {
 	s.writes++
 	p := s.get(t, name)
@@ -275,7 +324,7 @@ func (s *dpSystem) pending() *dpPod {
 // claim, and the slot it chose for a pod until that pod ends.
 func (s *dpSystem) claimed(slot uint32) bool {
 	return slices.ContainsFunc(s.pods, func(p *dpPod) bool {
-		return !p.ended && p.kind != gpuFree && (p.slot == slot || p.kind == swapped && p.swap == slot)
+		return !p.ended && p.kind != gpuFree && (p.slot == slot || p.kind == swapped && p.swap == slot || slices.Contains(p.extra, slot))
 	})
 }
 
@@ -314,13 +363,15 @@ func (s *dpSystem) arrive(t *rapid.T) {
 	pod := s.newPod(name, &one)
 	pod.Annotations[kube.VGPUModeAnnotation] = kube.VGPUModeMIG
 	pod.Spec.SchedulerName = deviceplugin.DefaultSchedulerName
-	read := s.create(t, pod)
+	read := s.create(t, pod) // no record: the policy lets it through
 	swap := rapid.SampledFrom([]string{"none", "before", "after"}).Draw(t, "owner swaps the record")
 	swapSlot := rapid.Uint32Range(0, 6).Draw(t, "swapped slot")
 	forged := record(s.entry(swapSlot))
 	if swap == "before" {
 		read.Annotations[reservation.AnnotationKey] = forged
-		s.update(t, read)
+		if !s.ownerUpdate(t, read) {
+			swap = "none"
+		}
 	}
 	bind := func(rv string) error {
 		return s.client.CoreV1().Pods("default").Bind(context.Background(), &corev1.Binding{
@@ -341,9 +392,10 @@ func (s *dpSystem) arrive(t *rapid.T) {
 	if swap == "after" {
 		cur := s.get(t, name)
 		cur.Annotations[reservation.AnnotationKey] = forged
-		s.update(t, cur)
-		kind = swapped
-		s.stats.swaps++
+		if s.ownerUpdate(t, cur) {
+			kind = swapped
+			s.stats.swaps++
+		}
 	}
 	s.pods = append(s.pods, &dpPod{name: name, kind: kind, slot: slot, swap: swapSlot})
 }
@@ -354,6 +406,14 @@ func (s *dpSystem) admit(t *rapid.T) {
 	if p == nil {
 		t.Skip("nothing pending")
 	}
+	s.synced(t)
+	if s.strippedKept[p.slot] {
+		s.stats.stripRestartClaims++
+	}
+	if s.copiesEndedDevice(t, p) {
+		s.stats.endedCopyClaims++
+	}
+	before := s.liveMIGs()
 	req := &v1beta1.AllocateRequest{ContainerRequests: []*v1beta1.ContainerAllocateRequest{{DevicesIds: []string{"id"}}}}
 	resp, err := s.plugin.Allocate(context.Background(), req)
 	// A slot freed by a pod that just ended may still hold its instance
@@ -369,11 +429,7 @@ func (s *dpSystem) admit(t *rapid.T) {
 	}
 	if err != nil {
 		if p.kind == honest {
-			// Liveness, not safety: a record or instance the rule
-			// cannot decide pauses reclamation (see the package
-			// documentation); the drain at the end asserts that it
-			// resumes.
-			s.stats.honestRefused++
+			s.refusedHonest(t, p, err)
 		}
 		// The kubelet rejects the pod. The next Allocate waits until the
 		// plugin saw that, as the kubelet admits one pod at a time.
@@ -385,6 +441,9 @@ func (s *dpSystem) admit(t *rapid.T) {
 	}
 	s.stats.allocs++
 	mig := resp.ContainerResponses[0].Envs[deviceplugin.VisibleDevicesEnv]
+	if s.unhealthy && !before[mig] {
+		t.Fatalf("%s (%s) was handed %s, a new instance on the unhealthy GPU; %s", p.name, p.kind, mig, s.diagnose())
+	}
 	for _, o := range s.pods {
 		if o.mig != mig {
 			continue
@@ -420,6 +479,41 @@ func (s *dpSystem) admit(t *rapid.T) {
 	})
 }
 
+// refusedHonest checks that an honest pod's Allocate, refused after the
+// kubelet's retries, was refused for an allowed reason. Liveness: once
+// its retries passed AbsentPodGrace and maintenance ran, an honest pod
+// gets its device unless the GPU is unhealthy (class refusedUnhealthy)
+// or a pod still in the API holds its slot: another pod's record names
+// it, or a record on the node cannot be decided (class refusedHeld; the
+// rule pauses such slots until those pods are gone, which the drain
+// checks).
+func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, err error) {
+	if s.unhealthy && status.Code(err) == codes.FailedPrecondition {
+		s.stats.refusedUnhealthy++
+		return
+	}
+	if _, held := s.recordHolder(t, p); held {
+		s.stats.refusedHeld++
+		return
+	}
+	t.Fatalf("honest %s refused at slot %d, which no other pod's record holds: %v; %s", p.name, p.slot, err, s.diagnose())
+}
+
+// copiesEndedDevice reports whether p's record names the MIG UUID an
+// ended pod was handed while the current checkpoint recorded it: the
+// plugin must not hand p that device (admit fails the model if it does).
+func (s *dpSystem) copiesEndedDevice(t *rapid.T, p *dpPod) bool {
+	allocs, err := kube.PodAllocations(s.get(t, p.name))
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(allocs, func(a reservation.Allocation) bool {
+		return a.MIGUUID != "" && slices.ContainsFunc(s.pods, func(o *dpPod) bool {
+			return o != p && o.ended && o.mig == a.MIGUUID && o.epoch == s.epoch
+		})
+	})
+}
+
 func (s *dpSystem) placementOf(mig string) capability.Placement {
 	for _, in := range s.hw.Snapshot() {
 		for _, ci := range in.ComputeInstances {
@@ -429,23 +523,6 @@ func (s *dpSystem) placementOf(mig string) capability.Placement {
 		}
 	}
 	return capability.Placement{}
-}
-
-// strip: an owner deletes the runtime identity from its running pod's
-// record.
-func (s *dpSystem) strip(t *rapid.T) {
-	p := s.pick(t, "running pod", (*dpPod).running)
-	pod := s.get(t, p.name)
-	allocs, err := kube.PodAllocations(pod)
-	if err != nil {
-		return // its record no longer decodes (a swap after admission): nothing to strip
-	}
-	for i := range allocs {
-		allocs[i] = allocs[i].Scheduled()
-	}
-	pod.Annotations[reservation.AnnotationKey] = reservation.EncodeString(allocs)
-	s.update(t, pod)
-	s.stats.stripped++
 }
 
 // copied returns a record copying a pod's: its placement, and its MIG
@@ -475,6 +552,12 @@ func (s *dpSystem) forge(t *rapid.T) {
 		return p.mig != "" && !s.deleted(p)
 	})
 	value, slot := s.copied(t, victim)
+	s.forgeRecord(t, value, slot)
+}
+
+// forgeRecord creates, as its owner, a pod with the node preset and the
+// record value at slot; it reports whether the API accepted it.
+func (s *dpSystem) forgeRecord(t *rapid.T, value string, slot uint32) bool {
 	s.n++
 	name := fmt.Sprintf("f%d", s.n)
 	one := int64(1)
@@ -482,9 +565,12 @@ func (s *dpSystem) forge(t *rapid.T) {
 	pod.Annotations[kube.VGPUModeAnnotation] = kube.VGPUModeMIG
 	pod.Annotations[reservation.AnnotationKey] = value
 	pod.Spec.NodeName = "n1"
-	s.create(t, pod)
+	if _, ok := s.ownerCreate(t, pod); !ok {
+		return false
+	}
 	s.pods = append(s.pods, &dpPod{name: name, kind: forger, slot: slot})
 	s.stats.forged++
+	return true
 }
 
 // optOut: a pod that requests nvidia.com/gpu without opting in to MIG,
@@ -501,7 +587,10 @@ func (s *dpSystem) optOut(t *rapid.T) {
 	one := int64(1)
 	pod := s.newPod(name, &one)
 	pod.Annotations[reservation.AnnotationKey] = value
-	read := s.create(t, pod)
+	read, ok := s.ownerCreate(t, pod)
+	if !ok {
+		return
+	}
 	if err := s.client.CoreV1().Pods("default").Bind(context.Background(), &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: read.UID, ResourceVersion: read.ResourceVersion},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}); err != nil {
@@ -530,7 +619,9 @@ func (s *dpSystem) gpuFree(t *rapid.T) {
 		victim := s.pick(t, "victim", func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) })
 		pod.Annotations[reservation.AnnotationKey], _ = s.copied(t, victim)
 	}
-	s.create(t, pod)
+	if _, ok := s.ownerCreate(t, pod); !ok {
+		return
+	}
 	s.pods = append(s.pods, &dpPod{name: name, kind: gpuFree, done: true})
 	s.stats.gpuFree++
 	s.updateStatus(t, name, func(st *corev1.PodStatus) { st.Phase = corev1.PodRunning })
@@ -570,7 +661,9 @@ func (s *dpSystem) endPod(t *rapid.T, p *dpPod, how string) {
 // then removes the file.
 func (s *dpSystem) restart(t *rapid.T) {
 	s.stop(t)
-	switch rapid.SampledFrom([]string{"", "forge", "end"}).Draw(t, "while down") {
+	switch rapid.SampledFrom([]string{"", "forge", "end", "replace"}).Draw(t, "while down") {
+	case "replace":
+		s.replace(t)
 	case "forge":
 		if s.pending() == nil && slices.ContainsFunc(s.pods, func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) }) {
 			s.forge(t)
@@ -585,6 +678,11 @@ func (s *dpSystem) restart(t *rapid.T) {
 	switch how := rapid.SampledFrom([]string{"kept", "lost", "garbage", "truncated", "version"}).Draw(t, "checkpoint"); how {
 	case "kept":
 		s.stats.kept++
+		for _, p := range s.pods {
+			if p.stripped && !s.deleted(p) {
+				s.strippedKept[p.slot] = true
+			}
+		}
 	case "lost":
 		s.stats.lost++
 		s.lose(t)
@@ -594,6 +692,23 @@ func (s *dpSystem) restart(t *rapid.T) {
 		s.lose(t)
 	}
 	s.start(t)
+	s.awaitHealth(t)
+}
+
+// replace, while the plugin is down: a running pod is deleted and a forger creates a pod whose record copies the deleted
+// pod's (it read it before), MIG UUID included when drawn. With the
+// checkpoint lost this is the counted residual (endedReused); with it
+// kept, the plugin must not hand the forger the device.
+func (s *dpSystem) replace(t *rapid.T) {
+	if s.pending() != nil || !slices.ContainsFunc(s.pods, (*dpPod).running) {
+		return
+	}
+	victim := s.pick(t, "replaced pod", (*dpPod).running)
+	value, slot := s.copied(t, victim)
+	s.endPod(t, victim, "deleted")
+	if s.forgeRecord(t, value, slot) {
+		s.stats.replacedWhileDown++
+	}
 }
 
 func (s *dpSystem) lose(t *rapid.T) {
@@ -687,6 +802,11 @@ func (s *dpSystem) check(t *rapid.T) {
 		}
 	}
 	for _, p := range s.pods {
+		if p.running() && !live[p.mig] && s.lostAfterEdit(p) {
+			p.lostToEdit = true
+			s.stats.lostAfterEdit++
+			continue
+		}
 		if p.running() && !live[p.mig] {
 			t.Fatalf("running pod %s (%s) lost its device %s; %s", p.name, p.kind, p.mig, s.diagnose())
 		}
@@ -753,6 +873,9 @@ func TestDevicePlugin(t *testing.T) {
 	}
 	withChecks(t, checks, func() { rapid.Check(t, func(t *rapid.T) { runDevicePlugin(t, stats) }) })
 	t.Logf("%+v", *stats)
+	if !t.Failed() {
+		checkCoverage(t, stats.sequences, dpPaths(stats))
+	}
 }
 
 // runDevicePlugin is one sequence of the device-plugin model.
@@ -765,22 +888,33 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 	defer os.RemoveAll(dir)
 	hw := fakehal.MustNew(fakehal.Options{})
 	d, _ := hw.Device(0)
-	s := &dpSystem{client: kubetest.New(kubetest.Options{DeleteImmediately: true, Untracked: true},
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}).Clientset,
+	server := kubetest.New(kubetest.Options{DeleteImmediately: true, Untracked: true},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s := &dpSystem{client: server.Clientset, server: server,
 		hw: hw, gpu: d.UUID, dir: dir, ckpt: filepath.Join(dir, "checkpoint.json"), stats: stats,
-		clk: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), created: time.Unix(1_700_000_000, 0)}
+		clk: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), created: time.Unix(1_700_000_000, 0),
+		strippedKept: map[uint32]bool{}}
+	s.sealed = drawSealed(t)
+	if s.sealed {
+		stats.sealed++
+	}
+	sealRecords(server, &s.sealed)
 	s.start(t)
 	defer s.stop(t)
 	t.Repeat(map[string]func(*rapid.T){
-		"arrive":   s.arrive,
-		"admit":    s.admit,
-		"strip":    s.strip,
-		"forge":    s.forge,
-		"opt-out":  s.optOut,
-		"gpu-free": s.gpuFree,
-		"end":      s.end,
-		"restart":  s.restart,
-		"":         s.check,
+		"arrive":    s.arrive,
+		"admit":     s.admit,
+		"edit":      s.edit,
+		"forge":     s.forge,
+		"fabricate": s.fabricate,
+		"opt-out":   s.optOut,
+		"gpu-free":  s.gpuFree,
+		"end":       s.end,
+		"restart":   s.restart,
+		"maintain":  s.maintain,
+		"xid":       s.xid,
+		"recover":   s.recoverGPU,
+		"":          s.check,
 	})
 	s.drain(t)
 }

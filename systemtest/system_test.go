@@ -24,7 +24,7 @@ import (
 // TestSystem is the whole-system model-based test; see the package
 // documentation for the actors, actions and invariants.
 func TestSystem(t *testing.T) {
-	var st runStats
+	st := runStats{refusals: map[string]int{}}
 	defer func() { t.Logf("%s", &st) }()
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newSystem(rt)
@@ -54,18 +54,37 @@ func TestSystem(t *testing.T) {
 		s.drain(rt)
 		st.residual += s.residual
 	})
+	if !t.Failed() {
+		checkCoverage(t, st.sequences, []coveredPath{
+			{"a running pod's record rewritten to another placement", st.moveRewrites},
+			{"a running pod's record rewritten onto another active pod's placement", st.conflictRewrites},
+			{"plugin restarts", st.restarts},
+			{"multi-device pods", st.multiDevice},
+		})
+		// The residual is counted, not claimed: about 1 in 100 sequences.
+		t.Logf("the counted residual (a copy of an ended pod's device after a restart) reached %d times", st.residual)
+	}
 }
 
 // runStats counts what the sequences exercised, for the test log.
 type runStats struct {
 	sequences, steps, placed, multiDevice, pending, allocations, handOuts, restarts, faults, attacks, forgerRefusals, residual int
+	// Running pods whose own record was rewritten to another placement
+	// (moveRewrites) or onto one another active pod's record names
+	// (conflictRewrites).
+	moveRewrites, conflictRewrites int
+	// refusals counts honest Allocates refused with ErrConflict or
+	// ErrOccupied, by the class holderOf gave.
+	refusals map[string]int
 }
 
 func (st *runStats) String() string {
 	return fmt.Sprintf("sequences %d (shrinking included), steps %d, pods placed %d (multi-device %d, unschedulable %d), "+
 		"successful Allocates %d, devices handed out %d, "+
-		"plugin restarts %d, faults injected %d, forged records %d, forger Allocates refused %d, residual-risk hand-outs %d",
-		st.sequences, st.steps, st.placed, st.multiDevice, st.pending, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual)
+		"plugin restarts %d, faults injected %d, forged records %d, forger Allocates refused %d, residual-risk hand-outs %d, "+
+		"honest refusals by holder %v",
+		st.sequences, st.steps, st.placed, st.multiDevice, st.pending, st.allocations, st.handOuts, st.restarts, st.faults, st.attacks, st.forgerRefusals, st.residual,
+		st.refusals)
 }
 
 // bindTimeAnnotation is kube.BindTimeAnnotation, which anyone who can
@@ -99,6 +118,10 @@ type simPod struct {
 	gen int
 	// saved is the annotation a corrupt action replaced; "" when intact.
 	saved string
+	// moved: its owner rewrote its record to another placement while it
+	// ran (corrupt); the kubelet admitted its containers already and
+	// calls no Allocate for them until the record is restored.
+	moved bool
 	// informed is the last annotation value the scheduler's informer
 	// could decode, the record its ledger keeps for the pod.
 	informed string
@@ -590,12 +613,12 @@ func (s *system) drawRequest(t *rapid.T) *placement.Request {
 }
 
 func (s *system) allocate(t *rapid.T) {
-	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone })
+	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone && !p.moved })
 	s.doAllocate(t, p, s.drawContainer(t, p), false)
 }
 
 func (s *system) repeatAllocate(t *rapid.T) {
-	p := s.pick(t, "allocated pod", func(p *simPod) bool { return p.active && !p.gone && len(p.received) > 0 })
+	p := s.pick(t, "allocated pod", func(p *simPod) bool { return p.active && !p.gone && !p.moved && len(p.received) > 0 })
 	var cs []int
 	for k := range p.received {
 		if !slices.Contains(cs, k.c) {
@@ -682,7 +705,7 @@ func (s *system) burst(t *rapid.T) {
 	s.plugin(t)
 	var pods []*simPod
 	for _, p := range s.pods {
-		if p.active && !p.gone {
+		if p.active && !p.gone && !p.moved {
 			pods = append(pods, p)
 		}
 	}
@@ -788,7 +811,9 @@ func (s *system) handOut(t *rapid.T, p *simPod, c allocateCall) {
 // have received the device from an earlier plugin process (the current
 // one remembers whom it handed it to); a process still running on the
 // device proves nothing, since the true owner's processes run on adopted
-// devices too. Such hand-outs are counted, not failed.
+// devices too. "Ended" is exactly !o.holds(now): a pod deleting whose
+// containers may still run is not ended, so a copy of its record handed
+// its device fails the model. Such hand-outs are counted, not failed.
 func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device) {
 	mig := d.Runtime.MIGUUID
 	entries, err := reservation.DecodeString(pod.Annotations[reservation.AnnotationKey])
@@ -796,7 +821,7 @@ func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device
 		return // not a copy of the device's identity
 	}
 	for _, o := range s.pods {
-		if o == p || o.active || o.gen >= s.gen || !slices.Contains(slices.Collect(maps.Values(o.received)), mig) {
+		if o == p || o.holds(s.clock.now) || o.gen >= s.gen || !slices.Contains(slices.Collect(maps.Values(o.received)), mig) {
 			continue
 		}
 		if _, err := reservation.DecodeString(o.annotation()); o.gone || err != nil {
@@ -804,6 +829,49 @@ func (s *system) forgetResidual(p *simPod, pod reservation.Pod, d realize.Device
 			s.residual++
 		}
 	}
+}
+
+// holderOf names the class of what holds one of p's placements: "record"
+// when another pod still in the API that requests devices has a record that names an
+// overlapping placement or a MIG UUID p's record names, "undecidable
+// record" when another listed pod's record does not decode (the trust
+// rule cannot clear it), "instance" when the hardware holds an instance
+// there that p was not handed, "own earlier device" when it holds the
+// one p was handed (its record lost the identity, as after a lost patch,
+// so the manager cannot tell the instance is p's); "" when nothing does.
+func (s *system) holderOf(p *simPod) string {
+	mine, err := reservation.DecodeString(p.annotation())
+	if err != nil {
+		return "undecidable record"
+	}
+	overlaps := func(gpu string, at capability.Placement) bool {
+		return slices.ContainsFunc(mine, func(a reservation.Allocation) bool { return a.GPUUUID == gpu && a.Placement.Overlaps(at) })
+	}
+	for _, o := range s.pods {
+		if o == p || o.gone || o.annotation() == "" || !o.pod.RequestsDevices() {
+			continue // the trust rule: a pod that requests no device holds none
+		}
+		theirs, err := reservation.DecodeString(o.annotation())
+		if err != nil {
+			return "undecidable record"
+		}
+		if slices.ContainsFunc(theirs, func(a reservation.Allocation) bool {
+			return overlaps(a.GPUUUID, a.Placement) || a.MIGUUID != "" && slices.ContainsFunc(mine, func(b reservation.Allocation) bool { return b.MIGUUID == a.MIGUUID })
+		}) {
+			return "record"
+		}
+	}
+	handed := slices.Collect(maps.Values(p.received))
+	for _, in := range s.node.Snapshot() {
+		if !overlaps(s.gpuUUID(in.GPU), in.Placement) {
+			continue
+		}
+		if slices.ContainsFunc(in.ComputeInstances, func(ci realize.ComputeInstance) bool { return slices.Contains(handed, ci.MIGUUID) }) {
+			return "own earlier device"
+		}
+		return "instance"
+	}
+	return ""
 }
 
 // expectAllocateError accepts the failures a healthy system may answer
@@ -816,9 +884,22 @@ func (s *system) expectAllocateError(t *rapid.T, p *simPod, snap reservation.Sna
 	case p.attack != "" || p.saved != "":
 		return // a forged or corrupt record: refusing it is the point
 	case errors.Is(err, realize.ErrConflict), errors.Is(err, realize.ErrOccupied):
-		// An ended pod's instance not yet released (unauthorised listing,
-		// processes still running) or an untrusted rival.
-		return
+		// Allowed only where something still holds p's placement: an
+		// ended pod's instance not yet released (unauthorised listing,
+		// processes still running), or another listed pod's record; or
+		// where the call's listing did not authorise taking over what
+		// occupies the key.
+		if why := s.holderOf(p); why != "" {
+			s.stats.refusals[why]++
+			return
+		}
+		if !reservation.Desired(snap).Authorized {
+			// Taking over an unmanaged instance at the key (a fault's
+			// leftover) needs an authorised listing.
+			s.stats.refusals["unauthorised listing"]++
+			return
+		}
+		t.Fatalf("Allocate(%s) refused (%v) though no other pod's record or instance holds its placements", p.uid(), err)
 	case errors.Is(err, realize.ErrNoReservation):
 		return // a container without devices
 	}
@@ -884,7 +965,7 @@ func (s *system) stopContainers(t *rapid.T) {
 // rollback destroys, the other must not have handed out.
 func (s *system) raceAllocate(t *rapid.T) {
 	s.plugin(t)
-	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone })
+	p := s.pick(t, "active pod", func(p *simPod) bool { return p.active && !p.gone && !p.moved })
 	container := s.drawContainer(t, p)
 	armed := s.armed()
 	calls := make([]allocateCall, 2)
@@ -1147,14 +1228,22 @@ func (s *system) drawPlacement(t *rapid.T) reservation.Allocation {
 }
 
 // corrupt breaks an active pod's own record (a buggy or malicious writer):
-// truncated JSON or a partial runtime identity. repair restores it.
+// truncated JSON, a partial runtime identity, or one entry moved to
+// another placement (one another active pod's record names, which the
+// rewritten entry loses) with its identity kept. repair restores it.
 func (s *system) corrupt(t *rapid.T) {
 	p := s.pick(t, "pod to corrupt", func(p *simPod) bool { return p.active && !p.gone && p.attack == "" && p.saved == "" })
 	v := p.annotation()
 	var bad string
 	entries, _ := reservation.DecodeString(v)
-	if rapid.Bool().Draw(t, "truncate") || len(entries) == 0 {
+	how := rapid.SampledFrom([]string{"truncate", "partial", "move", "lose a conflict"}).Draw(t, "corruption")
+	if (how == "move" || how == "lose a conflict") && len(p.received) == 0 {
+		how = "truncate" // only a running pod's record is moved (issue 40)
+	}
+	if how == "truncate" || len(entries) == 0 {
 		bad = v[:rapid.IntRange(1, len(v)-1).Draw(t, "cut")]
+	} else if how == "move" || how == "lose a conflict" {
+		bad = s.moved(t, p, entries, how == "lose a conflict")
 	} else {
 		i := rapid.IntRange(0, len(entries)-1).Draw(t, "entry")
 		entries[i].ComputeInstanceID = reservation.OptionalID{}
@@ -1165,7 +1254,50 @@ func (s *system) corrupt(t *rapid.T) {
 		bad = reservation.EncodeString(entries)
 	}
 	p.saved = v
+	if how == "move" || how == "lose a conflict" {
+		s.rewrite(p, bad)
+		return
+	}
 	s.setAnnotation(p, bad)
+}
+
+// rewrite replaces p's record with value, a valid record its owner wrote
+// after the binding. The scheduler keeps the slots it bound p to until p
+// ends, whatever its annotation says later (issue 35), so its ledger and
+// informed record stay as they were.
+func (s *system) rewrite(p *simPod, value string) {
+	ann := maps.Clone(p.pod.Annotations)
+	ann[reservation.AnnotationKey] = value
+	p.pod.Annotations = ann
+	p.moved = true
+	entries, _ := reservation.DecodeString(value)
+	for _, e := range entries {
+		s.claims[claim{e.GPUUUID, e.Placement}] = true
+	}
+}
+
+// moved rewrites one entry of p's record to another placement, keeping
+// its runtime identity: a drawn one, or one another active pod's record
+// names (the rewritten entry loses the conflict to the earlier record).
+// Each kind is counted for the coverage check.
+func (s *system) moved(t *rapid.T, p *simPod, entries []reservation.Allocation, conflict bool) string {
+	i := rapid.IntRange(0, len(entries)-1).Draw(t, "entry")
+	to := s.drawPlacement(t)
+	if conflict {
+		o := s.pick(t, "pod whose placement it takes", func(o *simPod) bool {
+			theirs, err := reservation.DecodeString(o.annotation())
+			return o != p && o.active && !o.gone && err == nil && len(theirs) > 0
+		})
+		theirs, _ := reservation.DecodeString(o.annotation())
+		to = rapid.SampledFrom(theirs).Draw(t, "its entry").Scheduled()
+	}
+	entries[i].GPUUUID, entries[i].Profile, entries[i].Placement = to.GPUUUID, to.Profile, to.Placement
+	if conflict {
+		s.stats.conflictRewrites++
+	} else {
+		s.stats.moveRewrites++
+	}
+	return reservation.EncodeString(entries)
 }
 
 func (s *system) repair(t *rapid.T) {
@@ -1177,7 +1309,7 @@ func (s *system) repair(t *rapid.T) {
 
 func (s *system) restore(p *simPod) {
 	v := p.saved
-	p.saved = ""
+	p.saved, p.moved = "", false
 	s.setAnnotation(p, v)
 }
 
