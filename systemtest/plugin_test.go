@@ -62,7 +62,7 @@ type dpPod struct {
 	// stripped: its owner stripped its record's runtime identity while
 	// it ran.
 	stripped bool
-	// edited: its owner moved, removed, replaced or forged its record
+	// edited: its owner stripped, moved, removed, replaced or forged its record
 	// while it ran, first in checkpoint epoch editEpoch.
 	edited    bool
 	editEpoch int
@@ -75,9 +75,9 @@ func (p *dpPod) running() bool { return p.mig != "" && !p.ended && !p.lostToEdit
 
 // lostAfterEdit reports whether p may lose its device to the residual of
 // sequences without the admission policy: its owner rewrote its record
-// (moved, removed, replaced it, or forged its identity) and the
-// checkpoint was lost after that, so nothing the restarted plugin can
-// read says the device is p's. With the checkpoint intact it never may.
+// (stripped its identity, moved, removed, replaced it, or forged its
+// identity) and the checkpoint was lost after that, so nothing the
+// restarted plugin can read says the device is p's. With the checkpoint intact it never may.
 func (s *dpSystem) lostAfterEdit(p *dpPod) bool {
 	return !s.sealed && p.edited && p.editEpoch < s.epoch
 }

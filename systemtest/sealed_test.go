@@ -206,7 +206,7 @@ func (s *dpSystem) edit(t *rapid.T) {
 			s.stats.conflictMoves++
 		}
 	}
-	if how != "strip" && !p.edited {
+	if !p.edited { // a stripped identity, too, is gone with a lost checkpoint
 		p.edited, p.editEpoch = true, s.epoch
 	}
 }
