@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/dynmig/dynmig/capability"
-	"github.com/dynmig/dynmig/realize"
 )
 
 // ErrNotRunning: [Plugin.SetAllowlist] was called before the plugin was
@@ -64,20 +63,6 @@ func (p *Plugin) rediscover(ctx context.Context) error {
 	p.mu.Unlock()
 	p.health.wake()
 	return p.publish(ctx)
-}
-
-// migSwitchedOn reports whether rep's adoption switched MIG mode on for a
-// GPU.
-func migSwitchedOn(rep realize.MaintainReport) bool {
-	if rep.Adopt == nil {
-		return false
-	}
-	for _, g := range rep.Adopt.GPUs {
-		if g.MIGEnabledNow {
-			return true
-		}
-	}
-	return false
 }
 
 // wake wakes every ListAndWatch stream, so that it sends the device list

@@ -449,7 +449,7 @@ func (p *Plugin) firstPass(ctx context.Context) error {
 			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
 			"leaks", len(rep.Adopt.Leaks), "err", err)
 	}
-	if migSwitchedOn(rep) {
+	if rep.MIGSwitchedOn() {
 		return p.rediscover(ctx)
 	}
 	return nil
@@ -543,7 +543,7 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 	}
 	p.log.Log(ctx, level, "maintenance", "pods", len(snap.Pods), "complete", snap.Complete, "settled", rep.Settled,
 		"reconcile", rep.Reconcile.String(), "leaks_collected", leaksCollected(rep.Leaks), "err", err)
-	if migSwitchedOn(rep) {
+	if rep.MIGSwitchedOn() {
 		if rerr := p.rediscover(ctx); rerr != nil {
 			p.log.WarnContext(ctx, "could not publish the GPUs MIG mode was switched on for", "err", rerr)
 		}

@@ -54,24 +54,10 @@ func (d *Driver) Maintain(ctx context.Context) (realize.MaintainReport, error) {
 	if len(rep.Reconcile.Released) > 0 || !rep.Reconcile.Authorized {
 		d.log.Info("reconcile", "authorized", rep.Reconcile.Authorized, "released", len(rep.Reconcile.Released), "reasons", len(rep.Reconcile.Reasons))
 	}
-	if migSwitchedOn(rep) { // Config.Manager.EnableMIG: the GPU's profiles exist from now on
+	if rep.MIGSwitchedOn() { // Config.Manager.EnableMIG: the GPU's profiles exist from now on
 		err = errors.Join(err, d.Rediscover(ctx))
 	}
 	return rep, err
-}
-
-// migSwitchedOn reports whether rep's adoption switched MIG mode on for a
-// GPU.
-func migSwitchedOn(rep realize.MaintainReport) bool {
-	if rep.Adopt == nil {
-		return false
-	}
-	for _, g := range rep.Adopt.GPUs {
-		if g.MIGEnabledNow {
-			return true
-		}
-	}
-	return false
 }
 
 // cleanStale unprepares the PrepareStarted claims the API server confirms

@@ -21,6 +21,21 @@ type MaintainReport struct {
 	Leaks *LeakReport
 }
 
+// MIGSwitchedOn reports whether the pass's adoption switched MIG mode on
+// for a GPU ([Options.EnableMIG]): its profiles exist from now on, so the
+// caller discovers the GPUs again.
+func (r MaintainReport) MIGSwitchedOn() bool {
+	if r.Adopt == nil {
+		return false
+	}
+	for _, g := range r.Adopt.GPUs {
+		if g.MIGEnabledNow {
+			return true
+		}
+	}
+	return false
+}
+
 // Maintain is the one periodic call a device plugin needs besides
 // Allocate; call it at startup and then periodically (every
 // reconcile interval, and whenever a pod ends) with a fresh listing. It:
