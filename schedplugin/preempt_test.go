@@ -87,6 +87,15 @@ func (n nominator) NominatedPodsForNode(node string) []fwk.PodInfo              
 // DefaultPreemption on it.
 func (e *env) preemption(t *testing.T, pods []*corev1.Pod, nominated nominator) (framework.Framework, *defaultpreemption.DefaultPreemption, fwk.NodeInfo) {
 	t.Helper()
+	fh, dp, ni, stop := e.preemptionFramework(t, pods, nominated)
+	t.Cleanup(stop)
+	return fh, dp, ni
+}
+
+// preemptionFramework is preemption with the function that stops the
+// framework returned to the caller.
+func (e *env) preemptionFramework(t testing.TB, pods []*corev1.Pod, nominated nominator) (framework.Framework, *defaultpreemption.DefaultPreemption, fwk.NodeInfo, func()) {
+	t.Helper()
 	schedmetrics.Register() // the framework instruments its plugins
 	n1, err := e.client.CoreV1().Nodes().Get(e.ctx, "n1", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -101,18 +110,19 @@ func (e *env) preemption(t *testing.T, pods []*corev1.Pod, nominated nominator) 
 		frameworkruntime.WithPodNominator(nominated), frameworkruntime.WithClientSet(e.client),
 		// DefaultPreemption's executor takes a pod lister; the dry run
 		// does not read it, so the factory is never started.
-		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(e.client, 0)))
+		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(e.client, 0)),
+		frameworkruntime.WithLogger(klog.Background().V(1)))
 	require.NoError(t, err)
-	t.Cleanup(func() { cancel(); frameworkruntime.WaitForShutdown(fh) })
+	stop := func() { cancel(); frameworkruntime.WaitForShutdown(fh) }
 	dp, err := defaultpreemption.New(ctx, &config.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, fh, plfeature.Features{})
 	require.NoError(t, err)
 	ni, err := snap.NodeInfos().Get("n1")
 	require.NoError(t, err)
-	return fh, dp, ni
+	return fh, dp, ni, stop
 }
 
 // victimsOn runs upstream's victim selection for preemptor on n1.
-func victimsOn(t *testing.T, ctx context.Context, fh framework.Framework, dp *defaultpreemption.DefaultPreemption, ni fwk.NodeInfo, preemptor *corev1.Pod, pdbs []*policy.PodDisruptionBudget) ([]string, *fwk.Status) {
+func victimsOn(t testing.TB, ctx context.Context, fh framework.Framework, dp *defaultpreemption.DefaultPreemption, ni fwk.NodeInfo, preemptor *corev1.Pod, pdbs []*policy.PodDisruptionBudget) ([]string, *fwk.Status) {
 	t.Helper()
 	cs := framework.NewCycleState()
 	_, st, _ := fh.RunPreFilterPlugins(ctx, cs, preemptor)
