@@ -36,6 +36,8 @@
 //     decided, never one its owner wrote in between. Other pods are left
 //     to DefaultBinder.
 //   - PostBind records the bind in the view and releases the node claim.
+//   - PreFilterExtensions (AddPod, RemovePod) change a cycle-local copy of
+//     a node's occupancy, which Filter then reads; see "Preemption".
 //
 // # Failure semantics
 //
@@ -127,6 +129,35 @@
 // node read) stay the profile's own. Profiles for different resources
 // place different device plugins' devices and keep a state each. The
 // state lives while any of its plugins is open ([Plugin.Close]).
+//
+// # Preemption
+//
+// Upstream's DefaultPreemption chooses victims by removing a node's pods of
+// lower priority and putting them back one at a time, asking the filters
+// each time. The ledger, not the NodeInfo, holds what MIG pods occupy, so
+// AddPod and RemovePod change a copy of the node's occupancy kept in the
+// cycle state, made on first use for the nodes they touch (Filter on
+// other nodes reads the ledger and allocates nothing), and copied by the
+// state's Clone: each node's dry run, and each Filter with nominated pods,
+// works on a clone of its own. A pod the ledger counts takes or frees its
+// recorded slots and media engines. A pod it does not count, a nominated
+// pod, takes the placements Filter would choose for it with the node's
+// terminating pods gone, so a pod of lower priority cannot take the
+// placement preemption is freeing for it; nothing is kept for a pod once
+// it is no longer nominated. A victim set is sufficient exactly when
+// Filter then places every device of the preemptor.
+//
+// The wait for the victims lives in the scheduler. The device plugin
+// reclaims a victim's instance only after its containers stop (or its
+// deletion deadline passes), and the view holds a deleting pod's slots by
+// the same rule, so Filter and Bind's read of the node refuse the
+// preemptor (Unschedulable) until the victims are gone; their deletion
+// requeues it. Binding earlier would give the kubelet a pod whose instance
+// cannot be created yet, and a failed Allocate fails the pod's admission
+// instead of waiting. The extender implements no preempt verb: an
+// extender is asked only after kube-scheduler's dry run chose the victims
+// with the framework's filters, so preemption by MIG placement needs this
+// plugin. The repository's docs/preemption.md has the whole story.
 //
 // # Scheduler configuration
 //

@@ -263,17 +263,36 @@ type cycleState struct {
 	read     *corev1.Pod // the pod Bind read: the binding is conditioned on its version
 	tried    bool        // Bind called the API server
 
-	// The earliest end of a young claim's lock Filter met (Unix ns, 0 for
-	// none), and the binds in flight it met (node -> UID), for PostFilter
-	// (wake.go).
+	// What Filter met for PostFilter (wake.go); shared with the clones
+	// Filter runs on when a node has nominated pods.
+	*filterNotes
+
+	// The cycle-local occupancy of the nodes AddPod and RemovePod touched
+	// (preempt.go); each clone has its own copy.
+	ov overlays
+}
+
+// filterNotes are the earliest end of a young claim's lock Filter met
+// (Unix ns, 0 for none), and the binds in flight it met (node -> UID), for
+// PostFilter (wake.go).
+type filterNotes struct {
 	lockEnd atomic.Int64
 	bindMu  sync.Mutex
 	binds   map[string]string
 }
 
-// Clone shares the state: the nodes' scores are only ever written for the
-// node being filtered, and the binding fields only by the binding cycle.
-func (s *cycleState) Clone() fwk.StateData { return s }
+// Clone returns a state whose cycle-local occupancy is a copy, as the
+// framework's CycleState.Clone requires: each preemption dry run and each
+// Filter with nominated pods changes its own. The rest is shared: the
+// nodes' scores are only ever written for the node being filtered, the
+// binding fields only by the binding cycle (on the original), and what
+// Filter met is for PostFilter whichever copy met it.
+func (s *cycleState) Clone() fwk.StateData {
+	c := &cycleState{mig: s.mig, req: s.req, devices: s.devices, index: s.index, scores: s.scores,
+		as: s.as, value: s.value, bindTime: s.bindTime, read: s.read, tried: s.tried, filterNotes: s.filterNotes}
+	s.ov.cloneInto(&c.ov)
+	return c
+}
 
 func readState(cs fwk.CycleState) *cycleState {
 	d, err := cs.Read(stateKey)
@@ -297,7 +316,7 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 		if devices == 0 {
 			return nil, fwk.NewStatus(fwk.Skip)
 		}
-		cs.Write(stateKey, &cycleState{devices: devices})
+		cs.Write(stateKey, &cycleState{devices: devices, filterNotes: &filterNotes{}})
 		return nil, nil
 	}
 	if err != nil {
@@ -309,7 +328,7 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 	}
 	p.view.Refresh()
 	p.prune()
-	s := &cycleState{mig: true, req: req, devices: devices,
+	s := &cycleState{mig: true, req: req, devices: devices, filterNotes: &filterNotes{},
 		index: p.nodeIndex(nodes), scores: make([]atomic.Int64, len(nodes))}
 	cs.Write(stateKey, s)
 	return nil, nil
@@ -351,10 +370,6 @@ type nodeIndex struct {
 	byName map[string]int
 }
 
-// PreFilterExtensions returns nil: the ledger, not the NodeInfo, holds what
-// MIG pods occupy, so preemption's what-if pods change nothing.
-func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
-
 // deviceRequest is the pod's effective request of the device resource
 // (the larger of its init containers' and the sum of its containers').
 func (p *Plugin) deviceRequest(pod *corev1.Pod) int64 {
@@ -387,7 +402,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 		p.noteLockEnd(s, node.Name, who)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: waiting for the device plugin to realize %s", ErrNodeLocked, who))
 	}
-	score, err := p.view.Ledger().Evaluate(node.Name, &s.req)
+	score, err := p.evaluate(s, node.Name)
 	if err != nil {
 		if nm := p.noMIG(node.Name); nm != nil {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, nm.Error())

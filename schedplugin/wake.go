@@ -61,7 +61,7 @@ func (p *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Po
 
 // noteBind records that a bind of the pod uid in flight kept the cycle's
 // pod off node.
-func (s *cycleState) noteBind(node, uid string) {
+func (s *filterNotes) noteBind(node, uid string) {
 	s.bindMu.Lock()
 	defer s.bindMu.Unlock()
 	if s.binds == nil {
@@ -71,7 +71,7 @@ func (s *cycleState) noteBind(node, uid string) {
 }
 
 // bindsMet returns the binds noteBind recorded, by node.
-func (s *cycleState) bindsMet() map[string]string {
+func (s *filterNotes) bindsMet() map[string]string {
 	s.bindMu.Lock()
 	defer s.bindMu.Unlock()
 	return s.binds

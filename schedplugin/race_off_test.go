@@ -1,0 +1,5 @@
+//go:build !race
+
+package schedplugin_test
+
+const raceEnabled = false
