@@ -270,7 +270,7 @@ type object struct {
 var knownKinds = map[string]bool{
 	"Namespace": false, "ServiceAccount": true,
 	"ClusterRole": false, "ClusterRoleBinding": false, "Role": true, "RoleBinding": true,
-	"Deployment": true, "DaemonSet": true, "PodDisruptionBudget": true,
+	"Deployment": true, "DaemonSet": true, "PodDisruptionBudget": true, "ConfigMap": true,
 	"ValidatingAdmissionPolicy": false, "ValidatingAdmissionPolicyBinding": false,
 }
 
