@@ -270,7 +270,7 @@ type object struct {
 var knownKinds = map[string]bool{
 	"Namespace": false, "ServiceAccount": true,
 	"ClusterRole": false, "ClusterRoleBinding": false, "Role": true, "RoleBinding": true,
-	"Deployment": true, "DaemonSet": true, "PodDisruptionBudget": true,
+	"Deployment": true, "DaemonSet": true, "PodDisruptionBudget": true, "ConfigMap": true,
 	"ValidatingAdmissionPolicy": false, "ValidatingAdmissionPolicyBinding": false,
 }
 
@@ -292,8 +292,9 @@ func manifestFiles(t *testing.T) []string {
 		}
 		rel = filepath.ToSlash(rel)
 		// deploy/dra is dradriver's to test; deploy/helm holds templates,
-		// which deploy/helm/charttest renders and tests.
-		if d.IsDir() && (rel == "dra" || rel == "helm") {
+		// which deploy/helm/charttest renders and tests; deploy/examples
+		// holds workloads, which examples_test.go checks.
+		if d.IsDir() && (rel == "dra" || rel == "helm" || rel == "examples") {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && (strings.HasSuffix(rel, ".yaml") || strings.HasSuffix(rel, ".yml")) && !slices.Contains(notObjects, rel) {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -99,5 +101,80 @@ func TestImages(t *testing.T) {
 	}
 	if kube == nil || !strings.Contains(string(df), "ARG KUBE_VERSION="+string(kube[1])+"\n") {
 		t.Errorf("kube-scheduler.Dockerfile: KUBE_VERSION is not schedplugin/go.mod's k8s.io/kubernetes %s", kube)
+	}
+}
+
+// TestManifestImages: every image of ours that a kustomization names
+// (deploy/, deploy/dra, schedplugin/deploy) is one hack/build-images.sh
+// builds, under the placeholder registry `kustomize edit set image`
+// replaces; kube-scheduler's tag is a Kubernetes version in the supported
+// range (the chart's kubeVersion minimum up to the Kubernetes minor this
+// module is built against), never a newer minor.
+func TestManifestImages(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join(repoRoot, "hack", "build-images.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := regexp.MustCompile(`(?m)^for component in (.*); do$`).FindSubmatch(script)
+	if loop == nil {
+		t.Fatal("hack/build-images.sh: no component loop")
+	}
+	built := strings.Fields(string(loop[1]))
+	imageLine := regexp.MustCompile(`(?m)^\s+image:\s*(\S+)`)
+	ours := 0
+	for _, file := range []string{"device-plugin.yaml", "scheduler/deployment.yaml", "dra/driver.yaml",
+		"../schedplugin/deploy/deployment-patch.yaml"} {
+		data, err := os.ReadFile(filepath.Join(deployDir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range imageLine.FindAllSubmatch(data, -1) {
+			image := string(m[1])
+			if strings.HasPrefix(image, "registry.k8s.io/kube-scheduler:") {
+				checkKubeSchedulerTag(t, file, strings.TrimPrefix(image, "registry.k8s.io/kube-scheduler:"))
+				continue
+			}
+			name, ok := strings.CutPrefix(image, "example.invalid/dynmig/")
+			name, tagged := strings.CutSuffix(name, ":PLACEHOLDER")
+			if !ok || !tagged || !slices.Contains(built, name) {
+				t.Errorf("%s: image %s is not example.invalid/dynmig/<one of %v>:PLACEHOLDER", file, image, built)
+			}
+			ours++
+		}
+	}
+	if ours != 4 {
+		t.Errorf("%d images of ours in the manifests, want the extender, device plugin, DRA driver and kube-scheduler", ours)
+	}
+}
+
+// checkKubeSchedulerTag: tag is vMAJOR.MINOR.PATCH with 1.MINOR between
+// deploy/helm/dynmig/Chart.yaml's kubeVersion minimum and go.mod's
+// k8s.io/api minor.
+func checkKubeSchedulerTag(t *testing.T, file, tag string) {
+	t.Helper()
+	minor := func(re, text, what string) int {
+		m := regexp.MustCompile(re).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("%s: no version", what)
+		}
+		n, err := strconv.Atoi(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	chart, err := os.ReadFile(filepath.Join(deployDir, "helm", "dynmig", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := minor(`(?m)^kubeVersion: ">=1\.(\d+)\.`, string(chart), "Chart.yaml kubeVersion")
+	hi := minor(`(?m)^\s+k8s\.io/api v0\.(\d+)\.`, string(gomod), "go.mod k8s.io/api")
+	got := minor(`^v1\.(\d+)\.\d+$`, tag, file+": kube-scheduler tag "+tag)
+	if got < lo || got > hi {
+		t.Errorf("%s: kube-scheduler %s is outside the supported 1.%d to 1.%d", file, tag, lo, hi)
 	}
 }

@@ -48,6 +48,9 @@ type options struct {
 	kubeconfig, metricsAddr, deviceConfig string
 	backendName, fakeGPUs                 string
 	configPoll                            time.Duration
+	// api logs the API server requests that fail and names them in
+	// /readyz; nil in tests that bring their own client.
+	api *cli.APIMonitor
 }
 
 func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -143,6 +146,8 @@ func run(ctx context.Context, o options, cfg deviceplugin.Config) error {
 	if err != nil {
 		return err
 	}
+	o.api = cli.NewAPIMonitor(cfg.Logger)
+	rc.Wrap(o.api.Wrap)
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
@@ -178,7 +183,7 @@ func serve(ctx context.Context, open func(context.Context) (realize.Realizer, fu
 	if err != nil {
 		return err
 	}
-	stopOps, err := cli.StartOps(o.metricsAddr, cli.Ops{Ready: ready(p), Registry: reg, Logger: log}, opsListening)
+	stopOps, err := cli.StartOps(o.metricsAddr, cli.Ops{Ready: ready(p), Registry: reg, Logger: log, API: o.api}, opsListening)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,9 @@ type options struct {
 	kubeconfig, deviceConfig, metricsAddr string
 	backendName, fakeGPUs                 string
 	configPoll                            time.Duration
+	// api logs the API server requests that fail and names them in
+	// /readyz; nil in tests that bring their own client.
+	api *cli.APIMonitor
 }
 
 func main() { os.Exit(command(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -120,6 +123,8 @@ func run(ctx context.Context, log *slog.Logger, o options, cfg dradriver.Config)
 	if err != nil {
 		return err
 	}
+	o.api = cli.NewAPIMonitor(log)
+	rc.Wrap(o.api.Wrap)
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
@@ -149,7 +154,7 @@ func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (re
 	if err != nil {
 		return err
 	}
-	stopOps, err := cli.StartOps(o.metricsAddr, cli.Ops{Ready: d.Ready, Registry: reg, Logger: log}, opsListening)
+	stopOps, err := cli.StartOps(o.metricsAddr, cli.Ops{Ready: d.Ready, Registry: reg, Logger: log, API: o.api}, opsListening)
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,9 @@ type config struct {
 	kubeconfig, addr, metricsAddr string
 	legacyMetrics                 bool
 	opts                          extender.Options
+	// api logs the API server requests that fail and names them in
+	// /readyz; nil in tests that bring their own client.
+	api *cli.APIMonitor
 }
 
 // summary opens -h: what the binary is, in one sentence.
@@ -86,6 +89,8 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	c.api = cli.NewAPIMonitor(c.opts.Logger)
+	cfg.Wrap(c.api.Wrap)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -104,7 +109,7 @@ func serve(ctx context.Context, client kubernetes.Interface, c config) error {
 	if err != nil {
 		return err
 	}
-	stopOps, err := cli.StartOps(c.metricsAddr, cli.Ops{Ready: ext.Ready, Registry: reg, Logger: log}, opsListening)
+	stopOps, err := cli.StartOps(c.metricsAddr, cli.Ops{Ready: ext.Ready, Registry: reg, Logger: log, API: c.api}, opsListening)
 	if err != nil {
 		return err
 	}

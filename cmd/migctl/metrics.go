@@ -14,8 +14,9 @@ func metricsCommand() command {
 		name:    "metrics",
 		args:    "--node NODE.json [--pods PODS.json] [--legacy]",
 		summary: "the exposition text the scheduler would serve for a node",
-		help: `Prints the Prometheus text exposition the scheduler serves on
-<scheduler-ip>:31993/metrics for this node: one
+		help: `Prints the Prometheus text exposition the scheduler's extender serves on
+its -metrics-addr (:9395; the Helm chart's NodePort Service also offers it
+on <node-ip>:31993/metrics) for this node: one
 hami_node_gpu_mig_instance_info series per reservation of an active pod that
 carries a complete runtime identity, labelled with the GPU's index in the node
 registration. Records the device plugin would not trust (malformed,

@@ -17,9 +17,10 @@ import (
 
 // TestAdmissionPolicy: the chart's MutatingAdmissionPolicy (its checked-in
 // rendering for a cluster serving admissionregistration.k8s.io/v1) sends
-// pods that ask for nvidia.com/gpumem or carry nvidia.com/vgpu-mode: mig to
-// the dynmig scheduler, and leaves other pods, and pods naming another
-// scheduler, alone.
+// pods that carry the opt-in nvidia.com/vgpu-mode: mig to the dynmig
+// scheduler, and leaves other pods alone: pods naming another scheduler,
+// and pods asking for nvidia.com/gpumem without the opt-in, which every
+// dynmig node would refuse.
 func TestAdmissionPolicy(t *testing.T) {
 	ctx := cluster.TestContext(t, 10*time.Minute)
 	c := cluster.Start(t, cluster.Options{})
@@ -31,6 +32,7 @@ func TestAdmissionPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	gpumem := corev1.ResourceList{kube.ResourceGPUMem: resource.MustParse("9000")}
+	mig := map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}
 	pod := func(name, scheduler string, annotations map[string]string, limits, requests corev1.ResourceList, init bool) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
@@ -49,7 +51,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	n := 0
 	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "the admission policy in force", func(ctx context.Context) (bool, error) {
 		n++
-		got, err := admin.CoreV1().Pods("e2e").Create(ctx, pod(fmt.Sprintf("probe-%d", n), "", nil, gpumem, nil, false), metav1.CreateOptions{})
+		got, err := admin.CoreV1().Pods("e2e").Create(ctx, pod(fmt.Sprintf("probe-%d", n), "", mig, gpumem, nil, false), metav1.CreateOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -57,15 +59,16 @@ func TestAdmissionPolicy(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	mig := map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}
 	for _, tc := range []struct {
 		pod  *corev1.Pod
 		want string
 	}{
-		{pod("gpumem-limit", "", nil, gpumem, nil, false), "dynmig-scheduler"},
-		{pod("gpumem-init", "", nil, gpumem, nil, true), "dynmig-scheduler"},
+		{pod("opted-in-limit", "", mig, gpumem, nil, false), "dynmig-scheduler"},
+		{pod("opted-in-init", "", mig, gpumem, nil, true), "dynmig-scheduler"},
 		{pod("annotated", "", mig, nil, nil, false), "dynmig-scheduler"},
-		{pod("default-named", "default-scheduler", nil, gpumem, nil, false), "dynmig-scheduler"},
+		{pod("default-named", "default-scheduler", mig, gpumem, nil, false), "dynmig-scheduler"},
+		{pod("gpumem-limit", "", nil, gpumem, nil, false), "default-scheduler"},
+		{pod("gpumem-init", "", nil, gpumem, nil, true), "default-scheduler"},
 		{pod("plain", "", nil, nil, nil, false), "default-scheduler"},
 		{pod("other-mode", "", map[string]string{kube.VGPUModeAnnotation: "hami-core"}, nil, nil, false), "default-scheduler"},
 		{pod("own-scheduler", "my-scheduler", mig, gpumem, nil, false), "my-scheduler"},

@@ -169,9 +169,64 @@ func TestChartInstall(t *testing.T) {
 	}
 }
 
+// installed is a running installation of the chart: the control plane,
+// one GPU node with the device plugin, and the scheduler pod.
+type installed struct {
+	c         *cluster.Cluster
+	admin     kubernetes.Interface
+	node      *cluster.Node
+	scheduler string // the scheduler profile's name
+	strategy  deviceplugin.DeviceListStrategy
+	cdiDir    string // where the device plugin writes its CDI specs
+	pluginOps string // the device plugin's operations endpoints
+	extOps    string // the extender's, "" in mode plugin
+}
+
 func testChartInstall(t *testing.T, mode string) {
 	defer http.DefaultClient.CloseIdleConnections()
 	ctx := cluster.TestContext(t, 10*time.Minute)
+	in := installChart(ctx, t, mode)
+	admin, node, pluginOps, extOps := in.admin, in.node, in.pluginOps, in.extOps
+
+	// A MIG pod through the dynmig scheduler, admitted by the kubelet and
+	// realized by the plugin.
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := admin.CoreV1().Pods("e2e").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
+		Spec: corev1.PodSpec{SchedulerName: in.scheduler, Containers: []corev1.Container{{
+			Name: "cuda", Image: "cuda:latest",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				kube.ResourceGPU: resource.MustParse("1"), kube.ResourceGPUMem: resource.MustParse("9000"),
+			}},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := in.admitRealized(ctx, t, pod)
+	if len(allocs) != 1 {
+		t.Fatalf("train holds %d MIG devices, want 1", len(allocs))
+	}
+	realized := allocs[0]
+	if mode == "extender" {
+		checkExtenderMetrics(ctx, t, extOps, node.Name, realized)
+	}
+	code, body := get(ctx, pluginOps+"/metrics")
+	for _, want := range []string{"dynmig_gpu_healthy{", "dynmig_deviceplugin_allocation_mismatches_total 0", "go_goroutines"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("device plugin /metrics lacks %q", want)
+		}
+	}
+}
+
+// installChart installs the chart's rendering for mode and runs its
+// components in process with the rendered flags, service accounts and
+// configuration, on one node with two fake A100 40GB GPUs; it returns
+// once every component is healthy and ready.
+func installChart(ctx context.Context, t *testing.T, mode string) *installed {
+	t.Helper()
 	c := cluster.Start(t, cluster.Options{})
 	admin := c.Admin()
 	// README's steps before helm install: the privileged namespace.
@@ -231,10 +286,24 @@ func testChartInstall(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The DaemonSet's device-list strategy; its CDI specs go to a
+	// directory of the test's, never the machine's -cdi-dir.
+	strategy, err := deviceplugin.ParseDeviceListStrategy(arg(t, dpC, "device-list-strategy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cdiDir string
+	if strategy.CDI() {
+		if arg(t, dpC, "cdi-dir") == "" {
+			t.Fatalf("the device plugin's strategy %s without -cdi-dir", strategy)
+		}
+		cdiDir = t.TempDir()
+	}
 	plugin, err := node.StartPlugin(ctx, t, deviceplugin.Config{
 		Client: clientFor(t, pluginCfg), Hardware: hw, Allowlist: allow,
-		ResourceName:      arg(t, dpC, "resource"),
-		SchedulerNames:    strings.Split(arg(t, dpC, "scheduler-names"), ","),
+		ResourceName:       arg(t, dpC, "resource"),
+		SchedulerNames:     strings.Split(arg(t, dpC, "scheduler-names"), ","),
+		DeviceListStrategy: strategy, CDIDir: cdiDir, CDIGenerator: deviceplugin.NewFakeCDI(),
 		ReconcileInterval: 300 * time.Millisecond, SocketCheckInterval: 200 * time.Millisecond,
 		Logger: logger("device-plugin"),
 	})
@@ -278,59 +347,86 @@ func testChartInstall(t *testing.T, mode string) {
 		}
 	}
 
-	// A MIG pod through the dynmig scheduler, admitted by the kubelet and
-	// realized by the plugin.
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod, err := admin.CoreV1().Pods("e2e").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "train", Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
-		Spec: corev1.PodSpec{SchedulerName: sc.SchedulerNames[0], Containers: []corev1.Container{{
-			Name: "cuda", Image: "cuda:latest",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-				kube.ResourceGPU: resource.MustParse("1"), kube.ResourceGPUMem: resource.MustParse("9000"),
-			}},
-		}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "pod train pending on the node", func(ctx context.Context) (bool, error) {
-		pending, err := node.PendingPods(ctx)
-		return err == nil && len(pending) == 1 && pending[0].UID == pod.UID, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	pending, err := node.PendingPods(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := node.Admit(ctx, pending[0]); err != nil {
-		t.Fatal(err)
-	}
-	var realized reservation.Allocation
-	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "train's runtime identity", func(ctx context.Context) (bool, error) {
-		p, err := admin.CoreV1().Pods("e2e").Get(ctx, "train", metav1.GetOptions{})
+	return &installed{c: c, admin: admin, node: node, scheduler: sc.SchedulerNames[0], strategy: strategy, cdiDir: cdiDir, pluginOps: pluginOps, extOps: extOps}
+}
+
+// admitRealized waits until pod is bound to the node, admits it as the
+// kubelet does and waits until every entry of its allocation record has a
+// runtime identity; under a CDI strategy it also checks that each
+// container's run options name a CDI device whose spec the plugin wrote,
+// and each instance has one. It returns the record's entries.
+func (in *installed) admitRealized(ctx context.Context, t *testing.T, pod *corev1.Pod) []reservation.Allocation {
+	t.Helper()
+	var bound *corev1.Pod
+	if err := cluster.WaitFor(ctx, 100*time.Millisecond, "pod "+pod.Name+" pending on the node", func(ctx context.Context) (bool, error) {
+		pending, err := in.node.PendingPods(ctx)
 		if err != nil {
 			return false, nil
 		}
-		allocs, err := kube.PodAllocations(p)
-		if err != nil || len(allocs) != 1 {
-			return false, err
+		for _, p := range pending {
+			if p.UID == pod.UID {
+				bound = p
+			}
 		}
-		realized = allocs[0]
-		_, ok := realized.Runtime()
-		return ok, nil
+		return bound != nil, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if mode == "extender" {
-		checkExtenderMetrics(ctx, t, extOps, node.Name, realized)
+	adm, err := in.node.Admit(ctx, bound)
+	if err != nil {
+		t.Fatal(err)
 	}
-	code, body := get(ctx, pluginOps+"/metrics")
-	for _, want := range []string{"dynmig_gpu_healthy{", "dynmig_deviceplugin_allocation_mismatches_total 0", "go_goroutines"} {
-		if code != http.StatusOK || !strings.Contains(body, want) {
-			t.Errorf("device plugin /metrics lacks %q", want)
+	var allocs []reservation.Allocation
+	if err := cluster.WaitFor(ctx, 100*time.Millisecond, pod.Name+"'s runtime identities", func(ctx context.Context) (bool, error) {
+		p, err := in.admin.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if allocs, err = kube.PodAllocations(p); err != nil || len(allocs) == 0 {
+			return false, err
+		}
+		for _, a := range allocs {
+			if _, ok := a.Runtime(); !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if in.cdiDir != "" {
+		in.checkCDI(t, adm, allocs)
+	}
+	return allocs
+}
+
+// checkCDI: under cdi-cri the containers of adm were handed one CDI
+// device name per instance, and the plugin's CDI directory holds a spec naming each
+// realized instance's MIG UUID.
+func (in *installed) checkCDI(t *testing.T, adm []cluster.Admission, allocs []reservation.Allocation) {
+	t.Helper()
+	n := 0
+	for _, a := range adm {
+		n += len(a.CDIDevices)
+	}
+	if in.strategy == deviceplugin.DeviceListCDICRI && n != len(allocs) {
+		t.Errorf("the containers were handed %d CDI devices for %d MIG instances: %+v", n, len(allocs), adm)
+	}
+	files, err := filepath.Glob(filepath.Join(in.cdiDir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs.Write(data)
+	}
+	for _, a := range allocs {
+		if id, _ := a.Runtime(); !strings.Contains(specs.String(), id.MIGUUID) {
+			t.Errorf("no CDI spec in %s names MIG device %s", in.cdiDir, id.MIGUUID)
 		}
 	}
 }

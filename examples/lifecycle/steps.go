@@ -125,7 +125,7 @@ func (d *demo) allocate(p *pod) error {
 
 // metrics is the scheduler's /metrics: one series per realized instance.
 func (d *demo) metrics() error {
-	d.heading("Metrics: what the scheduler serves on :31993/metrics")
+	d.heading("Metrics: what the extender serves on :9395/metrics (the chart's NodePort: 31993)")
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(reservation.NewCollector(d.nodeReservations, reservation.CollectorOptions{})); err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 
 // renderErr renders vals for kube and returns the render's error.
 func renderErr(kube string, apis []string, vals map[string]any) error {
-	_, err := charttest.Render(charttest.Options{KubeVersion: kube, APIVersions: apis, Values: vals})
+	_, err := render(charttest.Options{KubeVersion: kube, APIVersions: apis, Values: vals})
 	return err
 }
 
@@ -60,8 +60,9 @@ func TestSchema(t *testing.T) {
 }
 
 // TestRenderRefuses: the render fails, naming the values, when the device
-// plugin and the DRA driver would share nodes and when several scheduler
-// replicas would run without leader election.
+// plugin and the DRA driver would share nodes, when several scheduler
+// replicas would run without leader election, and when the extender's
+// httpTimeout exceeds leaseDuration - renewDeadline.
 func TestRenderRefuses(t *testing.T) {
 	both := func(dp, dra map[string]any) map[string]any {
 		return map[string]any{
@@ -83,6 +84,17 @@ func TestRenderRefuses(t *testing.T) {
 			[]string{"scheduler.replicas", "scheduler.leaderElection.enabled"}},
 		{"one replica without leader election",
 			map[string]any{"scheduler": map[string]any{"replicas": 1, "leaderElection": map[string]any{"enabled": false}}}, nil},
+		{"httpTimeout over the lease gap", map[string]any{"scheduler": map[string]any{"httpTimeout": "6s"}},
+			[]string{"scheduler.httpTimeout", "scheduler.leaderElection.leaseDuration"}},
+		{"httpTimeout over a narrower gap",
+			map[string]any{"scheduler": map[string]any{"httpTimeout": "1500ms", "leaderElection": map[string]any{"leaseDuration": "1m", "renewDeadline": "59s"}}},
+			[]string{"scheduler.httpTimeout"}},
+		{"httpTimeout at the gap", map[string]any{"scheduler": map[string]any{"httpTimeout": "5000ms"}}, nil},
+		{"httpTimeout within a wider gap",
+			map[string]any{"scheduler": map[string]any{"httpTimeout": "1m", "leaderElection": map[string]any{"leaseDuration": "2m30s", "renewDeadline": "1m"}}}, nil},
+		{"httpTimeout in mode plugin", map[string]any{"scheduler": map[string]any{"mode": "plugin", "httpTimeout": "6s"}}, nil},
+		{"httpTimeout without leader election",
+			map[string]any{"scheduler": map[string]any{"replicas": 1, "httpTimeout": "6s", "leaderElection": map[string]any{"enabled": false}}}, nil},
 		{"two replicas, scheduler disabled",
 			map[string]any{"scheduler": map[string]any{"enabled": false, "replicas": 2, "leaderElection": map[string]any{"enabled": false}}}, nil},
 	} {
@@ -167,7 +179,7 @@ func TestNodeLabel(t *testing.T) {
 				t.Errorf("values %v: nodeSelector %v, want %v", tc.vals, got, tc.want)
 			}
 		}
-		notes, err := charttest.Notes(charttest.Options{KubeVersion: "v1.37.2", Values: tc.vals})
+		notes, err := notes(charttest.Options{KubeVersion: "v1.37.2", Values: tc.vals})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,14 +13,17 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata from the chart")
 
 // golden is the checked-in `helm template` output the e2e module installs
-// (charttest.RenderedFile): the chart with default values for a v1.37.2
-// cluster, release dynmig in namespace dynmig-system.
-var golden = charttest.Options{KubeVersion: "v1.37.2"}
+// (charttest.RenderedFile): the chart with default values and the
+// images.registry README's install sets, for a v1.37.2 cluster, release
+// dynmig in namespace dynmig-system. The other renderings get the same
+// registry from render.
+var golden = charttest.Options{KubeVersion: "v1.37.2",
+	Values: map[string]any{"images": map[string]any{"registry": testRegistry}}}
 
 // goldenPlugin is golden with scheduler.mode plugin
 // (charttest.RenderedPluginFile).
 var goldenPlugin = charttest.Options{KubeVersion: "v1.37.2",
-	Values: map[string]any{"scheduler": map[string]any{"mode": "plugin"}}}
+	Values: map[string]any{"scheduler": map[string]any{"mode": "plugin"}, "images": map[string]any{"registry": testRegistry}}}
 
 // admission renders the admission policy for a cluster serving
 // MutatingAdmissionPolicy v1 (charttest.AdmissionPolicyFile).
@@ -40,17 +43,17 @@ var recordWriters = charttest.Options{
 // TestRenderedFile: the checked-in renderings are the chart's current
 // ones; `go test -run TestRenderedFile -update` rewrites them.
 func TestRenderedFile(t *testing.T) {
-	docs, err := charttest.Render(golden)
+	docs, err := render(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkGolden(t, charttest.RenderedFile(), docs)
-	docs, err = charttest.Render(goldenPlugin)
+	docs, err = render(goldenPlugin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkGolden(t, charttest.RenderedPluginFile(), docs)
-	docs, err = charttest.Render(admission)
+	docs, err = render(admission)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +67,7 @@ func TestRenderedFile(t *testing.T) {
 		t.Fatalf("admission policy: %d documents, want the policy and its binding", len(policy))
 	}
 	checkGolden(t, charttest.AdmissionPolicyFile(), policy)
-	docs, err = charttest.Render(recordWriters)
+	docs, err = render(recordWriters)
 	if err != nil {
 		t.Fatal(err)
 	}

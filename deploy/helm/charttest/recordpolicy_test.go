@@ -92,7 +92,7 @@ func TestRecordPolicyWriters(t *testing.T) {
 		t.Errorf("match condition %s, want %s", got, want)
 	}
 	for _, bad := range []any{"hami-scheduler", "a/b/c", "hami-system/x'] || true || ['", "/name", 7} {
-		_, err := charttest.Render(charttest.Options{KubeVersion: "v1.37.2", Values: vals(map[string]any{"writers": []any{bad}})})
+		_, err := render(charttest.Options{KubeVersion: "v1.37.2", Values: vals(map[string]any{"writers": []any{bad}})})
 		if err == nil {
 			t.Errorf("writers [%v] rendered", bad)
 		}

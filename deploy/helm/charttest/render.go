@@ -19,7 +19,8 @@ func ChartDir() string {
 }
 
 // RenderedFile is the checked-in rendering of the chart with default
-// values for a v1.37.2 cluster (release dynmig, namespace dynmig-system),
+// values, images.registry registry.example.com/dynmig (the chart has no
+// default registry), for a v1.37.2 cluster (release dynmig, namespace dynmig-system),
 // as helm template prints it; TestRenderedFile keeps it current, and the
 // e2e module installs it.
 func RenderedFile() string {

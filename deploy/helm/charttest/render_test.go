@@ -31,7 +31,7 @@ import (
 // does not know (ServiceMonitor) come back unstructured.
 func objects(t *testing.T, opts charttest.Options) []runtime.Object {
 	t.Helper()
-	docs, err := charttest.Render(opts)
+	docs, err := render(opts)
 	if err != nil {
 		t.Fatalf("render: %v", err)
 	}
@@ -147,7 +147,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("kube-scheduler image %s, want the cluster's version", img)
 	}
 	ext := container(t, spec, "extender")
-	if ext.Image != "dynmig/scheduler-extender:0.1.0" {
+	if ext.Image != testRegistry+"/scheduler-extender:0.1.0" {
 		t.Errorf("extender image %s", ext.Image)
 	}
 	addr, _ := argValue(ext.Args, "addr")
@@ -321,7 +321,13 @@ func TestValues(t *testing.T) {
 	}
 	file, _ := argValue(dp.Args, "device-config")
 	checkConfigMount(t, objs, spec, dp, file, 1)
-	if len(only[*corev1.Service](objs)) != 2 {
+	var headless []*corev1.Service
+	for _, svc := range only[*corev1.Service](objs) {
+		if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			headless = append(headless, svc)
+		}
+	}
+	if len(headless) != 2 {
 		t.Error("want the metrics Services")
 	}
 	sched := named[*appsv1.Deployment](t, objs, "dynmig-scheduler")
@@ -341,11 +347,15 @@ func TestValues(t *testing.T) {
 		t.Fatalf("ServiceMonitors %v", monitors)
 	}
 	sel, _, _ := unstructured.NestedStringMap(monitors[0].Object, "spec", "selector", "matchLabels")
+	// Each pod once: the headless Services, not the NodePort in front of
+	// the extenders.
 	for _, svc := range only[*corev1.Service](objs) {
+		selected := true
 		for k, v := range sel {
-			if svc.Labels[k] != v {
-				t.Errorf("ServiceMonitor selector %v does not select Service %s", sel, svc.Name)
-			}
+			selected = selected && svc.Labels[k] == v
+		}
+		if headless := svc.Spec.ClusterIP == corev1.ClusterIPNone; selected != headless {
+			t.Errorf("ServiceMonitor selector %v: selects Service %s (headless %v): %v", sel, svc.Name, headless, selected)
 		}
 	}
 }
@@ -463,7 +473,7 @@ func TestPluginMode(t *testing.T) {
 		t.Fatalf("scheduler pod has %d containers, want kube-scheduler alone", len(spec.Containers))
 	}
 	ks := container(t, spec, "kube-scheduler")
-	if ks.Image != "dynmig/kube-scheduler:0.1.0" {
+	if ks.Image != testRegistry+"/kube-scheduler:0.1.0" {
 		t.Errorf("kube-scheduler image %s, want the plugin scheduler of the chart's version", ks.Image)
 	}
 	if mem := ks.Resources.Requests.Memory().String(); mem != "256Mi" {
@@ -474,7 +484,7 @@ func TestPluginMode(t *testing.T) {
 			t.Errorf("mode plugin renders the extender's metrics Service")
 		}
 	}
-	if _, err := charttest.Render(charttest.Options{KubeVersion: "v1.37.2",
+	if _, err := render(charttest.Options{KubeVersion: "v1.37.2",
 		Values: map[string]any{"scheduler": map[string]any{"mode": "sidecar"}}}); err == nil {
 		t.Errorf("scheduler.mode sidecar rendered")
 	}

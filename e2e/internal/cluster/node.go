@@ -376,6 +376,9 @@ type Admission struct {
 	// Env is the container's environment from the device plugin's
 	// AllocateResponse (GetDeviceRunContainerOptions).
 	Env map[string]string
+	// CDIDevices are the fully qualified CDI device names of the
+	// container's run options (a CDI device list strategy).
+	CDIDevices []string
 }
 
 // AdmissionError is a pod the device manager refused, as the kubelet's
@@ -433,6 +436,9 @@ func (n *Node) Admit(ctx context.Context, pod *corev1.Pod) ([]Admission, error) 
 		if opts != nil {
 			for _, e := range opts.Envs {
 				a.Env[e.Name] = e.Value
+			}
+			for _, d := range opts.CDIDevices {
+				a.CDIDevices = append(a.CDIDevices, d.Name)
 			}
 		}
 		out = append(out, a)

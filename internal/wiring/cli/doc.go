@@ -30,7 +30,8 @@
 //
 // The operations server answers /healthz with 200 while the process
 // serves, /readyz with 200 once the component's readiness check passes
-// (503 and the reason before), and /metrics from the component's
+// (503 and the reason before, with the failing API server requests of
+// the component's [APIMonitor]), and /metrics from the component's
 // Prometheus registry. It runs until the context given to [ServeOps] is
 // done; the function returned waits for it to stop.
 package cli

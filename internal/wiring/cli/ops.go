@@ -24,6 +24,10 @@ type Ops struct {
 	Registry *prometheus.Registry
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// API, when not nil, is the component's API server monitor: while
+	// the component is not ready, /readyz names the API requests that
+	// fail and why (most often the reason an informer has not synced).
+	API *APIMonitor
 }
 
 // NewRegistry returns a registry holding the Go runtime and process
@@ -54,7 +58,7 @@ func (o Ops) Handler() http.Handler {
 		if o.Ready != nil {
 			if err := o.Ready(); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+				_, _ = w.Write([]byte("not ready: " + errors.Join(err, o.API.Err()).Error() + "\n"))
 				return
 			}
 		}

@@ -3,11 +3,21 @@
 {{- .Release.Name | trunc 40 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The labels of every object: dynmig.labels is the chart's own objects'
+(app.kubernetes.io/name dynmig), dynmig.componentLabels (list $ "name")
+a component's, whose name its selectors use. */}}
 {{- define "dynmig.labels" -}}
+{{- include "dynmig.componentLabels" (list . "dynmig") -}}
+{{- end -}}
+
+{{- define "dynmig.componentLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ index . 1 }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: dynmig
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* An image of ours: dynmig.image (list $ "component-repo"). */}}
@@ -15,11 +25,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $root := index . 0 -}}
 {{- $repo := index . 1 -}}
 {{- $tag := $root.Values.images.tag | default $root.Chart.AppVersion -}}
-{{- if $root.Values.images.registry -}}
-{{- printf "%s/%s:%s" $root.Values.images.registry $repo $tag -}}
-{{- else -}}
-{{- printf "%s:%s" $repo $tag -}}
+{{- if not $root.Values.images.registry -}}
+{{- fail (printf "images.registry is not set: dynmig publishes no images, so %s:%s exists in no registry. Build and push them with hack/build-images.sh (REGISTRY=<prefix> PUSH=1), then set images.registry=<prefix> (and images.tag to the tag it printed)" $repo $tag) -}}
 {{- end -}}
+{{- printf "%s/%s:%s" $root.Values.images.registry $repo $tag -}}
+{{- end -}}
+
+{{/* dynmig.seconds "1m30s" is a duration value (values.schema.json's
+pattern: a Go duration with units) in seconds, as a float. */}}
+{{- define "dynmig.seconds" -}}
+{{- $units := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 -}}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
+{{- $total = addf $total (mulf (float64 $num) (get $units (trimPrefix $num .))) -}}
+{{- end -}}
+{{- $total -}}
 {{- end -}}
 
 {{/* kube-scheduler's image: the set tag, else the cluster's version
@@ -95,3 +116,4 @@ that is not Kubernetes', such as a CRD's). */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
