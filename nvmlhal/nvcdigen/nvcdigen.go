@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -147,7 +148,20 @@ func (g *Generator) CommonEdits() (cdispec.ContainerEdits, error) {
 		}
 		g.common = edits.ContainerEdits
 	}
-	return *g.common, nil
+	return clipped(*g.common), nil
+}
+
+// clipped returns e with its slices clipped, so that a caller appending
+// to them (as the components do to add their own edits) copies instead
+// of writing into the cached edits another caller holds.
+func clipped(e cdispec.ContainerEdits) cdispec.ContainerEdits {
+	e.Env = slices.Clip(e.Env)
+	e.DeviceNodes = slices.Clip(e.DeviceNodes)
+	e.Hooks = slices.Clip(e.Hooks)
+	e.Mounts = slices.Clip(e.Mounts)
+	e.NetDevices = slices.Clip(e.NetDevices)
+	e.AdditionalGIDs = slices.Clip(e.AdditionalGIDs)
+	return e
 }
 
 // logger hands nvcdi's printf-style messages to slog.

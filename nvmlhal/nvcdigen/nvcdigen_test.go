@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/dynmig/dynmig/deviceplugin"
+	"github.com/dynmig/dynmig/dradriver"
 	"github.com/dynmig/dynmig/internal/leaf/migcdi"
 	"github.com/dynmig/dynmig/nvmlhal/nvcdigen"
 	"github.com/dynmig/dynmig/nvmlhal/nvmlmock"
@@ -30,6 +32,12 @@ import (
 // the driver's libraries and binaries, the hooks) is found under the fake
 // driver root and checked below; TestRealDriver checks a MIG device's
 // edits on a node with the driver.
+
+// Both components take the generator.
+var (
+	_ deviceplugin.CDIGenerator = (*nvcdigen.Generator)(nil)
+	_ dradriver.CDIGenerator    = (*nvcdigen.Generator)(nil)
+)
 
 // driverVersion is the version nvmlmock's driver reports.
 const driverVersion = "580.65.06"
@@ -203,9 +211,14 @@ func TestCommonEdits(t *testing.T) {
 			t.Errorf("hook %v runs %s, not the configured hook", h.Args, h.Path)
 		}
 	}
+	// A caller appending to its copy leaves the next caller's alone.
+	_ = append(edits.Mounts, &cdispec.Mount{ContainerPath: "/appended"})
 	again, err := gen.CommonEdits()
 	if err != nil || len(again.Mounts) != len(edits.Mounts) {
 		t.Errorf("second call: %d mounts, %v; want the first's %d", len(again.Mounts), err, len(edits.Mounts))
+	}
+	if full := again.Mounts[:cap(again.Mounts)]; slices.ContainsFunc(full, func(m *cdispec.Mount) bool { return m.ContainerPath == "/appended" }) {
+		t.Error("an append to one caller's common edits reached the cached edits")
 	}
 }
 
