@@ -15,7 +15,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
-	"github.com/dynmig/dynmig/internal/testwait"
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/placement"
 	"github.com/dynmig/dynmig/schedplugin"
