@@ -385,16 +385,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err := p.guard.Check(ctx); err != nil {
 		return err
 	}
-	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, p.cfg.Allowlist)
-	if err != nil {
-		return fmt.Errorf("deviceplugin: discovery: %w", err)
+	if err := p.discoverGPUs(ctx); err != nil {
+		return err
 	}
-	for _, f := range report.Findings {
-		p.log.Info("discovery finding", "finding", f.String())
-	}
-	p.mu.Lock()
-	p.gpus = gpus
-	p.mu.Unlock()
 	if err := p.restoreHealth(ctx); err != nil { // before the first publish: a restart keeps failed GPUs out
 		return err
 	}
@@ -404,24 +397,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if w := p.openHealth(ctx); w != nil {
 		wg.Go(func() { p.watchHealth(ctx, w) })
 	}
-	// The first maintenance pass adopts live instances before the socket
-	// is served; later passes (the runner's) adopt again until adoption
-	// settles, reconcile and collect leaks.
-	snap := p.snapshot()
-	rep, err := p.manager.Maintain(ctx, snap)
-	p.record.sync(p.manager.Managed, snap)
-	if err := p.syncSpecs(ctx); err != nil { // before serving: no instance without its spec
+	if err := p.firstPass(ctx); err != nil {
 		return err
-	}
-	if rep.Adopt != nil {
-		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
-			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
-			"leaks", len(rep.Adopt.Leaks), "err", err)
-	}
-	if migSwitchedOn(rep) {
-		if err := p.rediscover(ctx); err != nil {
-			return err
-		}
 	}
 	wg.Go(func() { _ = p.runner.Run(ctx) })
 
@@ -440,6 +417,43 @@ func (p *Plugin) Run(ctx context.Context) error {
 	close(p.ready)
 	defer p.serving.Store(false)
 	return p.watchSocket(ctx, &wg, &srv)
+}
+
+// discoverGPUs discovers the node's GPUs and their profiles, logging
+// discovery's findings.
+func (p *Plugin) discoverGPUs(ctx context.Context) error {
+	gpus, report, err := capability.Discover(ctx, p.cfg.Hardware, p.cfg.Allowlist)
+	if err != nil {
+		return fmt.Errorf("deviceplugin: discovery: %w", err)
+	}
+	for _, f := range report.Findings {
+		p.log.Info("discovery finding", "finding", f.String())
+	}
+	p.mu.Lock()
+	p.gpus = gpus
+	p.mu.Unlock()
+	return nil
+}
+
+// firstPass runs the first maintenance pass, which adopts live instances
+// before the socket is served; later passes (the runner's) adopt again
+// until adoption settles, reconcile and collect leaks.
+func (p *Plugin) firstPass(ctx context.Context) error {
+	snap := p.snapshot()
+	rep, err := p.manager.Maintain(ctx, snap)
+	p.record.sync(p.manager.Managed, snap)
+	if err := p.syncSpecs(ctx); err != nil { // before serving: no instance without its spec
+		return err
+	}
+	if rep.Adopt != nil {
+		p.log.Info("adoption", "authorized", rep.Adopt.Authorized, "settled", rep.Settled, "adopted", len(rep.Adopt.Adopted),
+			"pending", len(rep.Adopt.Pending), "unverified", len(rep.Adopt.Unverified), "rejected", len(rep.Adopt.Rejected),
+			"leaks", len(rep.Adopt.Leaks), "err", err)
+	}
+	if migSwitchedOn(rep) {
+		return p.rediscover(ctx)
+	}
+	return nil
 }
 
 // watchSocket serves until ctx is done. When the socket disappears (the

@@ -25,7 +25,6 @@ const maxFuncLines = 60
 var longFuncs = map[string]int{
 	"deviceplugin/healthpods.go unhealthyIDs": 65,
 	"deviceplugin/plugin.go New":              75,
-	"deviceplugin/plugin.go Run":              62,
 	"kube/schedview.go applyNode":             62,
 	"kube/schedview.go applyPod":              93,
 	"placement/select.go dfs":                 73,
