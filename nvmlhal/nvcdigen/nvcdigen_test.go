@@ -263,12 +263,28 @@ func TestMIGWithoutDriver(t *testing.T) {
 	}
 }
 
+// countingInit counts NVML Init calls.
+type countingInit struct {
+	byUUID
+	inits *int
+}
+
+func (c countingInit) Init() nvml.Return { *c.inits++; return c.byUUID.Init() }
+
 // An instance with no UUID at all is refused before nvcdi is asked.
 func TestNoUUID(t *testing.T) {
-	srv := nvmlmock.New(nvmlmock.DGXH100, nvmlmock.Options{})
-	gen := newGenerator(t, srv, t.TempDir())
+	var inits int
+	lib := countingInit{byUUID{nvmlmock.New(nvmlmock.DGXH100, nvmlmock.Options{})}, &inits}
+	gen, err := nvcdigen.New(nvcdigen.Options{NVML: lib, DriverRoot: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := inits
 	if _, err := gen.DeviceEdits(migcdi.Instance{}); !errors.Is(err, nvcdigen.ErrGenerate) {
 		t.Fatalf("DeviceEdits(no UUID) = %v; want ErrGenerate", err)
+	}
+	if inits != before {
+		t.Errorf("NVML initialized %d times for an instance without a UUID", inits-before)
 	}
 }
 
