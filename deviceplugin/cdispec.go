@@ -17,6 +17,7 @@ import (
 
 	"github.com/dynmig/dynmig/internal/leaf/atomicfile"
 	"github.com/dynmig/dynmig/internal/leaf/devnodes"
+	"github.com/dynmig/dynmig/internal/leaf/migcdi"
 	"github.com/dynmig/dynmig/realize"
 )
 
@@ -49,18 +50,15 @@ func (e *CDISpecError) Error() string {
 // Unwrap returns [ErrCDISpec] and the cause.
 func (e *CDISpecError) Unwrap() []error { return []error{ErrCDISpec, e.Err} }
 
-// CDIInstance is the MIG instance one CDI spec describes.
-type CDIInstance struct {
-	GPU               int    // the parent GPU's NVML index
-	GPUUUID           string // "GPU-..."
-	MIGUUID           string // "MIG-...", the CDI device name
-	GPUInstanceID     uint32
-	ComputeInstanceID uint32
-}
+// CDIInstance is the MIG instance one CDI spec describes (package
+// internal/leaf/migcdi, shared with the DRA driver and package
+// nvmlhal/nvcdigen).
+type CDIInstance = migcdi.Instance
 
 // CDIGenerator describes MIG instances as CDI container edits. [NodeCDI]
-// injects device nodes only; package nvmlhal/cdispec (cgo) generates them
-// with NVIDIA's container toolkit library. Its methods may be called
+// injects device nodes only; package nvmlhal/nvcdigen (cgo) generates
+// them with NVIDIA's container toolkit library (device nodes, the driver's
+// libraries and the toolkit's hooks). Its methods may be called
 // concurrently.
 type CDIGenerator interface {
 	// DeviceEdits returns the edits that give a container the instance:

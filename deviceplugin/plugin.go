@@ -114,8 +114,9 @@ type Config struct {
 	// means [DefaultCDIDir]. Unused by the other strategies.
 	CDIDir string
 	// CDIGenerator describes the instances in their CDI specs; a CDI
-	// strategy needs one ([NewFakeCDI] for fakehal, [NewProcCDI] or
-	// nvmlhal/cdispec for real GPUs), others ignore it.
+	// strategy needs one ([NewFakeCDI] for fakehal; for real GPUs
+	// package nvmlhal/nvcdigen, NVIDIA's library, or [NewProcCDI] for
+	// device nodes only), others ignore it.
 	CDIGenerator CDIGenerator
 	// Logger; nil discards.
 	Logger *slog.Logger

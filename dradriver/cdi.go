@@ -29,6 +29,10 @@ type CDIDevice struct {
 	// Nodes are the device nodes the container needs for it (see
 	// [NodeSource]); none when the driver has no NodeSource.
 	Nodes []DeviceNode
+	// Edits are the device's container edits from a [CDIGenerator],
+	// injected with Nodes; [ClaimSpecFrom] replaces any
+	// NVIDIA_VISIBLE_DEVICES they set.
+	Edits cdispec.ContainerEdits
 }
 
 // cdiWriter writes one transient CDI spec file per prepared claim into a
@@ -78,7 +82,40 @@ func ClaimSpec(claimUID string, devs []CDIDevice) (*cdispec.Spec, []string, erro
 // unprivileged pods); the variable serves runtimes that do (the toolkit's
 // legacy mode), which then also mount the driver's libraries.
 func ClaimSpecWith(claimUID string, devs []CDIDevice, common []DeviceNode) (*cdispec.Spec, []string, error) {
-	spec := &cdispec.Spec{Kind: CDIKind}
+	return ClaimSpecFrom(claimUID, devs, cdispec.ContainerEdits{DeviceNodes: cdiNodes(common)})
+}
+
+// ClaimSpecFrom is [ClaimSpecWith] with each device's Edits (from a
+// [CDIGenerator]) injected besides its Nodes, and common edits (a
+// generator's CommonEdits: control nodes and, from NVIDIA's library, the
+// driver's libraries and the toolkit's hooks) injected once for the spec.
+func ClaimSpecFrom(claimUID string, devs []CDIDevice, common cdispec.ContainerEdits) (*cdispec.Spec, []string, error) {
+	spec := &cdispec.Spec{Kind: CDIKind, ContainerEdits: common}
+	visible := visibleByRequest(devs)
+	ids := make([]string, 0, len(devs))
+	for _, d := range devs {
+		name := cdiName(claimUID, d.Device)
+		if err := parser.ValidateDeviceName(name); err != nil {
+			return nil, nil, fmt.Errorf("dradriver: CDI device for claim %s device %s: %w", claimUID, d.Device, err)
+		}
+		req, _, _ := strings.Cut(d.Request, "/")
+		edits := d.Edits
+		edits.Env = append(slices.DeleteFunc(slices.Clone(edits.Env), isVisibleDevices), "NVIDIA_VISIBLE_DEVICES="+strings.Join(visible[req], ","))
+		edits.DeviceNodes = append(slices.Clip(edits.DeviceNodes), cdiNodes(d.Nodes)...)
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: edits})
+		ids = append(ids, parser.QualifiedName(CDIVendor, CDIClass, name))
+	}
+	v, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec.Version = v
+	return spec, ids, nil
+}
+
+// visibleByRequest returns, per request, the MIG UUIDs (GPU UUIDs for
+// admin access) of its devices, each once, in order.
+func visibleByRequest(devs []CDIDevice) map[string][]string {
 	visible := map[string][]string{}
 	for _, d := range devs {
 		id := d.MIGUUID
@@ -90,30 +127,10 @@ func ClaimSpecWith(claimUID string, devs []CDIDevice, common []DeviceNode) (*cdi
 			visible[req] = append(visible[req], id)
 		}
 	}
-	ids := make([]string, 0, len(devs))
-	for _, d := range devs {
-		name := cdiName(claimUID, d.Device)
-		if err := parser.ValidateDeviceName(name); err != nil {
-			return nil, nil, fmt.Errorf("dradriver: CDI device for claim %s device %s: %w", claimUID, d.Device, err)
-		}
-		req, _, _ := strings.Cut(d.Request, "/")
-		spec.Devices = append(spec.Devices, cdispec.Device{
-			Name: name,
-			ContainerEdits: cdispec.ContainerEdits{
-				Env:         []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(visible[req], ",")},
-				DeviceNodes: cdiNodes(d.Nodes),
-			},
-		})
-		ids = append(ids, parser.QualifiedName(CDIVendor, CDIClass, name))
-	}
-	spec.ContainerEdits.DeviceNodes = cdiNodes(common)
-	v, err := cdispec.MinimumRequiredVersion(spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	spec.Version = v
-	return spec, ids, nil
+	return visible
 }
+
+func isVisibleDevices(env string) bool { return strings.HasPrefix(env, "NVIDIA_VISIBLE_DEVICES=") }
 
 func cdiNodes(nodes []DeviceNode) []*cdispec.DeviceNode {
 	var out []*cdispec.DeviceNode
@@ -130,11 +147,11 @@ func cdiNodes(nodes []DeviceNode) []*cdispec.DeviceNode {
 
 // write writes the claim's spec file atomically and returns the qualified
 // CDI device names, in the order of devs.
-func (w *cdiWriter) write(claimUID string, devs []CDIDevice, common []DeviceNode) ([]string, error) {
+func (w *cdiWriter) write(claimUID string, devs []CDIDevice, common cdispec.ContainerEdits) ([]string, error) {
 	if len(devs) == 0 {
 		return nil, w.remove(claimUID)
 	}
-	spec, ids, err := ClaimSpecWith(claimUID, devs, common)
+	spec, ids, err := ClaimSpecFrom(claimUID, devs, common)
 	if err != nil {
 		return nil, err
 	}

@@ -134,14 +134,21 @@
 // /dev/nvidia-uvm(-tools), all with their numbers, so a runtime that only
 // applies CDI edits (the NVIDIA container toolkit in CDI mode, where an
 // unprivileged pod's NVIDIA_VISIBLE_DEVICES is not honoured) grants
-// exactly the claim's MIG devices. Every device's edits also set
+// exactly the claim's MIG devices. With Config.CDIGenerator ([CDIGenerator];
+// real GPUs: package nvmlhal/nvcdigen, which asks NVIDIA's container
+// toolkit library; fakehal: [NewFakeCDI]) the edits are the generator's
+// instead ([ClaimSpecFrom]): the same nodes, and from NVIDIA's library
+// also the driver's libraries and binaries and the toolkit's hooks in
+// the spec's common edits, so a container needs neither legacy mode nor
+// libraries in its image. Every device's edits also set
 // NVIDIA_VISIBLE_DEVICES to the MIG UUIDs of all devices of its request,
 // for runtimes that act on it (the toolkit's legacy mode, which also
 // mounts the driver's libraries); a container given several MIG devices
 // of one request sees them all. A container using two requests of one
 // claim sees the variable of the request applied last: its device nodes
-// are still all there. Under a CDI-only runtime the image must carry the
-// driver's user-space libraries (or another CDI spec must mount them).
+// are still all there. Under a CDI-only runtime without a full generator
+// the image must carry the driver's user-space libraries (or another CDI
+// spec must mount them).
 //
 // # Concurrency
 //

@@ -71,6 +71,11 @@ type Config struct {
 	// that acts on NVIDIA_VISIBLE_DEVICES. With real GPUs use
 	// [ProcNodes].
 	DeviceNodes NodeSource
+	// CDIGenerator describes the devices in the claims' CDI specs; when
+	// set, DeviceNodes is not used. With real GPUs use package
+	// nvmlhal/nvcdigen (NVIDIA's library: nodes, libraries, hooks), with
+	// fakehal [NewFakeCDI]; nil leaves the specs to DeviceNodes.
+	CDIGenerator CDIGenerator
 	// BootID returns the node's boot ID; nil reads
 	// /proc/sys/kernel/random/boot_id. The checkpoint records it, so a
 	// reboot (which no MIG instance or container survives) is told apart

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -264,12 +265,9 @@ func (d *Driver) writeCDI(ref string, pc *PreparedClaim, byOwner map[[2]int]rese
 		}
 		cdiDevs = append(cdiDevs, cdev)
 	}
-	var common []DeviceNode
-	if src := d.cfg.DeviceNodes; src != nil {
-		var err error
-		if common, err = src.ControlNodes(); err != nil {
-			return &ClaimError{Claim: ref, Err: err}
-		}
+	common, err := d.commonEdits()
+	if err != nil {
+		return &ClaimError{Claim: ref, Err: err}
 	}
 	ids, err := d.cdi.write(pc.UID, cdiDevs, common)
 	if err != nil {
@@ -282,24 +280,50 @@ func (d *Driver) writeCDI(ref string, pc *PreparedClaim, byOwner map[[2]int]rese
 }
 
 // cdiDevice returns the CDI device of a prepared device whose runtime
-// identity is set: the whole GPU's device nodes for admin access, the MIG
-// device's otherwise (none without Config.DeviceNodes).
+// identity is set: the whole GPU's edits or nodes for admin access, the
+// MIG device's otherwise, from Config.CDIGenerator, else
+// Config.DeviceNodes (none without either).
 func (d *Driver) cdiDevice(pd PreparedDevice) (CDIDevice, error) {
 	cdev := CDIDevice{Device: pd.Device, Request: pd.Request, GPUUUID: pd.Partition.GPUUUID}
 	if !pd.AdminAccess {
 		cdev.MIGUUID = pd.Runtime.MIGUUID
 	}
+	var err error
+	if gen := d.cfg.CDIGenerator; gen != nil {
+		in := CDIInstance{GPUUUID: cdev.GPUUUID, MIGUUID: cdev.MIGUUID, GPUInstanceID: pd.Runtime.GPUInstanceID, ComputeInstanceID: pd.Runtime.ComputeInstanceID}
+		if g, ok := d.Catalog().GPU(cdev.GPUUUID); ok {
+			in.GPU = g.Index
+		}
+		if pd.AdminAccess {
+			cdev.Edits, err = gen.GPUEdits(in)
+		} else {
+			cdev.Edits, err = gen.DeviceEdits(in)
+		}
+		return cdev, err
+	}
 	src := d.cfg.DeviceNodes
 	if src == nil {
 		return cdev, nil
 	}
-	var err error
 	if pd.AdminAccess {
 		cdev.Nodes, err = src.GPUNodes(pd.Partition.GPUUUID)
 	} else {
 		cdev.Nodes, err = src.MIGNodes(pd.Partition.GPUUUID, pd.Runtime.GPUInstanceID, pd.Runtime.ComputeInstanceID)
 	}
 	return cdev, err
+}
+
+// commonEdits returns the edits every claim's spec injects once:
+// Config.CDIGenerator's, else Config.DeviceNodes' control nodes.
+func (d *Driver) commonEdits() (cdispec.ContainerEdits, error) {
+	if gen := d.cfg.CDIGenerator; gen != nil {
+		return gen.CommonEdits()
+	}
+	if src := d.cfg.DeviceNodes; src != nil {
+		nodes, err := src.ControlNodes()
+		return cdispec.ContainerEdits{DeviceNodes: cdiNodes(nodes)}, err
+	}
+	return cdispec.ContainerEdits{}, nil
 }
 
 // kubeletDevices returns the kubelet's result for the prepared claim pc.

@@ -24,8 +24,10 @@
 // cdi-cri or cdi-annotations, as NVIDIA's device plugin names them;
 // default envvar, see package deviceplugin, "Device lists"), -cdi-dir
 // (default /var/run/cdi: where a cdi-* strategy keeps one CDI spec per MIG
-// instance; device nodes read from the driver's /proc files, numbered
-// ones with -backend=fake),
+// instance, generated with NVIDIA's container toolkit library with
+// -backend=nvml (device nodes, the driver's libraries, the toolkit's
+// hooks: package nvmlhal/nvcdigen), numbered device nodes with
+// -backend=fake),
 // -allow-mig-manager, -enable-mig, -device-config,
 // -device-config-poll, -metrics-addr, -kubeconfig, -disable-healthchecks
 // and -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and

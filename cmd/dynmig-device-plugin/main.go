@@ -105,11 +105,16 @@ func command(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	gen, err := cdiGenerator(o.backendName, log)
+	if err != nil {
+		log.Error("CDI generator", "err", err)
+		return cli.ExitFailure
+	}
 	if err := run(ctx, o, deviceplugin.Config{
 		Node: *node, ResourceName: *resource, SchedulerNames: strings.Split(*schedulers, ","), SocketDir: *socketDir, Checkpoint: *checkpoint,
 		KubeletSocket: *socketDir + "/kubelet.sock", PodResourcesSocket: *podResources, AllowMIGManager: *allowMM, HealthChecks: checks, Logger: log,
 		Manager:            realize.Options{EnableMIG: *enableMIG},
-		DeviceListStrategy: listStrategy, CDIDir: *cdiDir, CDIGenerator: cdiGenerator(o.backendName),
+		DeviceListStrategy: listStrategy, CDIDir: *cdiDir, CDIGenerator: gen,
 	}); err != nil {
 		log.Error("device plugin failed", "err", err)
 		return cli.ExitFailure
@@ -117,14 +122,17 @@ func command(args []string, stdout, stderr io.Writer) int {
 	return cli.ExitOK
 }
 
-// cdiGenerator describes the backend's MIG instances in CDI specs: the
-// NVIDIA driver's device nodes read from /proc for real GPUs, numbered
-// ones for fakehal.
-func cdiGenerator(backendName string) deviceplugin.CDIGenerator {
-	if backendName == "fake" {
-		return deviceplugin.NewFakeCDI()
+// cdiGenerator describes the backend's MIG instances in CDI specs: with
+// NVIDIA's container toolkit library for real GPUs (device nodes, the
+// driver's libraries, the toolkit's hooks), numbered nodes for fakehal.
+func cdiGenerator(backendName string, log *slog.Logger) (deviceplugin.CDIGenerator, error) {
+	switch backendName {
+	case "fake":
+		return deviceplugin.NewFakeCDI(), nil
+	case "nvml":
+		return backend.NVCDI(backend.CDIOptions{Logger: log})
 	}
-	return deviceplugin.NewProcCDI("")
+	return deviceplugin.NewProcCDI(""), nil
 }
 
 // strategyNames lists the device list strategies for -help.

@@ -27,10 +27,12 @@
 // one on reload, as package internal/wiring/devconfig says), -maintain-interval,
 // -metrics-addr (default :9397: /metrics with the Go and process
 // collectors, /healthz, and /readyz, ready once the driver serves the
-// kubelet), -device-nodes ("auto": with -backend=nvml, the CDI specs inject
-// each MIG device's /dev/nvidia-caps nodes, its parent GPU's
-// /dev/nvidia<minor>, nvidiactl and nvidia-uvm, read from the NVIDIA
-// driver's /proc files; "on"; "off"), -disable-healthchecks and
+// kubelet), -device-nodes ("auto": with -backend=nvml, the CDI specs are
+// generated with NVIDIA's container toolkit library, package
+// nvmlhal/nvcdigen: each MIG device's /dev/nvidia-caps nodes and its
+// parent GPU's node, the control nodes, the driver's libraries and the
+// toolkit's hooks; with -backend=fake, numbered fake nodes; "on": device
+// nodes only, read from the NVIDIA driver's /proc files; "off": none), -disable-healthchecks and
 // -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and
 // $DP_ENABLE_HEALTHCHECKS, with the meaning NVIDIA's device plugin gives
 // them), -enable-mig, and those every dynmig binary has (-version, -log-format=text|json,

@@ -72,7 +72,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics, /healthz and /readyz; "" serves none`)
 	healthChecks := backend.HealthCheckFlags(fs)
 	enableMIG := backend.EnableMIGFlag(fs)
-	deviceNodes := fs.String("device-nodes", "auto", `inject MIG device nodes into CDI specs, read from the NVIDIA driver's /proc files: "auto" (with -backend=nvml), "on" or "off"`)
+	deviceNodes := fs.String("device-nodes", "auto", `what the claims' CDI specs inject: "auto" (-backend=nvml: device nodes, driver libraries and hooks from NVIDIA's container toolkit library; -backend=fake: numbered fake nodes), "on" (device nodes only, from the NVIDIA driver's /proc files) or "off" (none)`)
 	common := cli.Register(fs)
 	var checks realize.HealthChecks
 	log, code, done := common.Start(fs, name, args, stdout, stderr, func() error {
@@ -98,8 +98,9 @@ func command(args []string, stdout, stderr io.Writer) int {
 		MaintainInterval: *interval, HealthChecks: checks, Logger: log,
 		Manager: realize.Options{EnableMIG: *enableMIG},
 	}
-	if *deviceNodes == "on" || *deviceNodes == "auto" && o.backendName == "nvml" {
-		cfg.DeviceNodes = dradriver.ProcNodes{}
+	if err := describeDevices(&cfg, *deviceNodes, o.backendName, log); err != nil {
+		log.Error("CDI generator", "err", err)
+		return cli.ExitFailure
 	}
 	if o.configPoll == 0 {
 		o.configPoll = -1 // devconfig: below 0 reads only on the trigger
@@ -187,4 +188,24 @@ func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (re
 		return nil
 	}
 	return err
+}
+
+// describeDevices sets what the claims' CDI specs inject (-device-nodes):
+// with "auto", NVIDIA's container toolkit library for real GPUs and
+// numbered nodes for fakehal; with "on", device nodes read from the
+// driver's /proc files.
+func describeDevices(cfg *dradriver.Config, mode, backendName string, log *slog.Logger) error {
+	switch {
+	case mode == "on":
+		cfg.DeviceNodes = dradriver.ProcNodes{}
+	case mode == "auto" && backendName == "nvml":
+		gen, err := backend.NVCDI(backend.CDIOptions{Logger: log})
+		if err != nil {
+			return err
+		}
+		cfg.CDIGenerator = gen
+	case mode == "auto" && backendName == "fake":
+		cfg.CDIGenerator = dradriver.NewFakeCDI()
+	}
+	return nil
 }

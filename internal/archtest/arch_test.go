@@ -120,8 +120,10 @@ func TestArrowsPointDown(t *testing.T) {
 	}
 }
 
-// TestExternalDependencies: only nvmlhal reaches go-nvml (cgo), nothing
-// below kube reaches Kubernetes, and the fake-node demo links no client-go.
+// TestExternalDependencies: only nvmlhal reaches go-nvml (cgo), only the
+// nvmlhal tree, the backend wiring's cgo file and the binaries reach
+// NVIDIA's container toolkit (cgo, a large module), nothing below kube
+// reaches Kubernetes, and the fake-node demo links no client-go.
 func TestExternalDependencies(t *testing.T) {
 	pkgs := listPackages(t)
 	for rel, p := range pkgs {
@@ -130,6 +132,9 @@ func TestExternalDependencies(t *testing.T) {
 			case strings.HasPrefix(d, "github.com/NVIDIA/go-nvml") && !strings.HasPrefix(rel, "nvmlhal") &&
 				layer(rel) < 7:
 				t.Errorf("%s depends on go-nvml: only nvmlhal may", rel)
+			case strings.HasPrefix(d, "github.com/NVIDIA/nvidia-container-toolkit") && !strings.HasPrefix(rel, "nvmlhal/") &&
+				rel != "internal/wiring/backend" && layer(rel) < 8:
+				t.Errorf("%s depends on %s: only nvmlhal/nvcdigen and the nvml backend's wiring may", rel, d)
 			case strings.HasPrefix(d, "k8s.io/") && layer(rel) < 6:
 				t.Errorf("%s depends on %s: only kube and above may import Kubernetes", rel, d)
 			case strings.HasPrefix(d, "k8s.io/client-go") && rel == "examples/lifecycle":
