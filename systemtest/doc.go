@@ -97,8 +97,45 @@
 // the device plugin does not yet survive (issue 35: moving, removing,
 // replacing or forging a running pod's record before a restart with the
 // checkpoint intact; a copied or made-up identity on an unhealthy GPU)
-// are drawn only once the constant sealedRecordFixed is true; with it
-// true the model fails on them within the first sequences.
+// are drawn only once the constant sealedRecordFixed is true. Issue 35's
+// device-plugin fixes are merged, yet with the constant true and
+// -model.policy=off the model still fails, on two rules of its own:
+//
+//   - A running pod loses its device although no checkpoint was lost
+//     since its owner's edit: the checkpoint that recorded the hand-out
+//     was lost before the edit, and the restarted plugin had not adopted
+//     the device again (another pod's record copied its MIG UUID, so the
+//     adoption was ambiguous). The owner's strip or removal then took the
+//     device's last trace, and leak collection destroyed the instance
+//     once no listed record named it. Nothing the plugin reads says the
+//     device is the pod's: the same residual as lostAfterEdit, with the
+//     loss before the edit instead of after it. The predicate must also
+//     allow an edit made while the checkpoint recorded no device of the
+//     pod's (the model reads the checkpoint before the edit).
+//   - An honest pod is refused (reservation conflict: unmanaged GI
+//     occupies the key; taking it over needs an authorised snapshot) at a
+//     slot no listed pod's record holds. The instance is, by the trace,
+//     that of an honest pod that ended; the checkpoint recording it was
+//     then lost (truncated at a restart) and the pod is gone from the
+//     API, so the manager does not manage it;
+//     destroying it, by leak collection or by taking it over, needs an
+//     authorised snapshot, and every snapshot is unauthorised while
+//     running pods' records conflict elsewhere on the GPU (in the trace,
+//     most likely: an opt-out pod copied a running pod's record, MIG UUID
+//     included, after that pod's owner moved it onto a slot a third pod
+//     claims; the plugin logged two reasons). The plugin is right to keep the
+//     instance: an unauthorised snapshot pauses all destruction, by
+//     design. The liveness rule is too strict: the refusal must be a
+//     class of its own, allowed exactly while the manager's last
+//     reconcile report is unauthorised with reasons that name listed
+//     pods (realize.ReconcileReport.Reasons: a *reservation.PodError or
+//     *reservation.ConflictError), and the drain then checks the slot is
+//     freed once those pods are gone. The model does not yet read that
+//     report, so the constant stays false.
+//
+// Coverage also fails in a forced variant of 300 sequences or more: with
+// -model.policy=off no owner write is refused, with -model.policy=on no
+// made-up identity is created, yet both paths are claimed.
 //
 // Invariants: a corrupted checkpoint makes deviceplugin.New fail with a
 // *deviceplugin.CheckpointError, leaving the file and the hardware as they
