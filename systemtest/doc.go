@@ -93,13 +93,14 @@
 // and an owner's update that adds, changes or removes it, as the chart's
 // ValidatingAdmissionPolicy does; the scheduler's binding and the
 // plugin's runtime patch pass. The model checks that every owner write is
-// refused exactly when the policy says so. Without the policy, the edits
-// the device plugin does not yet survive (issue 35: moving, removing,
-// replacing or forging a running pod's record before a restart with the
-// checkpoint intact; a copied or made-up identity on an unhealthy GPU)
-// are drawn only once the constant sealedRecordFixed is true. Issue 35's
-// device-plugin fixes are merged, yet with the constant true and
-// -model.policy=off the model still fails, on two rules of its own:
+// refused exactly when the policy says so.
+//
+// Without the policy. Sequences without the policy strip identities
+// only; moving, removing, replacing or forging a running pod's record,
+// and Xid injection, are drawn only with the constant unsealedEdits true.
+// The device plugin's own tests cover those edits (the recorded view),
+// but with the constant true and -model.policy=off the model fails on
+// two rules of its own, not on plugin defects:
 //
 //   - A running pod loses its device although no checkpoint was lost
 //     since its owner's edit: the checkpoint that recorded the hand-out
