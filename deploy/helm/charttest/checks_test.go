@@ -190,3 +190,34 @@ func TestNodeLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthChecksValue: devicePlugin.healthChecks and
+// draDriver.healthChecks render as the variables NVIDIA's device plugin
+// reads, and an entry that is no Xid, "all" or "xids" fails the render.
+func TestHealthChecksValue(t *testing.T) {
+	vals := map[string]any{
+		"devicePlugin": map[string]any{"nodeSelector": map[string]any{"dynmig.io/dra": "false"}, "healthChecks": map[string]any{"disable": "48,63", "enable": "79"}},
+		"draDriver":    map[string]any{"enabled": true, "nodeSelector": map[string]any{"dynmig.io/dra": "true"}, "healthChecks": map[string]any{"disable": "xids", "enable": ""}},
+		"nodeLabel":    "nvidia.com/mig.capable",
+	}
+	objs := objects(t, charttest.Options{KubeVersion: "v1.37.2", Values: vals})
+	for _, tc := range []struct{ ds, container, disable, enable string }{
+		{"dynmig-device-plugin", "device-plugin", "48,63", "79"},
+		{"dynmig-dra-driver", "driver", "xids", ""},
+	} {
+		ds := named[*appsv1.DaemonSet](t, objs, tc.ds)
+		c := container(t, &ds.Spec.Template.Spec, tc.container)
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		if env["DP_DISABLE_HEALTHCHECKS"] != tc.disable || env["DP_ENABLE_HEALTHCHECKS"] != tc.enable {
+			t.Errorf("%s: DP_DISABLE_HEALTHCHECKS=%q DP_ENABLE_HEALTHCHECKS=%q, want %q and %q", tc.ds,
+				env["DP_DISABLE_HEALTHCHECKS"], env["DP_ENABLE_HEALTHCHECKS"], tc.disable, tc.enable)
+		}
+	}
+	bad := map[string]any{"devicePlugin": map[string]any{"healthChecks": map[string]any{"disable": "48;63", "enable": ""}}}
+	if _, err := charttest.Render(charttest.Options{KubeVersion: "v1.37.2", Values: bad}); err == nil {
+		t.Error(`healthChecks.disable "48;63" rendered; want a schema error`)
+	}
+}
