@@ -1,15 +1,12 @@
 package charttest_test
 
 import (
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dynmig/dynmig/deploy/helm/charttest"
 )
@@ -50,7 +47,7 @@ func TestEnvPolicy(t *testing.T) {
 
 	// deploy/admission/env-policy.yaml is the same policy; deploy's tests evaluate
 	// its expressions on pods.
-	deployed := deployedEnvPolicy(t)
+	deployed := deployedPolicy(t, "env-policy.yaml")
 	if !reflect.DeepEqual(policy.Spec, deployed.Spec) {
 		t.Errorf("the chart's policy differs from deploy/admission/env-policy.yaml:\n%+v\n%+v", policy.Spec, deployed.Spec)
 	}
@@ -65,21 +62,6 @@ func TestEnvPolicy(t *testing.T) {
 			t.Error("envPolicy.enabled: false still renders the policy")
 		}
 	}
-}
-
-// deployedEnvPolicy decodes deploy/admission/env-policy.yaml's policy.
-func deployedEnvPolicy(t *testing.T) *admissionv1.ValidatingAdmissionPolicy {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(charttest.ChartDir(), "..", "..", "admission", "env-policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, _, _ := strings.Cut(string(data), "\n---\n")
-	var p admissionv1.ValidatingAdmissionPolicy
-	if err := yaml.UnmarshalStrict([]byte(doc), &p); err != nil {
-		t.Fatal(err)
-	}
-	return &p
 }
 
 func exempt(t *testing.T, b *admissionv1.ValidatingAdmissionPolicyBinding) []string {

@@ -43,22 +43,22 @@ func TestRecordPolicy(t *testing.T) {
 	ds := named[*appsv1.DaemonSet](t, objs, "dynmig-device-plugin")
 	// deploy/'s policy names deploy/'s accounts, which have the chart's
 	// names for release dynmig in dynmig-system.
-	want := deployRecordPolicy(t)
+	want := deployedPolicy(t, "allocation-record-policy.yaml")
 	for _, sa := range []string{sched.Spec.Template.Spec.ServiceAccountName, ds.Spec.Template.Spec.ServiceAccountName} {
-		if !strings.Contains(string(mustJSON(t, policy.Spec)), "'system:serviceaccount:dynmig-system:"+sa+"'") {
+		if !strings.Contains(string(mustYAML(t, policy.Spec)), "'system:serviceaccount:dynmig-system:"+sa+"'") {
 			t.Errorf("the policy does not name the service account %s", sa)
 		}
 	}
 	if !reflect.DeepEqual(policy.Spec, want.Spec) {
-		t.Errorf("the chart's policy differs from deploy/admission's:\nchart:  %s\ndeploy: %s", mustJSON(t, policy.Spec), mustJSON(t, want.Spec))
+		t.Errorf("the chart's policy differs from deploy/admission's:\nchart:  %s\ndeploy: %s", mustYAML(t, policy.Spec), mustYAML(t, want.Spec))
 	}
 }
 
-// deployRecordPolicy decodes deploy/admission/allocation-record-policy.yaml's
-// policy.
-func deployRecordPolicy(t *testing.T) *admissionv1.ValidatingAdmissionPolicy {
+// deployedPolicy decodes the ValidatingAdmissionPolicy that
+// deploy/admission/file starts with.
+func deployedPolicy(t *testing.T, file string) *admissionv1.ValidatingAdmissionPolicy {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(charttest.ChartDir(), "..", "..", "admission", "allocation-record-policy.yaml"))
+	data, err := os.ReadFile(filepath.Join(charttest.ChartDir(), "..", "..", "admission", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,8 @@ func deployRecordPolicy(t *testing.T) *admissionv1.ValidatingAdmissionPolicy {
 	return &p
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+// mustYAML renders v for a failure message or a text search.
+func mustYAML(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := yaml.Marshal(v)
 	if err != nil {
