@@ -6,7 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/dynmig/dynmig/internal/leaf/bootid"
 )
 
 // ErrCheckpointInUse is matched by the [*CheckpointError] [New] returns
@@ -18,25 +19,10 @@ var ErrCheckpointInUse = errors.New("deviceplugin: checkpoint directory locked b
 // ErrBootID: the node's boot ID could not be read or is empty.
 var ErrBootID = errors.New("deviceplugin: cannot read the node's boot ID")
 
-// bootIDFile is where Linux exposes the boot ID, a random UUID per boot.
-const bootIDFile = "/proc/sys/kernel/random/boot_id"
-
-func readBootID() (string, error) {
-	data, err := os.ReadFile(bootIDFile)
-	return string(data), err
-}
-
-// bootID returns the node's boot ID through read (nil reads
-// [bootIDFile]), or an error matching [ErrBootID].
+// bootID returns the node's boot ID through read (nil reads the kernel's;
+// see package bootid), or an error matching [ErrBootID].
 func bootID(read func() (string, error)) (string, error) {
-	if read == nil {
-		read = readBootID
-	}
-	boot, err := read()
-	boot = strings.TrimSpace(boot)
-	if err == nil && boot == "" {
-		err = errors.New("empty boot ID")
-	}
+	boot, err := bootid.Read(read)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBootID, err)
 	}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/dynmig/dynmig/capability"
+	"github.com/dynmig/dynmig/internal/leaf/bootid"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 )
@@ -85,19 +84,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// bootIDFile is where Linux exposes the boot ID, a random UUID per boot.
-const bootIDFile = "/proc/sys/kernel/random/boot_id"
-
 // ErrBootID: the node's boot ID could not be read or is empty.
 var ErrBootID = errors.New("dradriver: cannot read the node's boot ID")
-
-func readBootID() (string, error) {
-	data, err := os.ReadFile(bootIDFile)
-	if err != nil {
-		return "", err
-	}
-	return string(data), nil
-}
 
 // Driver is a DRA kubelet plugin for dynamic MIG: it publishes the node's
 // partitionable MIG devices and realizes exactly the allocated ones. It
@@ -221,15 +209,7 @@ func (d *Driver) Setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	readBoot := d.cfg.BootID
-	if readBoot == nil {
-		readBoot = readBootID
-	}
-	boot, err := readBoot()
-	boot = strings.TrimSpace(boot)
-	if err == nil && boot == "" {
-		err = errors.New("empty boot ID")
-	}
+	boot, err := bootid.Read(d.cfg.BootID)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBootID, err)
 	}
