@@ -83,8 +83,8 @@
 // claim or devices freed; the scheduler also sends this event when a
 // binding fails), a bound MIG pod's record or lifecycle changing (realized
 // or admitted by the kubelet: the node lock is lifted; deleting or ended:
-// slots freed), and a node
-// added or its hami.io/node-nvidia-register annotation or allocatable
+// slots freed) or a bound plain device pod ending (devices freed), and a
+// node added or its hami.io/node-nvidia-register annotation or allocatable
 // changing. A pending pod that asks for no MIG device is queued by them
 // only when the event frees or adds devices (a deletion, an ended pod, a
 // node change), and one whose request is malformed or that carries a

@@ -113,19 +113,24 @@ func (p *Plugin) afterPodUpdate(logger klog.Logger, pod *corev1.Pod, oldObj, new
 	if oldPod != nil {
 		before = oldPod.Annotations[reservation.AnnotationKey]
 	}
-	if before == "" && after == "" {
-		return fwk.QueueSkip, nil // not a MIG pod: its updates change no slots
+	// Only an ended pod frees devices: realization and admission free
+	// none.
+	freed := podEnded(newPod) && (oldPod == nil || !podEnded(oldPod)) && p.deviceRequest(newPod) > 0
+	if before == "" && after == "" && !freed {
+		return fwk.QueueSkip, nil // not a MIG pod: only its end frees devices
 	}
-	ending := newPod.DeletionTimestamp != nil || newPod.Status.Phase == corev1.PodSucceeded || newPod.Status.Phase == corev1.PodFailed
+	ending := newPod.DeletionTimestamp != nil || podEnded(newPod)
 	admitted := kube.Admitted(newPod) && (oldPod == nil || !kube.Admitted(oldPod))
 	if before == after && !ending && !admitted {
 		return fwk.QueueSkip, nil
 	}
 	p.applyOnce(newPod, func() { p.view.PodHandler().OnUpdate(oldPod, newPod) })
-	// Only an ended pod frees devices: realization and admission free
-	// none.
-	ended := newPod.Status.Phase == corev1.PodSucceeded || newPod.Status.Phase == corev1.PodFailed
-	return p.fitsNow(logger, pod, newPod.Spec.NodeName, nil, ended && p.deviceRequest(newPod) > 0), nil
+	return p.fitsNow(logger, pod, newPod.Spec.NodeName, nil, freed), nil
+}
+
+// podEnded reports whether pod's containers have all terminated for good.
+func podEnded(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 // afterNodeChange answers a node added, or its registration or allocatable

@@ -222,3 +222,35 @@ func TestSecondProfileConflict(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, e.pl.View(), same.View())
 }
+
+// A plain device pod that ends frees its devices: a pending pod refused
+// for the device count is requeued by that update, not only by the pod's
+// deletion. Its other updates free nothing.
+func TestHintPlainDevicePodEnds(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	holder := plainGPUPod("holder")
+	holder.Spec.NodeName = "n1"
+	holder.Status.Phase = corev1.PodRunning
+	holder = e.create(t, holder)
+	hint := hintFor(t, e.pl, fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update})
+
+	relabelled := holder.DeepCopy()
+	relabelled.ResourceVersion = "1000"
+	relabelled.Labels = map[string]string{"touched": "yes"}
+	ended := holder.DeepCopy()
+	ended.ResourceVersion = "1001"
+	ended.Status.Phase = corev1.PodSucceeded
+	for _, tt := range []struct {
+		name     string
+		old, cur *corev1.Pod
+		want     fwk.QueueingHint
+	}{
+		{"relabelled", holder, relabelled, fwk.QueueSkip},
+		{"ended", holder, ended, fwk.Queue},
+		{"already ended", ended, ended, fwk.QueueSkip},
+	} {
+		got, err := hint(klog.Background(), plainGPUPod("waiting"), tt.old, tt.cur)
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got, tt.name)
+	}
+}
