@@ -174,6 +174,12 @@ const (
 	// realized: the runtime identity was written; the claim only bridges
 	// the time until the cache shows it, and is dropped with the pod.
 	realized
+	// unrecorded: the runtime identity was written but the checkpoint
+	// write failed, so Allocate failed and the kubelet holds no device:
+	// the container stays pending for the kubelet's retry, although its
+	// record looks realized. A restart forgets this; the container is then
+	// refused as any unconfirmed realized record is (select.go).
+	unrecorded
 )
 
 // DefaultSchedulerName is the scheduler profile deploy/scheduler runs the
@@ -660,14 +666,18 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 		return nil, err
 	}
 	pod, ci := c.pod, c.container
+	identityWritten := false
 	defer func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if err != nil { // release the claim so the kubelet's retry finds it
+		switch {
+		case err != nil && identityWritten:
+			p.claims[target{pod.UID, ci}] = unrecorded
+		case err != nil: // release the claim so the kubelet's retry finds it
 			delete(p.claims, target{pod.UID, ci})
-			return
+		default:
+			p.claims[target{pod.UID, ci}] = realized
 		}
-		p.claims[target{pod.UID, ci}] = realized
 	}()
 	if err := p.refuseUnhealthy(c.view, ci); err != nil {
 		return nil, err
@@ -692,6 +702,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	if _, err := p.writer.WriteRuntime(ctx, pod, entries); err != nil {
 		return nil, err
 	}
+	identityWritten = true
 	// Recorded before the kubelet gets them: who was handed an instance
 	// is never inferred.
 	if err := p.record.handOut(pod.UID, res.Devices); err != nil {
@@ -768,7 +779,7 @@ func (p *Plugin) prune(pods []*corev1.Pod) {
 		// The cache may lag the direct listing an Allocate chose from:
 		// a container the checkpoint says was handed a device keeps
 		// its claim until the record forgets the pod.
-		if c == realized && !live[t.uid] && !p.record.handed(t.uid, t.container) {
+		if c != realizing && !live[t.uid] && !p.record.handed(t.uid, t.container) {
 			delete(p.claims, t)
 		}
 	}

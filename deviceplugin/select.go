@@ -114,7 +114,9 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 		if want != n {
 			continue
 		}
-		if _, claimed := p.claims[target{pod.UID, c}]; claimed || p.record.handed(pod.UID, c) {
+		cl, claimed := p.claims[target{pod.UID, c}]
+		retry := cl == unrecorded // this process wrote its identity; the kubelet got nothing
+		if claimed && !retry || p.record.handed(pod.UID, c) {
 			continue
 		}
 		entries, realized := 0, 0
@@ -126,7 +128,7 @@ func (p *Plugin) firstPending(pod *corev1.Pod, n int) (candidate, bool) {
 				}
 			}
 		}
-		unsure := entries > 0 && realized == entries && trusted
+		unsure := entries > 0 && realized == entries && trusted && !retry
 		if unsure && p.done(pod, c, allocs, &managed) {
 			continue // done: the kubelet does not allocate a running container again
 		}
