@@ -239,6 +239,7 @@ type podStore struct {
 	pods     cache.Store
 	fresh    *freshness
 	onChange func(old, cur *corev1.Pod)
+	onDelete func(last *corev1.Pod) // a pod deleted, or missing from a listing
 	records  *records
 }
 
@@ -522,8 +523,15 @@ func (s *podStore) Delete(obj any) error {
 	}
 	p, _ := obj.(*corev1.Pod)
 	s.records.forget(p)
+	s.deleted(p)
 	s.notify(p, nil)
 	return nil
+}
+
+func (s *podStore) deleted(last *corev1.Pod) {
+	if last != nil && s.onDelete != nil {
+		s.onDelete(last)
+	}
 }
 
 // Replace installs a complete listing, then marks the cache fresh, then
@@ -539,6 +547,7 @@ func (s *podStore) Replace(items []any, rv string) error {
 		return err
 	}
 	s.records.replace(items)
+	s.deletedDuringGap(before, items)
 	s.fresh.listed()
 	if s.onChange == nil {
 		return nil
@@ -563,6 +572,26 @@ func (s *podStore) Replace(items []any, rv string) error {
 		s.onChange(old, nil)
 	}
 	return nil
+}
+
+// deletedDuringGap reports the pods of before that the listing items no
+// longer holds (by UID: a name may have been taken by a new pod) as
+// deleted.
+func (s *podStore) deletedDuringGap(before map[string]*corev1.Pod, items []any) {
+	if s.onDelete == nil {
+		return
+	}
+	listed := make(map[types.UID]bool, len(items))
+	for _, it := range items {
+		if p, ok := it.(*corev1.Pod); ok {
+			listed[p.UID] = true
+		}
+	}
+	for _, old := range before {
+		if !listed[old.UID] {
+			s.onDelete(old)
+		}
+	}
 }
 
 // Resync does nothing: the source has no resync period.

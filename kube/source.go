@@ -192,6 +192,22 @@ type NodePodSourceOptions struct {
 // record, so reservation.Desired no longer lets another record's binding
 // outrank it; the times decide, and the pods of one listing tie.
 //
+// # Deleted pods
+//
+// A snapshot also lists, for [EndedPodMemory], each of the node's pods
+// that the watch reported deleted (or that a relisting no longer holds)
+// while its last state was released (reservation.Pod.Released: Succeeded
+// or Failed, or deleting with every container terminated or its grace
+// period over), with that last state. The kubelet deletes a pod within
+// milliseconds of its containers stopping, often before a maintenance
+// pass sees the released state; without this a pass would find the pod
+// merely absent and keep an instance younger than realize's
+// AbsentPodGrace for that long, so a preemptor bound to the freed slots
+// would be refused by Allocate. The last state is what the API server
+// sent with the deletion, and a pod's UID never returns, so it decides
+// exactly as a listing that still held the pod would. A pod deleted while
+// not released (its containers may still run) is only absent, as before.
+//
 // Relisting follows the reflector's backoff: 0.8 to 1.6 s after a watch
 // ends while the API server is healthy, growing to at most a minute while
 // it keeps failing. Snapshots are therefore incomplete for about a second
@@ -211,6 +227,7 @@ type NodePodSource struct {
 	log       *slog.Logger
 	lw        *trackingListWatch
 	store     *podStore
+	ended     endedPods // deleted while released: listed for EndedPodMemory
 	reflector *cache.Reflector
 	started   atomic.Bool
 	running   atomic.Bool
@@ -236,6 +253,7 @@ func NewNodePodSource(client kubernetes.Interface, node string, opts NodePodSour
 	if fn := opts.OnInactive; fn != nil {
 		s.store.onChange = func(old, cur *corev1.Pod) { s.notifyInactive(fn, old, cur) }
 	}
+	s.store.onDelete = s.rememberEnded
 	s.reflector = cache.NewReflectorWithOptions(s.lw, &corev1.Pod{}, s.store, cache.ReflectorOptions{
 		Name:            "kube.NodePodSource/" + node,
 		TypeDescription: "*v1.Pod",
@@ -299,7 +317,17 @@ func (s *NodePodSource) Snapshot() reservation.Snapshot {
 	for i, p := range pods {
 		setObserved(&snap.Pods[i], s.store.records.at(p))
 	}
+	snap.Pods = s.ended.appendTo(snap.Pods, pods, now)
 	return snap
+}
+
+// rememberEnded keeps the last state of one of the node's pods that was
+// deleted, for snapshots (see "Deleted pods" in the package
+// documentation).
+func (s *NodePodSource) rememberEnded(last *corev1.Pod) {
+	if last.Spec.NodeName == s.node {
+		s.ended.remember(last.UID, PodViewFor(last, s.resource), s.clock.Now())
+	}
 }
 
 // View converts one of the node's pods as the source's snapshots do, for
