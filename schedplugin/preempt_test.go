@@ -68,7 +68,13 @@ func (e *env) bindRealized(t *testing.T, slots []slot) []*corev1.Pod {
 		p.Annotations[reservation.AnnotationKey] = reservation.EncodeString([]reservation.Allocation{
 			reservation.Allocation{GPUUUID: gpus[0].Grid.UUID(), Profile: profile, Placement: capability.Placement{Start: s.start, Size: size}}.WithRuntime(
 				reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: uint32(9 + i)})})
-		pods = append(pods, e.create(t, p))
+		// The API server drops a created pod's status: the kubelet
+		// writes it, start time included, which the reprieve orders by.
+		created := e.create(t, p)
+		created.Status = p.Status
+		created, err := e.client.CoreV1().Pods(created.Namespace).UpdateStatus(e.ctx, created, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		pods = append(pods, created)
 	}
 	e.waitFor(t, func() bool {
 		for _, p := range pods {
@@ -182,18 +188,30 @@ func TestPreemptionFreesALegalPlacement(t *testing.T) {
 
 // On a fragmented GPU with free slots a count of free slots is not enough:
 // the 3g.20gb needs [0,4) or [4,8) whole. With pods on slots 0, 2, 4 and 6
-// (1, 3 and 5 free) two victims are needed, on one half; the older pod on 0
-// is kept.
+// (1, 3 and 5 free) two victims are needed, on one half: the half whose
+// oldest pod is younger, so the oldest pod is kept, as upstream's reprieve
+// keeps it, whichever half the placement policy would prefer.
 func TestPreemptionFragmented(t *testing.T) {
-	e := newEnv(t, schedplugin.Options{})
-	pods := e.bindRealized(t, []slot{
-		{name: "a", start: 0, prio: 10, age: 30}, {name: "b", start: 2, prio: 10, age: 1},
-		{name: "c", start: 4, prio: 10, age: 2}, {name: "d", start: 6, prio: 10, age: 3},
-	})
-	fh, dp, ni := e.preemption(t, pods, nil)
-	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), nil)
-	require.True(t, st.IsSuccess(), "%v", st)
-	assert.Equal(t, []string{"c", "d"}, got)
+	for _, tc := range []struct {
+		name string
+		ages [4]int // of the pods on 0, 2, 4 and 6
+		want []string
+	}{
+		{"oldest on [0,4)", [4]int{30, 1, 2, 3}, []string{"c", "d"}},
+		{"oldest on [4,8)", [4]int{2, 3, 30, 1}, []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, schedplugin.Options{})
+			pods := e.bindRealized(t, []slot{
+				{name: "a", start: 0, prio: 10, age: tc.ages[0]}, {name: "b", start: 2, prio: 10, age: tc.ages[1]},
+				{name: "c", start: 4, prio: 10, age: tc.ages[2]}, {name: "d", start: 6, prio: 10, age: tc.ages[3]},
+			})
+			fh, dp, ni := e.preemption(t, pods, nil)
+			got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), nil)
+			require.True(t, st.IsSuccess(), "%v", st)
+			assert.Equal(t, tc.want, got)
+		})
+	}
 }
 
 // protect creates a PodDisruptionBudget allowing no disruption of the pods
