@@ -29,11 +29,13 @@ type overlay struct {
 	gpus    []placement.GPUState
 	removed map[string]*corev1.Pod             // ledger pods removed, by UID
 	added   map[string][]placement.Reservation // pods added that the ledger does not count, by UID
+	others  map[string]*corev1.Pod             // other pods removed, by UID: their budgets count (victims.go)
 	pin     *pin                               // made by the first removal, shared by the clones (victims.go)
 }
 
 func (o *overlay) clone() *overlay {
-	return &overlay{gpus: slices.Clone(o.gpus), removed: maps.Clone(o.removed), added: maps.Clone(o.added), pin: o.pin}
+	return &overlay{gpus: slices.Clone(o.gpus), removed: maps.Clone(o.removed), added: maps.Clone(o.added),
+		others: maps.Clone(o.others), pin: o.pin}
 }
 
 // apply marks rs taken (take) or free (!take) in the overlay's GPUs.
@@ -112,6 +114,10 @@ func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pi 
 		}
 		return nil
 	}
+	if _, removed := o.others[uid]; removed {
+		delete(o.others, uid)
+		return nil
+	}
 	if _, ok := o.added[uid]; ok {
 		return nil
 	}
@@ -149,7 +155,9 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 		if o.pin == nil {
 			o.pin = &pin{}
 		}
+		return nil
 	}
+	o.others[uid] = pod
 	return nil
 }
 
@@ -170,7 +178,8 @@ func (p *Plugin) overlayFor(s *cycleState, node string) *overlay {
 	if s.ov.nodes == nil {
 		s.ov.nodes = map[string]*overlay{}
 	}
-	o := &overlay{gpus: gpus, removed: map[string]*corev1.Pod{}, added: map[string][]placement.Reservation{}}
+	o := &overlay{gpus: gpus, removed: map[string]*corev1.Pod{}, added: map[string][]placement.Reservation{},
+		others: map[string]*corev1.Pod{}}
 	s.ov.nodes[node] = o
 	return o
 }

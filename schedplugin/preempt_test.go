@@ -214,14 +214,14 @@ func TestPreemptionFragmented(t *testing.T) {
 	}
 }
 
-// protect creates a PodDisruptionBudget allowing no disruption of the pods
-// labelled app=label, and waits until the scheduler's informer lists it:
-// DynMIG and DefaultPreemption read the same lister.
-func (e *env) protect(t *testing.T, label string) *policy.PodDisruptionBudget {
+// protect creates a PodDisruptionBudget allowing allowed disruptions of
+// the pods labelled app=label, and waits until the scheduler's informer
+// lists it: DynMIG and DefaultPreemption read the same lister.
+func (e *env) protect(t *testing.T, label string, allowed int32) *policy.PodDisruptionBudget {
 	t.Helper()
 	pdb := &policy.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: label},
 		Spec:   policy.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": label}}},
-		Status: policy.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}
+		Status: policy.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
 	pdb, err := e.client.PolicyV1().PodDisruptionBudgets("default").Create(e.ctx, pdb, metav1.CreateOptions{})
 	require.NoError(t, err)
 	lister := e.factory.Policy().V1().PodDisruptionBudgets().Lister()
@@ -241,8 +241,28 @@ func TestPreemptionHonoursPDB(t *testing.T) {
 	s := fullGPU()
 	s[5].label = "keep"
 	pods := e.bindRealized(t, s)
-	pdb := e.protect(t, "keep")
+	pdb := e.protect(t, "keep", 0)
 	fh, dp, ni := e.preemption(t, pods, nil)
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), []*policy.PodDisruptionBudget{pdb})
+	require.True(t, st.IsSuccess(), "%v", st)
+	assert.Equal(t, []string{"low-0", "low-1", "low-2", "low-3"}, got)
+}
+
+// A budget's allowed disruptions are spent by the more important pods
+// first, MIG or not, as upstream counts them: the pod without MIG devices
+// (priority 50) spends the one disruption allowed, so evicting low-5 would
+// violate the budget and the victims are the four on [0,4).
+func TestPreemptionPDBCountsOtherPods(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	s := fullGPU()
+	s[5].label = "keep"
+	pods := e.bindRealized(t, s)
+	prio, started := int32(50), metav1.NewTime(time.Unix(0, 0))
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain", UID: "uid-plain", Labels: map[string]string{"app": "keep"}},
+		Spec:   corev1.PodSpec{NodeName: "n1", Priority: &prio, Containers: []corev1.Container{{Name: "c"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &started}}
+	pdb := e.protect(t, "keep", 1)
+	fh, dp, ni := e.preemption(t, append(pods, plain), nil)
 	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), []*policy.PodDisruptionBudget{pdb})
 	require.True(t, st.IsSuccess(), "%v", st)
 	assert.Equal(t, []string{"low-0", "low-1", "low-2", "low-3"}, got)
@@ -256,7 +276,7 @@ func TestPreemptionPDBBestEffort(t *testing.T) {
 	s := fullGPU()
 	s[1].label, s[5].label = "keep", "keep"
 	pods := e.bindRealized(t, s)
-	pdb := e.protect(t, "keep")
+	pdb := e.protect(t, "keep", 0)
 	fh, dp, ni := e.preemption(t, pods, nil)
 	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), []*policy.PodDisruptionBudget{pdb})
 	require.True(t, st.IsSuccess(), "%v", st)

@@ -233,16 +233,18 @@ func evictedFor(g *placement.GPUState, a *placement.Assignment, vs []victim, cho
 // victims returns the ledger pods removed from o in the order of the
 // reprieve: those whose eviction violates a PodDisruptionBudget first,
 // each group the more important first (higher priority, then earlier
-// start, as upstream's).
+// start, as upstream's). The other pods removed spend budgets too, in the
+// same order, as upstream counts them, but free no placement.
 func (p *Plugin) victims(o *overlay) []victim {
 	type removed struct {
 		pod *corev1.Pod
 		victim
 	}
-	var rm []removed
-	for uid, pod := range o.removed {
-		if rs, ok := p.ledgerPod(uid); ok {
-			rm = append(rm, removed{pod, victim{prio: corev1PodPriority(pod), start: p.startTime(pod), rs: rs}})
+	rm := make([]removed, 0, len(o.removed)+len(o.others))
+	for _, pods := range []map[string]*corev1.Pod{o.removed, o.others} {
+		for uid, pod := range pods {
+			rs, _ := p.ledgerPod(uid)
+			rm = append(rm, removed{pod, victim{prio: podPriority(pod), start: p.startTime(pod), rs: rs}})
 		}
 	}
 	slices.SortFunc(rm, func(a, b removed) int {
@@ -255,25 +257,20 @@ func (p *Plugin) victims(o *overlay) []victim {
 	for i, v := range violating(pods, p.budgets()) {
 		rm[i].violating = v
 	}
-	slices.SortStableFunc(rm, func(a, b removed) int {
-		switch {
-		case a.violating == b.violating:
-			return 0
-		case a.violating:
-			return -1
+	var vs []victim
+	for _, first := range []bool{true, false} {
+		for i := range rm {
+			if rm[i].violating == first && len(rm[i].rs) > 0 {
+				vs = append(vs, rm[i].victim)
+			}
 		}
-		return 1
-	})
-	vs := make([]victim, len(rm))
-	for i := range rm {
-		vs[i] = rm[i].victim
 	}
 	return vs
 }
 
-// corev1PodPriority is the pod's priority, 0 when unset (the admission
+// podPriority is the pod's priority, 0 when unset (the admission
 // default).
-func corev1PodPriority(pod *corev1.Pod) int32 {
+func podPriority(pod *corev1.Pod) int32 {
 	if pod.Spec.Priority != nil {
 		return *pod.Spec.Priority
 	}
