@@ -34,6 +34,7 @@ type victimQuality struct {
 	fewestLow  int // nodes where they are as few as the minimum among sets of the lowest necessary priority
 	prioOK     int // nodes where no victim has a higher priority than necessary
 	worstExtra int // most victims chosen beyond the minimum on one node
+	worstLow   int // most victims chosen beyond the minimum among the sets of the lowest necessary priority
 	worst      string
 }
 
@@ -42,10 +43,11 @@ func (q victimQuality) String() string {
 	return fmt.Sprintf("%d nodes, %d needing preemption (%d where no victim set helps): fewest victims on %d of %d (%.2f%%; "+
 		"on %d the fewest need a victim of higher priority than necessary), "+
 		"fewest among the sets of the lowest necessary priority on %d of %d (%.2f%%), "+
-		"no victim of higher priority than necessary on %d of %d, worst case %d victims more than the minimum (%s)",
+		"no victim of higher priority than necessary on %d of %d, worst case %d victims more than the minimum (%s), "+
+		"%d more than the minimum of the lowest necessary priority",
 		q.nodes, q.needed, q.helpless, q.fewest, helped, 100*float64(q.fewest)/float64(max(helped, 1)), q.conflicts,
 		q.fewestLow, helped, 100*float64(q.fewestLow)/float64(max(helped, 1)),
-		q.prioOK, helped, q.worstExtra, q.worst)
+		q.prioOK, helped, q.worstExtra, q.worst, q.worstLow)
 }
 
 // The priorities of the random pods, and the preemptor's.
@@ -232,6 +234,7 @@ func (q *victimQuality) add(tb testing.TB, e *env, pods []*corev1.Pod, preemptor
 	if top <= m.lowestTop {
 		q.prioOK++
 	}
+	q.worstLow = max(q.worstLow, len(got)-m.fewestLow)
 	if extra := len(got) - m.fewest; extra > q.worstExtra {
 		q.worstExtra, q.worst = extra, fmt.Sprintf("%d victims of priority at most %d where %d suffice with one of priority %d",
 			len(got), top, m.fewest, m.fewestTop)
@@ -274,6 +277,7 @@ func BenchmarkPreemptionVictimQuality(b *testing.B) {
 		b.ReportMetric(100*float64(q.fewestLow)/helped, "%fewest-at-lowest-priority")
 		b.ReportMetric(100*float64(q.prioOK)/helped, "%priority-ok")
 		b.ReportMetric(float64(q.worstExtra), "worst-extra-victims")
+		b.ReportMetric(float64(q.worstLow), "worst-extra-victims-at-lowest-priority")
 		b.Log(q)
 	}
 }
