@@ -317,6 +317,25 @@ func TestPreemptionAroundNominatedPod(t *testing.T) {
 	assert.Equal(t, []string{"old-3g"}, got)
 }
 
+// A preemptor of two devices gets a pinned placement for each, the second
+// chosen given the first: slot 6 is free, and one young 1g.5gb makes room
+// for the other device.
+func TestPreemptionTwoDevices(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pods := e.bindRealized(t, []slot{
+		{name: "old-3g", start: 0, prio: 10, age: 60, profile: "3g.20gb", size: 4},
+		{name: "a", start: 4, prio: 10, age: 5}, {name: "b", start: 5, prio: 10, age: 5},
+	})
+	fh, dp, ni := e.preemption(t, pods, nil)
+	preemptor := migPodN("two", 2, "4000")
+	prio := int32(100)
+	preemptor.Spec.Priority = &prio
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, preemptor), nil)
+	require.True(t, st.IsSuccess(), "%v", st)
+	require.Len(t, got, 1)
+	assert.Contains(t, []string{"a", "b"}, got[0])
+}
+
 // The pinned placement never trades a lower priority for a smaller count:
 // here one victim would do on [0,4), but it has a higher priority than the
 // three on [4,8).

@@ -121,14 +121,14 @@ func (c victimCost) compare(d victimCost) int {
 // choice is one candidate placement for one device of the preemptor.
 type choice struct {
 	a      placement.Assignment
-	mem    uint64 // the profile's memory: the smaller serves the device as well and keeps more free
-	policy int64  // the placement policy's cost
+	prof   *capability.Profile // the smaller (capability.CompareProfiles) serves the device as well and keeps more free
+	policy int64               // the placement policy's cost
 	cost   victimCost
 	adds   []int // the victims it adds, by index
 }
 
 func (c *choice) better(d *choice) bool {
-	return cmp.Or(c.cost.compare(d.cost), cmp.Compare(c.mem, d.mem), cmp.Compare(c.policy, d.policy),
+	return cmp.Or(c.cost.compare(d.cost), capability.CompareProfiles(c.prof, d.prof), cmp.Compare(c.policy, d.policy),
 		cmp.Compare(c.a.GPU, d.a.GPU), cmp.Compare(c.a.Placement.Start, d.a.Placement.Start)) < 0
 }
 
@@ -172,16 +172,18 @@ func (p *Plugin) cheapest(gpus []placement.GPUState, req *placement.Request, cr 
 		if g.Grid == nil || !g.Grid.Healthy() || !req.Allows(g.Grid) {
 			continue
 		}
-		for _, prof := range g.Grid.Profiles() {
-			if !covers(g.Grid, &prof, cr) || !g.Grid.EnginesFit(g.Engines, prof.Name) {
+		profiles := g.Grid.Profiles()
+		for pi := range profiles {
+			prof := &profiles[pi]
+			if !covers(g.Grid, prof, cr) || !g.Grid.EnginesFit(g.Engines, prof.Name) {
 				continue
 			}
 			for _, pl := range prof.Placements {
 				if !g.Used.Fits(pl) {
 					continue
 				}
-				c := choice{a: placement.Assignment{GPU: gi, GPUUUID: g.Grid.UUID(), Profile: prof.Name, Placement: pl}, mem: prof.MemoryMB,
-					policy: pol.Cost(placement.Candidate{GPU: gi, Grid: g.Grid, Used: g.Used, Profile: &prof, Placement: pl})}
+				c := choice{a: placement.Assignment{GPU: gi, GPUUUID: g.Grid.UUID(), Profile: prof.Name, Placement: pl}, prof: prof,
+					policy: pol.Cost(placement.Candidate{GPU: gi, Grid: g.Grid, Used: g.Used, Profile: prof, Placement: pl})}
 				c.cost, c.adds = evictedFor(&g, &c.a, vs, chosen, cost)
 				if !found || c.better(&best) {
 					best, found = c, true
