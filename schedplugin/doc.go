@@ -147,6 +147,17 @@
 // it is no longer nominated. A victim set is sufficient exactly when
 // Filter then places every device of the preemptor.
 //
+// The victims are chosen by DynMIG, not by upstream's reprieve order. On
+// the first Filter after a dry run removed the lower-priority pods, the
+// plugin pins, for each device of the preemptor, the free placement whose
+// victims cost least: the fewest PodDisruptionBudget violations (counted
+// by DefaultPreemption's rule on the scheduler's PodDisruptionBudget
+// informer), then the lowest highest priority, then the fewest pods, then
+// the lowest sum of priorities, then the youngest. From then on Filter
+// reports the preemptor fitting exactly while the pinned placements are
+// free, so the reprieve keeps every pod outside them. The pin is shared by
+// the clones of the node's dry run and lives only as long as its state.
+//
 // The wait for the victims lives in the scheduler. The device plugin
 // reclaims a victim's instance only after its containers stop (or its
 // deletion deadline passes), and the view holds a deleting pod's slots by

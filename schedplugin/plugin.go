@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -126,6 +127,7 @@ type Plugin struct {
 	view   *kube.SchedulerView // sh.view
 	opts   Options
 	log    *slog.Logger
+	pdbs   policylisters.PodDisruptionBudgetLister // nil without an informer factory (victims.go)
 
 	// sh is the state of every DynMIG profile of the scheduler: view,
 	// ledger, binds in flight (see "One state per scheduler" in the
@@ -179,8 +181,13 @@ func New(h fwk.Handle, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{handle: h, client: h.ClientSet(), view: sh.view, opts: opts, log: log, sh: sh,
-		waking: map[types.UID]wake{}}, nil
+	p := &Plugin{handle: h, client: h.ClientSet(), view: sh.view, opts: opts, log: log, sh: sh,
+		waking: map[types.UID]wake{}}
+	if f := h.SharedInformerFactory(); f != nil {
+		// DefaultPreemption lists the same informer's budgets.
+		p.pdbs = f.Policy().V1().PodDisruptionBudgets().Lister()
+	}
+	return p, nil
 }
 
 // Factory returns the plugin factory to register with kube-scheduler

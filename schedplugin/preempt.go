@@ -27,12 +27,15 @@ import (
 // that the ledger does not count (nominated pods).
 type overlay struct {
 	gpus    []placement.GPUState
-	removed map[string]bool                    // ledger pods removed, by UID
+	removed map[string]*corev1.Pod             // ledger pods removed, by UID
 	added   map[string][]placement.Reservation // pods added that the ledger does not count, by UID
+	others  map[string]*corev1.Pod             // other pods removed, by UID: their budgets count (victims.go)
+	pin     *pin                               // made by the first removal, shared by the clones (victims.go)
 }
 
 func (o *overlay) clone() *overlay {
-	return &overlay{gpus: slices.Clone(o.gpus), removed: maps.Clone(o.removed), added: maps.Clone(o.added)}
+	return &overlay{gpus: slices.Clone(o.gpus), removed: maps.Clone(o.removed), added: maps.Clone(o.added),
+		others: maps.Clone(o.others), pin: o.pin}
 }
 
 // apply marks rs taken (take) or free (!take) in the overlay's GPUs.
@@ -62,13 +65,10 @@ type overlays struct {
 
 // get returns node's overlay, or nil when AddPod and RemovePod have not
 // touched the node.
-func (os *overlays) get(node string) []placement.GPUState {
+func (os *overlays) get(node string) *overlay {
 	os.mu.Lock()
 	defer os.mu.Unlock()
-	if o := os.nodes[node]; o != nil {
-		return o.gpus
-	}
-	return nil
+	return os.nodes[node]
 }
 
 // cloneInto copies every overlay into dst, which is a fresh clone's.
@@ -108,10 +108,14 @@ func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pi 
 		return nil
 	}
 	if rs, ok := p.ledgerPod(uid); ok {
-		if o.removed[uid] {
+		if _, removed := o.removed[uid]; removed {
 			delete(o.removed, uid)
 			o.apply(rs, true)
 		}
+		return nil
+	}
+	if _, removed := o.others[uid]; removed {
+		delete(o.others, uid)
 		return nil
 	}
 	if _, ok := o.added[uid]; ok {
@@ -142,10 +146,18 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 		o.apply(rs, false)
 		return nil
 	}
-	if rs, ok := p.ledgerPod(uid); ok && !o.removed[uid] {
-		o.removed[uid] = true
-		o.apply(rs, false)
+	if _, removed := o.removed[uid]; removed {
+		return nil
 	}
+	if rs, ok := p.ledgerPod(uid); ok {
+		o.removed[uid] = pod
+		o.apply(rs, false)
+		if o.pin == nil {
+			o.pin = &pin{}
+		}
+		return nil
+	}
+	o.others[uid] = pod
 	return nil
 }
 
@@ -166,7 +178,8 @@ func (p *Plugin) overlayFor(s *cycleState, node string) *overlay {
 	if s.ov.nodes == nil {
 		s.ov.nodes = map[string]*overlay{}
 	}
-	o := &overlay{gpus: gpus, removed: map[string]bool{}, added: map[string][]placement.Reservation{}}
+	o := &overlay{gpus: gpus, removed: map[string]*corev1.Pod{}, added: map[string][]placement.Reservation{},
+		others: map[string]*corev1.Pod{}}
 	s.ov.nodes[node] = o
 	return o
 }
@@ -180,18 +193,30 @@ func (p *Plugin) ledgerPod(uid string) ([]placement.Reservation, bool) {
 // intended returns the placements the plugin would choose for pod, a MIG
 // pod the ledger does not count, on o with the slots of the node's
 // terminating pods free: the preemptor's victims end after it was
-// nominated, and the slots they free are its. Nil when pod asks for no
-// MIG device or does not fit even so.
+// nominated, and the slots they free are its. Pods a preemption dry run
+// removed count as they are on the node: the placement a nominated pod was
+// promised does not move with another preemptor's what-if, so it stays put
+// through a dry run's reprieve and the placement pinned for that preemptor
+// (victims.go) is chosen around it. Nil when pod asks for no MIG device or
+// does not fit even so.
 func (p *Plugin) intended(o *overlay, pod *corev1.Pod, ni fwk.NodeInfo) []placement.Reservation {
 	req, err := kube.ParseRequestFor(pod, p.opts.Resource)
 	if err != nil || req.DeviceCount() == 0 {
 		return nil
 	}
 	scratch := &overlay{gpus: slices.Clone(o.gpus)}
+	for uid, removed := range o.removed {
+		if rs, ok := p.ledgerPod(uid); ok && removed.DeletionTimestamp == nil {
+			scratch.apply(rs, true)
+		}
+	}
 	for _, other := range ni.GetPods() {
 		op := other.GetPod()
-		if op == nil || op.DeletionTimestamp == nil || o.removed[string(op.UID)] {
+		if op == nil || op.DeletionTimestamp == nil {
 			continue
+		}
+		if _, removed := o.removed[string(op.UID)]; removed {
+			continue // freed above
 		}
 		if rs, ok := p.ledgerPod(string(op.UID)); ok {
 			scratch.apply(rs, false)
@@ -205,23 +230,31 @@ func (p *Plugin) intended(o *overlay, pod *corev1.Pod, ni fwk.NodeInfo) []placem
 	return placement.Reservations(string(pod.UID), as)
 }
 
-// evaluateOverlay is Ledger.Evaluate on a cycle-local occupancy.
-func (p *Plugin) evaluateOverlay(gpus []placement.GPUState, req *placement.Request) (int64, error) {
+// evaluateOverlay is Ledger.Evaluate on a cycle-local occupancy. During
+// a preemption dry run with a pinned placement (victims.go) the pod fits
+// exactly when the pinned placements are free.
+func (p *Plugin) evaluateOverlay(o *overlay, req *placement.Request) (int64, error) {
+	if as := p.pinned(o, req); as != nil {
+		if !pinFree(o.gpus, as) {
+			return 0, errPinTaken
+		}
+		return placement.NodeScore(o.gpus, as, p.opts.Ledger.Score), nil
+	}
 	sel := placement.NewSelector(placement.SelectorOptions{Policy: p.opts.Ledger.Policy, MaxSteps: p.opts.Ledger.MaxSteps})
 	var buf [8]placement.Assignment
-	as, err := sel.Select(gpus, req, buf[:0])
+	as, err := sel.Select(o.gpus, req, buf[:0])
 	if err != nil {
 		return 0, err
 	}
-	return placement.NodeScore(gpus, as, p.opts.Ledger.Score), nil
+	return placement.NodeScore(o.gpus, as, p.opts.Ledger.Score), nil
 }
 
 // evaluate is Filter's placement decision for s's request on node: on the
 // cycle-local occupancy when AddPod or RemovePod changed the node, on the
 // ledger otherwise.
 func (p *Plugin) evaluate(s *cycleState, node string) (int64, error) {
-	if gpus := s.ov.get(node); gpus != nil {
-		return p.evaluateOverlay(gpus, &s.req)
+	if o := s.ov.get(node); o != nil {
+		return p.evaluateOverlay(o, &s.req)
 	}
 	return p.view.Ledger().Evaluate(node, &s.req)
 }

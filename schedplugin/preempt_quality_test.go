@@ -29,21 +29,25 @@ type victimQuality struct {
 	nodes      int // nodes generated
 	needed     int // nodes where the preemptor did not fit without preemption
 	helpless   int // of those, nodes where no victim set helps (both agree)
+	conflicts  int // nodes where the fewest victims need a higher priority than necessary
 	fewest     int // nodes where the chosen victims are as few as the minimum
 	fewestLow  int // nodes where they are as few as the minimum among sets of the lowest necessary priority
 	prioOK     int // nodes where no victim has a higher priority than necessary
 	worstExtra int // most victims chosen beyond the minimum on one node
+	worstLow   int // most victims chosen beyond the minimum among the sets of the lowest necessary priority
 	worst      string
 }
 
 func (q victimQuality) String() string {
 	helped := q.needed - q.helpless
-	return fmt.Sprintf("%d nodes, %d needing preemption (%d where no victim set helps): fewest victims on %d of %d (%.2f%%), "+
+	return fmt.Sprintf("%d nodes, %d needing preemption (%d where no victim set helps): fewest victims on %d of %d (%.2f%%; "+
+		"on %d the fewest need a victim of higher priority than necessary), "+
 		"fewest among the sets of the lowest necessary priority on %d of %d (%.2f%%), "+
-		"no victim of higher priority than necessary on %d of %d, worst case %d victims more than the minimum (%s)",
-		q.nodes, q.needed, q.helpless, q.fewest, helped, 100*float64(q.fewest)/float64(max(helped, 1)),
+		"no victim of higher priority than necessary on %d of %d, worst case %d victims more than the minimum (%s), "+
+		"%d more than the minimum of the lowest necessary priority",
+		q.nodes, q.needed, q.helpless, q.fewest, helped, 100*float64(q.fewest)/float64(max(helped, 1)), q.conflicts,
 		q.fewestLow, helped, 100*float64(q.fewestLow)/float64(max(helped, 1)),
-		q.prioOK, helped, q.worstExtra, q.worst)
+		q.prioOK, helped, q.worstExtra, q.worst, q.worstLow)
 }
 
 // The priorities of the random pods, and the preemptor's.
@@ -101,15 +105,27 @@ func randomNode(rng *rand.Rand, gpus []placement.GPUState, trial int) []*corev1.
 	return pods
 }
 
+// minimum is the exhaustive answer on one node.
+type minimum struct {
+	ok        bool  // some victim set frees a placement
+	fewest    int   // the fewest victims of any sufficient set
+	fewestTop int32 // the lowest highest priority among the sets of that size
+	lowestTop int32 // the lowest highest priority of any sufficient set: the lowest necessary priority
+	fewestLow int   // the fewest victims among the sets of that highest priority
+}
+
+// conflict reports whether the fewest victims need a victim of higher
+// priority than necessary: no rule gets both on such a node.
+func (m minimum) conflict() bool { return m.fewest < m.fewestLow }
+
 // minimumVictims is the exhaustive answer for a one-device preemptor
 // demanding memMB: every sufficient victim set holds every pod overlapping
 // some legal placement of a profile covering the demand, all of lower
 // priority than the preemptor, so the fewest victims are the fewest such
 // pods over all placements, the lowest necessary priority the lowest
 // highest priority among them, and fewestLow the fewest pods over the
-// placements of that highest priority. ok is false when no placement can
-// be freed.
-func minimumVictims(gpus []placement.GPUState, pods []*corev1.Pod, memMB uint64) (fewest int, lowestTop int32, fewestLow int, ok bool) {
+// placements of that highest priority.
+func minimumVictims(gpus []placement.GPUState, pods []*corev1.Pod, memMB uint64) minimum {
 	type held struct {
 		pl   capability.Placement
 		prio int32
@@ -119,7 +135,7 @@ func minimumVictims(gpus []placement.GPUState, pods []*corev1.Pod, memMB uint64)
 		a, _ := reservation.DecodeString(p.Annotations[reservation.AnnotationKey])
 		byGPU[a[0].GPUUUID] = append(byGPU[a[0].GPUUUID], held{a[0].Placement, *p.Spec.Priority})
 	}
-	fewest, lowestTop, fewestLow = 1<<30, 1<<30, 1<<30
+	m := minimum{fewest: 1 << 30, fewestTop: 1 << 30, lowestTop: 1 << 30, fewestLow: 1 << 30}
 	for _, g := range gpus {
 		for _, prof := range plainProfiles(g.Grid) {
 			if prof.MemoryMB < memMB {
@@ -137,18 +153,23 @@ func minimumVictims(gpus []placement.GPUState, pods []*corev1.Pod, memMB uint64)
 				if blocked {
 					continue
 				}
-				ok = true
-				fewest = min(fewest, n)
+				m.ok = true
 				switch {
-				case top < lowestTop:
-					lowestTop, fewestLow = top, n
-				case top == lowestTop:
-					fewestLow = min(fewestLow, n)
+				case n < m.fewest:
+					m.fewest, m.fewestTop = n, top
+				case n == m.fewest:
+					m.fewestTop = min(m.fewestTop, top)
+				}
+				switch {
+				case top < m.lowestTop:
+					m.lowestTop, m.fewestLow = top, n
+				case top == m.lowestTop:
+					m.fewestLow = min(m.fewestLow, n)
 				}
 			}
 		}
 	}
-	return fewest, lowestTop, fewestLow, ok
+	return m
 }
 
 // runVictimQuality generates n random fragmented nodes of eight A100s and
@@ -187,9 +208,9 @@ func (q *victimQuality) add(tb testing.TB, e *env, pods []*corev1.Pod, preemptor
 	fh, dp, ni, stop := e.preemptionFramework(tb, pods, nil)
 	defer stop()
 	got, st := victimsOn(tb, e.ctx, fh, dp, ni, preemptor, nil)
-	fewest, lowestTop, fewestLow, ok := minimumVictims(gpus, pods, mem)
-	if !ok || !st.IsSuccess() {
-		require.Equal(tb, ok, st.IsSuccess(), "exhaustive search and DynMIG disagree on whether preemption can help: %v", st)
+	m := minimumVictims(gpus, pods, mem)
+	if !m.ok || !st.IsSuccess() {
+		require.Equal(tb, m.ok, st.IsSuccess(), "exhaustive search and DynMIG disagree on whether preemption can help: %v", st)
 		q.helpless++
 		return
 	}
@@ -201,17 +222,22 @@ func (q *victimQuality) add(tb testing.TB, e *env, pods []*corev1.Pod, preemptor
 	for _, name := range got {
 		top = max(top, prio[name])
 	}
-	if len(got) == fewest {
+	if m.conflict() {
+		q.conflicts++
+	}
+	if len(got) == m.fewest {
 		q.fewest++
 	}
-	if len(got) == fewestLow {
+	if len(got) == m.fewestLow {
 		q.fewestLow++
 	}
-	if top <= lowestTop {
+	if top <= m.lowestTop {
 		q.prioOK++
 	}
-	if extra := len(got) - fewest; extra > q.worstExtra {
-		q.worstExtra, q.worst = extra, fmt.Sprintf("%d victims where %d suffice", len(got), fewest)
+	q.worstLow = max(q.worstLow, len(got)-m.fewestLow)
+	if extra := len(got) - m.fewest; extra > q.worstExtra {
+		q.worstExtra, q.worst = extra, fmt.Sprintf("%d victims of priority at most %d where %d suffice with one of priority %d",
+			len(got), top, m.fewest, m.fewestTop)
 	}
 }
 
@@ -223,15 +249,20 @@ func mustRequest(tb testing.TB, pod *corev1.Pod) *placement.Request {
 }
 
 // On random fragmented nodes the victims chosen never include a pod of
-// higher priority than some sufficient set needs, and are the fewest on
-// most nodes (BenchmarkPreemptionVictimQuality measures how many).
+// higher priority than some sufficient set needs, and are the fewest
+// among the sets of that priority on every node; so they are the fewest
+// of all on every node except those where the fewest would need a victim
+// of higher priority than necessary, where no rule gets both
+// (BenchmarkPreemptionVictimQuality measures 10,000 nodes). Upstream's
+// reprieve order alone gives the fewest on about 93% of the nodes.
 func TestPreemptionVictimQuality(t *testing.T) {
 	q := runVictimQuality(t, 200, 1)
 	t.Log(q)
 	helped := q.needed - q.helpless
 	require.Positive(t, helped)
 	assert.Equal(t, helped, q.prioOK, "a victim of higher priority than necessary")
-	assert.GreaterOrEqual(t, q.fewest*10, helped*9, "fewest victims on under 90%% of the nodes")
+	assert.Equal(t, helped, q.fewestLow, "more victims than the fewest of the lowest necessary priority")
+	assert.Equal(t, helped-q.conflicts, q.fewest, "more victims than the fewest where the fewest need no higher priority")
 }
 
 // BenchmarkPreemptionVictimQuality measures victim quality on 10,000
@@ -242,9 +273,11 @@ func BenchmarkPreemptionVictimQuality(b *testing.B) {
 		helped := float64(q.needed - q.helpless)
 		b.ReportMetric(float64(q.needed), "preempting-nodes")
 		b.ReportMetric(100*float64(q.fewest)/helped, "%fewest")
+		b.ReportMetric(100*(helped-float64(q.conflicts))/helped, "%fewest-without-higher-priority")
 		b.ReportMetric(100*float64(q.fewestLow)/helped, "%fewest-at-lowest-priority")
 		b.ReportMetric(100*float64(q.prioOK)/helped, "%priority-ok")
 		b.ReportMetric(float64(q.worstExtra), "worst-extra-victims")
+		b.ReportMetric(float64(q.worstLow), "worst-extra-victims-at-lowest-priority")
 		b.Log(q)
 	}
 }

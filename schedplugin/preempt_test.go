@@ -31,14 +31,17 @@ import (
 	"github.com/dynmig/dynmig/schedplugin"
 )
 
-// slot is a realized 1g.5gb pod bound to n1 at one slot of its A100-40GB
-// (1g.5gb placements are slots 0..6; 3g.20gb ones [0,4) and [4,8)).
+// slot is a realized pod bound to n1 at one placement of its A100-40GB: a
+// 1g.5gb at one slot unless profile names another (1g.5gb placements are
+// slots 0..6; 3g.20gb ones [0,4) and [4,8)).
 type slot struct {
-	name  string
-	start uint32
-	prio  int32
-	age   int // minutes since it started: older pods are reprieved first
-	label string
+	name    string
+	start   uint32
+	prio    int32
+	age     int // minutes since it started: older pods are reprieved first
+	label   string
+	profile string // "" is 1g.5gb
+	size    uint32 // the placement's size with profile; "" profile: 1
 }
 
 // bindRealized creates the pods of slots on n1, realized, and waits until
@@ -49,6 +52,10 @@ func (e *env) bindRealized(t *testing.T, slots []slot) []*corev1.Pod {
 	require.True(t, ok)
 	var pods []*corev1.Pod
 	for i, s := range slots {
+		profile, size := "1g.5gb", uint32(1)
+		if s.profile != "" {
+			profile, size = s.profile, s.size
+		}
 		p := migPod(s.name, "4000")
 		p.Spec.NodeName = "n1"
 		p.Spec.Priority = &s.prio
@@ -59,9 +66,15 @@ func (e *env) bindRealized(t *testing.T, slots []slot) []*corev1.Pod {
 		p.Status.StartTime = &started
 		p.Status.Phase = corev1.PodRunning
 		p.Annotations[reservation.AnnotationKey] = reservation.EncodeString([]reservation.Allocation{
-			reservation.Allocation{GPUUUID: gpus[0].Grid.UUID(), Profile: "1g.5gb", Placement: capability.Placement{Start: s.start, Size: 1}}.WithRuntime(
+			reservation.Allocation{GPUUUID: gpus[0].Grid.UUID(), Profile: profile, Placement: capability.Placement{Start: s.start, Size: size}}.WithRuntime(
 				reservation.RuntimeIdentity{MIGUUID: "MIG-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", GPUInstanceID: uint32(9 + i)})})
-		pods = append(pods, e.create(t, p))
+		// The API server drops a created pod's status: the kubelet
+		// writes it, start time included, which the reprieve orders by.
+		created := e.create(t, p)
+		created.Status = p.Status
+		created, err := e.client.CoreV1().Pods(created.Namespace).UpdateStatus(e.ctx, created, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		pods = append(pods, created)
 	}
 	e.waitFor(t, func() bool {
 		for _, p := range pods {
@@ -175,34 +188,167 @@ func TestPreemptionFreesALegalPlacement(t *testing.T) {
 
 // On a fragmented GPU with free slots a count of free slots is not enough:
 // the 3g.20gb needs [0,4) or [4,8) whole. With pods on slots 0, 2, 4 and 6
-// (1, 3 and 5 free) two victims are needed, on one half; the older pod on 0
-// is kept.
+// (1, 3 and 5 free) two victims are needed, on one half: the half whose
+// oldest pod is younger, so the oldest pod is kept, as upstream's reprieve
+// keeps it, whichever half the placement policy would prefer.
 func TestPreemptionFragmented(t *testing.T) {
-	e := newEnv(t, schedplugin.Options{})
-	pods := e.bindRealized(t, []slot{
-		{name: "a", start: 0, prio: 10, age: 30}, {name: "b", start: 2, prio: 10, age: 1},
-		{name: "c", start: 4, prio: 10, age: 2}, {name: "d", start: 6, prio: 10, age: 3},
-	})
-	fh, dp, ni := e.preemption(t, pods, nil)
-	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), nil)
-	require.True(t, st.IsSuccess(), "%v", st)
-	assert.Equal(t, []string{"c", "d"}, got)
+	for _, tc := range []struct {
+		name string
+		ages [4]int // of the pods on 0, 2, 4 and 6
+		want []string
+	}{
+		{"oldest on [0,4)", [4]int{30, 1, 2, 3}, []string{"c", "d"}},
+		{"oldest on [4,8)", [4]int{2, 3, 30, 1}, []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, schedplugin.Options{})
+			pods := e.bindRealized(t, []slot{
+				{name: "a", start: 0, prio: 10, age: tc.ages[0]}, {name: "b", start: 2, prio: 10, age: tc.ages[1]},
+				{name: "c", start: 4, prio: 10, age: tc.ages[2]}, {name: "d", start: 6, prio: 10, age: tc.ages[3]},
+			})
+			fh, dp, ni := e.preemption(t, pods, nil)
+			got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), nil)
+			require.True(t, st.IsSuccess(), "%v", st)
+			assert.Equal(t, tc.want, got)
+		})
+	}
 }
 
-// A PodDisruptionBudget that protects a pod on [4,8) makes upstream's
-// reprieve keep it first: the victims are then the four on [0,4).
+// protect creates a PodDisruptionBudget allowing allowed disruptions of
+// the pods labelled app=label, and waits until the scheduler's informer
+// lists it: DynMIG and DefaultPreemption read the same lister.
+func (e *env) protect(t *testing.T, label string, allowed int32) *policy.PodDisruptionBudget {
+	t.Helper()
+	pdb := &policy.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: label},
+		Spec:   policy.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": label}}},
+		Status: policy.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
+	pdb, err := e.client.PolicyV1().PodDisruptionBudgets("default").Create(e.ctx, pdb, metav1.CreateOptions{})
+	require.NoError(t, err)
+	lister := e.factory.Policy().V1().PodDisruptionBudgets().Lister()
+	e.waitFor(t, func() bool {
+		_, err := lister.PodDisruptionBudgets("default").Get(label)
+		return err == nil
+	})
+	return pdb
+}
+
+// A PodDisruptionBudget that protects a pod on [4,8) makes that half the
+// dearer one, however few its victims: the victims are then the four on
+// [0,4), as upstream's reprieve (which puts protected pods back first)
+// would also choose.
 func TestPreemptionHonoursPDB(t *testing.T) {
 	e := newEnv(t, schedplugin.Options{})
 	s := fullGPU()
 	s[5].label = "keep"
 	pods := e.bindRealized(t, s)
+	pdb := e.protect(t, "keep", 0)
 	fh, dp, ni := e.preemption(t, pods, nil)
-	pdb := &policy.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "keep"},
-		Spec:   policy.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "keep"}}},
-		Status: policy.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}
 	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), []*policy.PodDisruptionBudget{pdb})
 	require.True(t, st.IsSuccess(), "%v", st)
 	assert.Equal(t, []string{"low-0", "low-1", "low-2", "low-3"}, got)
+}
+
+// A budget's allowed disruptions are spent by the more important pods
+// first, MIG or not, as upstream counts them: the pod without MIG devices
+// (priority 50) spends the one disruption allowed, so evicting low-5 would
+// violate the budget and the victims are the four on [0,4).
+func TestPreemptionPDBCountsOtherPods(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	s := fullGPU()
+	s[5].label = "keep"
+	pods := e.bindRealized(t, s)
+	prio, started := int32(50), metav1.NewTime(time.Unix(0, 0))
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain", UID: "uid-plain", Labels: map[string]string{"app": "keep"}},
+		Spec:   corev1.PodSpec{NodeName: "n1", Priority: &prio, Containers: []corev1.Container{{Name: "c"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &started}}
+	pdb := e.protect(t, "keep", 1)
+	fh, dp, ni := e.preemption(t, append(pods, plain), nil)
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), []*policy.PodDisruptionBudget{pdb})
+	require.True(t, st.IsSuccess(), "%v", st)
+	assert.Equal(t, []string{"low-0", "low-1", "low-2", "low-3"}, got)
+}
+
+// Where every placement's victims include a protected pod, the budget is
+// respected on a best-effort basis, as upstream's: the cheapest placement
+// among those violating the fewest budgets is freed.
+func TestPreemptionPDBBestEffort(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	s := fullGPU()
+	s[1].label, s[5].label = "keep", "keep"
+	pods := e.bindRealized(t, s)
+	pdb := e.protect(t, "keep", 0)
+	fh, dp, ni := e.preemption(t, pods, nil)
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), []*policy.PodDisruptionBudget{pdb})
+	require.True(t, st.IsSuccess(), "%v", st)
+	assert.Equal(t, []string{"low-4", "low-5", "low-6"}, got)
+}
+
+// Upstream's reprieve order alone loses here: it puts the older 3g.20gb
+// on [0,4) back first, and then each 1g.5gb on [4,8) in turn, evicting all
+// three. DynMIG pins [0,4) once the lower-priority pods are removed, so the
+// reprieve keeps the three and evicts the one pod that suffices.
+func TestPreemptionFewestVictims(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pods := e.bindRealized(t, []slot{
+		{name: "old-3g", start: 0, prio: 10, age: 60, profile: "3g.20gb", size: 4},
+		{name: "a", start: 4, prio: 10, age: 5}, {name: "b", start: 5, prio: 10, age: 5}, {name: "c", start: 6, prio: 10, age: 5},
+	})
+	fh, dp, ni := e.preemption(t, pods, nil)
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), nil)
+	require.True(t, st.IsSuccess(), "%v", st)
+	assert.Equal(t, []string{"old-3g"}, got)
+}
+
+// A nominated pod of higher priority keeps the placement it was promised
+// through another preemptor's dry run: the 2g.10gb nominated to n1 fits
+// only [4,6) with the node as it is, so the 3g.20gb's placement is chosen
+// around it ([0,4), one victim) and the 1g.5gb on 6 is kept.
+func TestPreemptionAroundNominatedPod(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pods := e.bindRealized(t, []slot{
+		{name: "old-3g", start: 0, prio: 10, age: 60, profile: "3g.20gb", size: 4},
+		{name: "a", start: 6, prio: 10, age: 5},
+	})
+	nominated := priorityPod("nominated", "9000", 200)
+	nominated.Status.NominatedNodeName = "n1"
+	fh, dp, ni := e.preemption(t, pods, nominatedOn(t, nominated))
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), nil)
+	require.True(t, st.IsSuccess(), "%v", st)
+	assert.Equal(t, []string{"old-3g"}, got)
+}
+
+// A preemptor of two devices gets a pinned placement for each, the second
+// chosen given the first: slot 6 is free, and one young 1g.5gb makes room
+// for the other device.
+func TestPreemptionTwoDevices(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pods := e.bindRealized(t, []slot{
+		{name: "old-3g", start: 0, prio: 10, age: 60, profile: "3g.20gb", size: 4},
+		{name: "a", start: 4, prio: 10, age: 5}, {name: "b", start: 5, prio: 10, age: 5},
+	})
+	fh, dp, ni := e.preemption(t, pods, nil)
+	preemptor := migPodN("two", 2, "4000")
+	prio := int32(100)
+	preemptor.Spec.Priority = &prio
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, preemptor), nil)
+	require.True(t, st.IsSuccess(), "%v", st)
+	require.Len(t, got, 1)
+	assert.Contains(t, []string{"a", "b"}, got[0])
+}
+
+// The pinned placement never trades a lower priority for a smaller count:
+// here one victim would do on [0,4), but it has a higher priority than the
+// three on [4,8).
+func TestPreemptionLowestPriorityBeforeCount(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pods := e.bindRealized(t, []slot{
+		{name: "mid-3g", start: 0, prio: 50, age: 1, profile: "3g.20gb", size: 4},
+		{name: "a", start: 4, prio: 10, age: 5}, {name: "b", start: 5, prio: 10, age: 5}, {name: "c", start: 6, prio: 10, age: 5},
+	})
+	fh, dp, ni := e.preemption(t, pods, nil)
+	got, st := victimsOn(t, e.ctx, fh, dp, ni, e.create(t, priorityPod("big", "19000", 100)), nil)
+	require.True(t, st.IsSuccess(), "%v", st)
+	assert.Equal(t, []string{"a", "b", "c"}, got)
 }
 
 // Victims of higher priority than the preemptor are never chosen: with
