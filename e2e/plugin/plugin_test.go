@@ -52,6 +52,8 @@ type env struct {
 	plugin *cluster.Plugin
 	hw     *fakehal.Node
 	sched  string
+	// scheduler is the plugin scheduler (nil with the extender).
+	scheduler *cluster.Scheduler
 }
 
 // startEnv starts a control plane, the deployed RBAC, one node with one
@@ -132,7 +134,7 @@ func startEnvConfig(t *testing.T, withExtender bool, schedConfig string) *env {
 		}
 		return e
 	}
-	if _, err := c.StartSchedulerWith(t, cluster.SchedulerOptions{ConfigFile: schedCf, Client: schedCfg},
+	if e.scheduler, err = c.StartSchedulerWith(t, cluster.SchedulerOptions{ConfigFile: schedCf, Client: schedCfg},
 		cluster.WithDynMIG(schedplugin.Options{Logger: logger("schedplugin")}, nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +205,13 @@ func (e *env) wholeGPU(name string) *corev1.Pod {
 
 // migPod is a MIG pod whose one container has the given limits.
 func (e *env) migPod(name string, limits corev1.ResourceList) *corev1.Pod {
-	pod, err := e.admin.CoreV1().Pods(testNamespace).Create(e.ctx, &corev1.Pod{
+	return e.migPodWith(name, limits, nil)
+}
+
+// migPodWith is migPod with the pod changed by edit (when not nil)
+// before it is created.
+func (e *env) migPodWith(name string, limits corev1.ResourceList, edit func(*corev1.Pod)) *corev1.Pod {
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name,
 			Annotations: map[string]string{kube.VGPUModeAnnotation: kube.VGPUModeMIG}},
 		Spec: corev1.PodSpec{
@@ -211,7 +219,11 @@ func (e *env) migPod(name string, limits corev1.ResourceList) *corev1.Pod {
 			Containers:                    []corev1.Container{{Name: "cuda", Image: "cuda:latest", Resources: corev1.ResourceRequirements{Limits: limits}}},
 			TerminationGracePeriodSeconds: new(int64(600)),
 		},
-	}, metav1.CreateOptions{})
+	}
+	if edit != nil {
+		edit(pod)
+	}
+	pod, err := e.admin.CoreV1().Pods(testNamespace).Create(e.ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create %s: %v", name, err)
 	}
@@ -301,7 +313,15 @@ func (e *env) remove(name string) time.Time {
 	if err := e.admin.CoreV1().Pods(testNamespace).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.node.Terminate(e.ctx, testNamespace, name, 0, false); err != nil {
+	return e.end(pod)
+}
+
+// end finishes the deletion of a deleting pod as the kubelet does: its
+// containers terminated, then the final removal. It returns when the
+// containers were recorded terminated.
+func (e *env) end(pod *corev1.Pod) time.Time {
+	e.t.Helper()
+	if err := e.node.Terminate(e.ctx, testNamespace, pod.Name, 0, false); err != nil {
 		e.t.Fatal(err)
 	}
 	released := time.Now()

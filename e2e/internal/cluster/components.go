@@ -28,6 +28,8 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	kubeschedulertesting "k8s.io/kubernetes/cmd/kube-scheduler/app/testing"
+	"k8s.io/kubernetes/pkg/scheduler"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynmig/dynmig/deviceplugin"
@@ -186,6 +188,23 @@ type SchedulerOptions struct {
 type Scheduler struct {
 	stopOnce sync.Once
 	stop     func()
+	sched    *scheduler.Scheduler // nil for StartScheduler's test server
+}
+
+// Plugins returns the plugins the running scheduler's profile
+// schedulerName enables at each extension point, its configuration
+// merged with kube-scheduler's defaults, as the scheduler built it. It
+// reports false for an unknown profile and for a scheduler started by
+// StartScheduler, whose test server does not expose them.
+func (s *Scheduler) Plugins(schedulerName string) (*schedconfig.Plugins, bool) {
+	if s.sched == nil {
+		return nil, false
+	}
+	fw, ok := s.sched.Profiles[schedulerName]
+	if !ok {
+		return nil, false
+	}
+	return fw.ListPlugins(), true
 }
 
 // StartScheduler starts a kube-scheduler with the given configuration and
@@ -238,7 +257,7 @@ func (c *Cluster) StartSchedulerWith(t *testing.T, opts SchedulerOptions, plugin
 			t.Errorf("kube-scheduler: %v", err)
 		}
 	}()
-	s := &Scheduler{stop: func() {
+	s := &Scheduler{sched: sched, stop: func() {
 		cancel()
 		<-done
 		configz.Delete("componentconfig")
