@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"
@@ -51,4 +53,57 @@ func TestAllocateRetriesAfterAFailedCheckpointWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, exists)
 	assert.Len(t, got.Devices, 1, "the retry records the hand-out")
+}
+
+// A reservation on the slots of a young pod that was removed moments after
+// it was released (a preemption victim: the kubelet's final delete follows
+// at once) is realized: the plugin's listing keeps the removed pod,
+// released, so Allocate's reconcile reclaims its instance instead of
+// keeping it for AbsentPodGrace and refusing the kubelet's admission.
+func TestAllocateAfterAYoungVictimWasRemoved(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	a := reservation.Allocation{GPUUUID: gpuOf(t, hw, 0).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
+	srv := kubetest.New(kubetest.Options{}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("victim", a))
+	clk := clocktesting.NewFakeClock(time.Now())
+	r := start(t, srv.Clientset, hw, func(c *deviceplugin.Config) {
+		c.Clock = clk
+		c.ReconcileInterval = time.Hour // no periodic pass during the test
+	})
+	ctx := context.Background()
+	_, err := allocate(ctx, r.client, "id")
+	require.NoError(t, err)
+	require.Len(t, hw.Snapshot(), 1)
+
+	// Its grace period runs out: released, and no event says so.
+	passes := quietPasses(t, r.p)
+	require.NoError(t, srv.Clientset.CoreV1().Pods("default").Delete(ctx, "victim", metav1.DeleteOptions{}))
+	// The deletion triggers a pass, which keeps the running victim's
+	// instance: once it ran, the plugin's cache holds the deletion.
+	require.Eventually(t, func() bool { return r.p.Reconciles() > passes }, eventually, time.Millisecond)
+	require.Len(t, hw.Snapshot(), 1)
+	clk.Step(time.Duration(kubetest.DefaultGracePeriodSeconds+1) * time.Second)
+	require.NoError(t, kubetest.FinishDeletion(ctx, srv.Clientset, "default", "victim", "uid-victim"))
+	require.Eventually(t, func() bool { return r.p.Reconciles() > passes+1 }, eventually, time.Millisecond)
+	_, err = srv.Clientset.CoreV1().Pods("default").Create(ctx, boundPod("preemptor", a), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	resp, err := allocate(ctx, r.client, "id")
+	require.NoError(t, err)
+	got := hw.Snapshot()
+	require.Len(t, got, 1)
+	assert.Equal(t, got[0].ComputeInstances[0].MIGUUID, resp.ContainerResponses[0].Envs[deviceplugin.VisibleDevicesEnv])
+}
+
+// quietPasses waits until no maintenance pass has run for a while (the
+// passes earlier events triggered are done) and returns how many ran.
+func quietPasses(t *testing.T, p *deviceplugin.Plugin) uint64 {
+	t.Helper()
+	last := ^uint64(0) // two equal readings a tick apart are needed
+	require.Eventually(t, func() bool {
+		now := p.Reconciles()
+		quiet := now == last
+		last = now
+		return quiet
+	}, eventually, 100*time.Millisecond)
+	return last
 }
