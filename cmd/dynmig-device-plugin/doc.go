@@ -27,7 +27,10 @@
 // instance, generated with NVIDIA's container toolkit library with
 // -backend=nvml (device nodes, the driver's libraries, the toolkit's
 // hooks: package nvmlhal/nvcdigen), numbered device nodes with
-// -backend=fake),
+// -backend=fake), -driver-root (default /: where NVIDIA's library finds
+// the driver's files; /run/nvidia/driver for the GPU Operator's
+// containerised driver, mounted at that path; a path that is no directory
+// is refused at start),
 // -allow-mig-manager, -enable-mig, -device-config,
 // -device-config-poll, -metrics-addr, -kubeconfig, -disable-healthchecks
 // and -enable-healthchecks (default $DP_DISABLE_HEALTHCHECKS and

@@ -74,6 +74,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	podResources := fs.String("pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, `kubelet PodResources API socket for the after-the-fact assignment check ("" skips it)`)
 	strategy := fs.String("device-list-strategy", string(deviceplugin.DeviceListEnvVar), "how Allocate hands a container its MIG devices, as NVIDIA's device plugin names it: "+strategyNames())
 	cdiDir := fs.String("cdi-dir", deviceplugin.DefaultCDIDir, "directory the container runtime reads CDI specs from; with a cdi-* -device-list-strategy the plugin keeps one spec per MIG instance there")
+	driverRoot := backend.DriverRootFlag(fs)
 	allowMM := fs.Bool("allow-mig-manager", false, "mutate GPUs even while NVIDIA MIG Manager may own the node (dangerous)")
 	enableMIG := backend.EnableMIGFlag(fs)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", DefaultMetricsAddr, `address of /metrics (dynmig_gpu_healthy, dynmig_deviceplugin_allocation_mismatches_total), /healthz and /readyz; "" serves none`)
@@ -93,6 +94,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 		return errors.Join(err, strategyErr,
 			cli.Required("node", *node, "this node's name (or set $NODE_NAME, as the DaemonSet does from spec.nodeName)"),
 			backend.CheckFlags(o.backendName, o.fakeGPUs),
+			backend.CheckDriverRoot(*driverRoot),
 			cli.Required("resource", *resource, "the extended resource the plugin advertises, such as nvidia.com/gpu"),
 			cli.Required("socket-dir", *socketDir, "the kubelet's device-plugin directory"),
 			cli.NotNegative("device-config-poll", o.configPoll))
@@ -105,7 +107,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	gen, err := cdiGenerator(o.backendName, log)
+	gen, err := cdiGenerator(o.backendName, *driverRoot, log)
 	if err != nil {
 		log.Error("CDI generator", "err", err)
 		return cli.ExitFailure
@@ -124,13 +126,14 @@ func command(args []string, stdout, stderr io.Writer) int {
 
 // cdiGenerator describes the backend's MIG instances in CDI specs: with
 // NVIDIA's container toolkit library for real GPUs (device nodes, the
-// driver's libraries, the toolkit's hooks), numbered nodes for fakehal.
-func cdiGenerator(backendName string, log *slog.Logger) (deviceplugin.CDIGenerator, error) {
+// driver's libraries, the toolkit's hooks, all found under driverRoot),
+// numbered nodes for fakehal.
+func cdiGenerator(backendName, driverRoot string, log *slog.Logger) (deviceplugin.CDIGenerator, error) {
 	switch backendName {
 	case "fake":
 		return deviceplugin.NewFakeCDI(), nil
 	case "nvml":
-		return backend.NVCDI(backend.CDIOptions{Logger: log})
+		return backend.NVCDI(backend.CDIOptions{DriverRoot: driverRoot, Logger: log})
 	}
 	return deviceplugin.NewProcCDI(""), nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -16,6 +17,10 @@ func TestUsageErrors(t *testing.T) {
 	t.Setenv("DP_DISABLE_HEALTHCHECKS", "")
 	t.Setenv("DP_ENABLE_HEALTHCHECKS", "")
 	ok := []string{"-node=n1", "-backend=fake"}
+	file := filepath.Join(t.TempDir(), "driver")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	clitest.CheckUsage(t, command, []clitest.UsageCase{
 		{Name: "no backend", Args: []string{"-node=n1"}, Flags: []string{"backend"}},
 		{Name: "unknown backend", Args: []string{"-node=n1", "-backend=cuda"}, Flags: []string{"backend"}},
@@ -27,6 +32,9 @@ func TestUsageErrors(t *testing.T) {
 		{Name: "bad health check", Args: append(ok, "-disable-healthchecks=13,x"), Flags: []string{"disable-healthchecks"}},
 		{Name: "bad enabled health check", Args: append(ok, "-enable-healthchecks=y"), Flags: []string{"enable-healthchecks"}},
 		{Name: "empty resource", Args: append(ok, "-resource="), Flags: []string{"resource"}},
+		{Name: "no driver root", Args: append(ok, "-driver-root="+filepath.Join(t.TempDir(), "absent")), Flags: []string{"driver-root"}},
+		{Name: "driver root is a file", Args: append(ok, "-driver-root="+file), Flags: []string{"driver-root"}},
+		{Name: "empty driver root", Args: append(ok, "-driver-root="), Flags: []string{"driver-root"}},
 		{Name: "several at once", Args: []string{"-backend=cuda", "-device-config-poll=-2m"}, Flags: []string{"backend", "node", "device-config-poll"}},
 		{Name: "unknown flag", Args: append(ok, "-gpus=2"), Flags: []string{"gpus"}},
 		{Name: "bad log format", Args: append(ok, "-log-format=xml"), Flags: []string{"log-format"}},

@@ -17,7 +17,10 @@
 // shows claims for a profile and for a memory size.
 //
 // Flags: -node (default $NODE_NAME), -kubeconfig, -backend (required: fake
-// or, with cgo, nvml), -fake-gpus, -cdi-dir (default /var/run/cdi), -plugin-data-dir
+// or, with cgo, nvml), -fake-gpus, -cdi-dir (default /var/run/cdi),
+// -driver-root (default /: where NVIDIA's library finds the driver's
+// files for the claims' specs; /run/nvidia/driver for the GPU Operator's
+// containerised driver; a path that is no directory is refused at start), -plugin-data-dir
 // (default /var/lib/kubelet/plugins/mig.dynmig.io: the DRA socket and the
 // checkpoint of prepared claims), -registrar-dir (default
 // /var/lib/kubelet/plugins_registry), -device-config (a scheduler device

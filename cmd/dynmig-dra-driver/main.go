@@ -73,6 +73,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 	healthChecks := backend.HealthCheckFlags(fs)
 	enableMIG := backend.EnableMIGFlag(fs)
 	deviceNodes := fs.String("device-nodes", "auto", `what the claims' CDI specs inject: "auto" (-backend=nvml: device nodes, driver libraries and hooks from NVIDIA's container toolkit library; -backend=fake: numbered fake nodes), "on" (device nodes only, from the NVIDIA driver's /proc files) or "off" (none)`)
+	driverRoot := backend.DriverRootFlag(fs)
 	common := cli.Register(fs)
 	var checks realize.HealthChecks
 	log, code, done := common.Start(fs, name, args, stdout, stderr, func() error {
@@ -84,6 +85,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 		return errors.Join(err,
 			cli.Required("node", *node, "this node's name (or set $NODE_NAME, as the DaemonSet does from spec.nodeName)"),
 			backend.CheckFlags(o.backendName, o.fakeGPUs),
+			backend.CheckDriverRoot(*driverRoot),
 			cli.Required("cdi-dir", *cdiDir, "the directory the container runtime reads CDI specs from"),
 			cli.Required("plugin-data-dir", *dataDir, "the driver's socket and checkpoint directory"),
 			cli.Required("registrar-dir", *registrarDir, "the kubelet's plugin registration directory"),
@@ -98,7 +100,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 		MaintainInterval: *interval, HealthChecks: checks, Logger: log,
 		Manager: realize.Options{EnableMIG: *enableMIG},
 	}
-	if err := describeDevices(&cfg, *deviceNodes, o.backendName, log); err != nil {
+	if err := describeDevices(&cfg, *deviceNodes, o.backendName, *driverRoot, log); err != nil {
 		log.Error("CDI generator", "err", err)
 		return cli.ExitFailure
 	}
@@ -193,13 +195,14 @@ func serve(ctx context.Context, log *slog.Logger, open func(context.Context) (re
 // describeDevices sets what the claims' CDI specs inject (-device-nodes):
 // with "auto", NVIDIA's container toolkit library for real GPUs and
 // numbered nodes for fakehal; with "on", device nodes read from the
-// driver's /proc files.
-func describeDevices(cfg *dradriver.Config, mode, backendName string, log *slog.Logger) error {
+// driver's /proc files. NVIDIA's library finds the driver under
+// driverRoot.
+func describeDevices(cfg *dradriver.Config, mode, backendName, driverRoot string, log *slog.Logger) error {
 	switch {
 	case mode == "on":
 		cfg.DeviceNodes = dradriver.ProcNodes{}
 	case mode == "auto" && backendName == "nvml":
-		gen, err := backend.NVCDI(backend.CDIOptions{Logger: log})
+		gen, err := backend.NVCDI(backend.CDIOptions{DriverRoot: driverRoot, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -16,6 +17,10 @@ func TestUsageErrors(t *testing.T) {
 	t.Setenv("DP_DISABLE_HEALTHCHECKS", "")
 	t.Setenv("DP_ENABLE_HEALTHCHECKS", "")
 	ok := []string{"-node=n1", "-backend=fake"}
+	file := filepath.Join(t.TempDir(), "driver")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	clitest.CheckUsage(t, command, []clitest.UsageCase{
 		{Name: "no backend", Args: []string{"-node=n1"}, Flags: []string{"backend"}},
 		{Name: "unknown backend", Args: []string{"-node=n1", "-backend=cuda"}, Flags: []string{"backend"}},
@@ -26,6 +31,9 @@ func TestUsageErrors(t *testing.T) {
 		{Name: "bad device nodes", Args: append(ok, "-device-nodes=maybe"), Flags: []string{"device-nodes"}},
 		{Name: "bad health check", Args: append(ok, "-disable-healthchecks=x"), Flags: []string{"disable-healthchecks"}},
 		{Name: "empty CDI dir", Args: append(ok, "-cdi-dir="), Flags: []string{"cdi-dir"}},
+		{Name: "no driver root", Args: append(ok, "-driver-root="+filepath.Join(t.TempDir(), "absent")), Flags: []string{"driver-root"}},
+		{Name: "driver root is a file", Args: append(ok, "-driver-root="+file), Flags: []string{"driver-root"}},
+		{Name: "empty driver root", Args: append(ok, "-driver-root="), Flags: []string{"driver-root"}},
 		{Name: "several at once", Args: []string{"-maintain-interval=-1s", "-device-nodes=x"}, Flags: []string{"backend", "node", "maintain-interval", "device-nodes"}},
 	})
 }

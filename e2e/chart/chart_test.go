@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,6 +33,7 @@ import (
 	"github.com/dynmig/dynmig/internal/wiring/cli"
 	"github.com/dynmig/dynmig/internal/wiring/devconfig"
 	"github.com/dynmig/dynmig/kube"
+	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"
 	"github.com/dynmig/dynmig/schedplugin"
 )
@@ -162,7 +164,8 @@ func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 // TestChartInstall: dynmig installed from the chart, in either scheduler
 // mode, schedules and realizes a MIG pod; with the extender, its /metrics
 // reports the instance as HAMi's scheduler does; every component is
-// healthy and ready.
+// healthy and ready. Once the pod is deleted, the plugin reclaims its
+// instance and removes the instance's CDI spec (the chart's cdi-cri).
 func TestChartInstall(t *testing.T) {
 	for _, mode := range []string{"extender", "plugin"} {
 		t.Run(mode, func(t *testing.T) { testChartInstall(t, mode) })
@@ -175,7 +178,8 @@ type installed struct {
 	c         *cluster.Cluster
 	admin     kubernetes.Interface
 	node      *cluster.Node
-	scheduler string // the scheduler profile's name
+	hw        *fakehal.Node // the node's GPUs
+	scheduler string        // the scheduler profile's name
 	strategy  deviceplugin.DeviceListStrategy
 	cdiDir    string // where the device plugin writes its CDI specs
 	pluginOps string // the device plugin's operations endpoints
@@ -219,6 +223,69 @@ func testChartInstall(t *testing.T, mode string) {
 			t.Errorf("device plugin /metrics lacks %q", want)
 		}
 	}
+
+	// The pod ends: the plugin reclaims its instance and, under a CDI
+	// strategy, removes the instance's spec.
+	in.end(ctx, t, pod)
+	in.checkReclaimed(ctx, t, allocs)
+}
+
+// end deletes pod as the kubelet sees it through: a graceful delete, its
+// containers terminated, then the final removal.
+func (in *installed) end(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if err := in.admin.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.node.Terminate(ctx, pod.Namespace, pod.Name, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.node.FinishDeletion(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkReclaimed waits until each instance of allocs, whose pod has ended,
+// is gone from the hardware and, under a CDI strategy, no spec in the
+// plugin's CDI directory names it. A few maintenance passes suffice; the
+// wait is bounded well below the test's so that a plugin that keeps a spec
+// fails here.
+func (in *installed) checkReclaimed(ctx context.Context, t *testing.T, allocs []reservation.Allocation) {
+	t.Helper()
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, a := range allocs {
+		id, _ := a.Runtime()
+		var live, specced bool
+		err := cluster.WaitFor(wait, 100*time.Millisecond, "reclamation of "+id.MIGUUID, func(context.Context) (bool, error) {
+			live = slices.ContainsFunc(in.hw.Snapshot(), func(gi realize.Instance) bool {
+				return slices.ContainsFunc(gi.ComputeInstances, func(ci realize.ComputeInstance) bool { return ci.MIGUUID == id.MIGUUID })
+			})
+			specced = in.cdiDir != "" && strings.Contains(specText(t, in.cdiDir), id.MIGUUID)
+			return !live && !specced, nil
+		})
+		if err != nil {
+			t.Errorf("%v: instance live %v, a CDI spec in %s names it %v", err, live, in.cdiDir, specced)
+		}
+	}
+}
+
+// specText is the content of every file in dir, concatenated.
+func specText(t *testing.T, dir string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		specs.Write(data)
+	}
+	return specs.String()
 }
 
 // installChart installs the chart's rendering for mode and runs its
@@ -347,7 +414,7 @@ func installChart(ctx context.Context, t *testing.T, mode string) *installed {
 		}
 	}
 
-	return &installed{c: c, admin: admin, node: node, scheduler: sc.SchedulerNames[0], strategy: strategy, cdiDir: cdiDir, pluginOps: pluginOps, extOps: extOps}
+	return &installed{c: c, admin: admin, node: node, hw: hw, scheduler: sc.SchedulerNames[0], strategy: strategy, cdiDir: cdiDir, pluginOps: pluginOps, extOps: extOps}
 }
 
 // admitRealized waits until pod is bound to the node, admits it as the
@@ -412,20 +479,9 @@ func (in *installed) checkCDI(t *testing.T, adm []cluster.Admission, allocs []re
 	if in.strategy == deviceplugin.DeviceListCDICRI && n != len(allocs) {
 		t.Errorf("the containers were handed %d CDI devices for %d MIG instances: %+v", n, len(allocs), adm)
 	}
-	files, err := filepath.Glob(filepath.Join(in.cdiDir, "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var specs strings.Builder
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs.Write(data)
-	}
+	specs := specText(t, in.cdiDir)
 	for _, a := range allocs {
-		if id, _ := a.Runtime(); !strings.Contains(specs.String(), id.MIGUUID) {
+		if id, _ := a.Runtime(); !strings.Contains(specs, id.MIGUUID) {
 			t.Errorf("no CDI spec in %s names MIG device %s", in.cdiDir, id.MIGUUID)
 		}
 	}

@@ -10,7 +10,11 @@
 // extender sidecar; kube-scheduler with the DynMIG plugin registered as
 // schedplugin/cmd/kube-scheduler does), then scrapes the extender's and
 // the device plugin's /metrics (the pod's hami_node_gpu_mig_instance_info series) and checks
-// their probes. It also applies the chart's MutatingAdmissionPolicy
+// their probes; under the chart's cdi-cri strategy it checks the CDI names
+// and specs the pod gets and, once the pod is deleted, that its
+// instance's spec is removed. It checks that the chart's env policy
+// (dynmig-no-device-env) refuses pods that choose GPUs through the NVIDIA
+// container toolkit's variables. It also applies the chart's MutatingAdmissionPolicy
 // (deploy/helm/charttest/testdata/admission-policy.yaml) and checks which
 // pods it routes to the dynmig scheduler, and the chart's sealing policy
 // for the allocation record (deploy/helm/charttest/testdata/record-policy.yaml):

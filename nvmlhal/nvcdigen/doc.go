@@ -15,6 +15,8 @@
 // Like nvmlhal, the package needs cgo (the toolkit module links go-nvml):
 // only the nvmlhal tree and the cgo build of the binaries import it, and
 // every other package builds with CGO_ENABLED=0. Its tests run against
-// package nvmlmock and a fake driver root; what they cannot show without a
-// real driver is listed in the test file.
+// package nvmlmock and a fake driver root (a MIG device's capability
+// minors, which nvcdi reads from the host's /proc only, through a mount
+// namespace private to the test's thread); what they cannot show without
+// a real driver is listed in nvcdigen_test.go.
 package nvcdigen

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -38,6 +39,26 @@ func (e *Error) Error() string {
 // Unwrap returns [ErrGenerate] and the cause.
 func (e *Error) Unwrap() []error { return []error{ErrGenerate, e.Err} }
 
+// ErrMissingNodes: nvcdi found a device but not its device nodes under
+// the device root (Options.DevRoot, by default the driver root); a
+// [*NodesError] says how many it found.
+var ErrMissingNodes = errors.New("nvcdigen: device nodes missing")
+
+// NodesError is the cause [Error] carries for [ErrMissingNodes]: the edits
+// held GPUNodes GPU nodes and CapNodes MIG capability nodes, where a GPU
+// needs one and a MIG device also its GPU and compute instances' two.
+type NodesError struct {
+	DevRoot            string
+	GPUNodes, CapNodes int
+}
+
+func (e *NodesError) Error() string {
+	return fmt.Sprintf("device nodes missing under %s (found %d GPU and %d MIG capability nodes): is the driver root right?", e.DevRoot, e.GPUNodes, e.CapNodes)
+}
+
+// Unwrap returns [ErrMissingNodes].
+func (e *NodesError) Unwrap() error { return ErrMissingNodes }
+
 // Options configure [New]. The zero value describes the host's driver
 // through the host's NVML, with the toolkit's hook at [DefaultHookPath].
 type Options struct {
@@ -63,9 +84,10 @@ type Options struct {
 // access, whole GPUs) with nvcdi. Its methods may be called concurrently;
 // calls into nvcdi are serialized.
 type Generator struct {
-	mu     sync.Mutex
-	lib    nvcdi.Interface
-	common *cdispec.ContainerEdits // the common edits, once found
+	mu      sync.Mutex
+	lib     nvcdi.Interface
+	devRoot string                  // where nvcdi looks for device nodes, for errors
+	common  *cdispec.ContainerEdits // the common edits, once found
 }
 
 // New returns a Generator for the driver o describes. It reads nothing
@@ -97,13 +119,25 @@ func New(o Options) (*Generator, error) {
 	if err != nil {
 		return nil, &Error{Err: err}
 	}
-	return &Generator{lib: lib}, nil
+	devRoot := o.DevRoot
+	if devRoot == "" {
+		devRoot = o.DriverRoot
+	}
+	if devRoot == "" {
+		devRoot = "/"
+	}
+	return &Generator{lib: lib, devRoot: devRoot}, nil
 }
 
 // DeviceEdits returns the edits of the MIG device in.MIGUUID (its parent
 // GPU's node and its capability nodes), or, when in.MIGUUID is "", of the
 // GPU in.GPUUUID. They set no NVIDIA_VISIBLE_DEVICES: a runtime resolving
 // the CDI name needs none.
+//
+// Edits without the device's nodes under the device root (no GPU node;
+// for a MIG device, fewer than its two capability nodes) are refused with
+// [ErrMissingNodes]: nvcdi drops the nodes it does not find, which a wrong
+// driver root would otherwise turn into a spec granting nothing usable.
 func (g *Generator) DeviceEdits(in migcdi.Instance) (cdispec.ContainerEdits, error) {
 	id := in.MIGUUID
 	if id == "" {
@@ -121,7 +155,30 @@ func (g *Generator) DeviceEdits(in migcdi.Instance) (cdispec.ContainerEdits, err
 	if len(devs) == 0 {
 		return cdispec.ContainerEdits{}, &Error{ID: id, Err: errors.New("nvcdi described no device")}
 	}
+	if err := g.checkNodes(devs[0].ContainerEdits, in.MIGUUID != ""); err != nil {
+		return cdispec.ContainerEdits{}, &Error{ID: id, Err: err}
+	}
 	return devs[0].ContainerEdits, nil
+}
+
+// checkNodes refuses edits that would give a container no usable device:
+// nvcdi leaves out, with a log line only, every node it does not find
+// under the device root, so a wrong driver root would otherwise yield a
+// spec without the GPU's node, or a MIG device without its capability
+// nodes (the parent GPU alone, which CUDA cannot use as that MIG device).
+func (g *Generator) checkNodes(e cdispec.ContainerEdits, mig bool) error {
+	var gpu, caps int
+	for _, n := range e.DeviceNodes {
+		if strings.HasPrefix(n.Path, "/dev/nvidia-caps/") {
+			caps++
+		} else {
+			gpu++
+		}
+	}
+	if gpu == 0 || (mig && caps < 2) {
+		return &NodesError{DevRoot: g.devRoot, GPUNodes: gpu, CapNodes: caps}
+	}
+	return nil
 }
 
 // GPUEdits returns the edits of the whole GPU in.GPUUUID, whatever

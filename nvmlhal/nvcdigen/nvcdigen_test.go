@@ -21,17 +21,20 @@ import (
 	"github.com/dynmig/dynmig/nvmlhal/nvmlmock"
 )
 
-// What these tests cannot show without a real driver: the device nodes of
-// a MIG device. nvcdi (v1.20.2, internal/platform-support/dgpu) finds a
-// MIG device's capability nodes in the host's
+// A MIG device's capability nodes: nvcdi (v1.20.2,
+// internal/platform-support/dgpu) finds their minors in the host's
 // /proc/driver/nvidia-caps/mig-minors, read at that fixed path and not
-// under the driver root, and nvcdi offers no option to relocate it; on a
-// machine without the NVIDIA driver it returns an error, which
-// TestMIGWithoutDriver checks is reported as ErrGenerate for that MIG
-// UUID. The rest of the spec (the parent GPU's node, the control nodes,
-// the driver's libraries and binaries, the hooks) is found under the fake
-// driver root and checked below; TestRealDriver checks a MIG device's
-// edits on a node with the driver.
+// under the driver root, and offers no option to relocate it.
+// TestMIGDeviceNodes (mignodes_test.go) shows it a fake file through a
+// mount namespace private to one thread, where the machine allows one
+// (CAP_SYS_ADMIN; it is skipped elsewhere); TestMIGWithoutDriver checks
+// the error on a machine without the driver. The rest of the spec (the
+// parent GPU's node, the control nodes, the driver's libraries and
+// binaries, the hooks) is found under the fake driver root and checked
+// below; TestRealDriver checks a MIG device's edits on a node with the
+// driver. What no test here shows: nvsandboxutils, which nvcdi prefers to
+// NVML for device nodes when the driver ships libnvidia-sandboxutils.so.1
+// (a real library it dlopens, with no option to substitute one).
 
 // Both components take the generator.
 var (

@@ -2,6 +2,7 @@ package charttest_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -34,5 +35,50 @@ func TestDevicePluginCDI(t *testing.T) {
 	dp := container(t, &named[*appsv1.DaemonSet](t, objs, "dynmig-device-plugin").Spec.Template.Spec, "device-plugin")
 	if s, _ := argValue(dp.Args, "device-list-strategy"); s != "cdi-cri" {
 		t.Errorf("default -device-list-strategy=%q, want cdi-cri", s)
+	}
+}
+
+// TestDriverRoot: devicePlugin.driverRoot and draDriver.driverRoot render
+// as -driver-root; "/" (the default) mounts nothing more, another path is
+// the host's directory mounted read-only at that path, so that the specs
+// name host paths; the schema refuses a relative path.
+func TestDriverRoot(t *testing.T) {
+	both := func(root string) map[string]any {
+		vals := map[string]any{
+			"devicePlugin": map[string]any{"nodeSelector": map[string]any{"dynmig.io/dra": "false"}},
+			"draDriver":    map[string]any{"enabled": true, "nodeSelector": map[string]any{"dynmig.io/dra": "true"}},
+		}
+		if root != "" {
+			vals["devicePlugin"].(map[string]any)["driverRoot"] = root
+			vals["draDriver"].(map[string]any)["driverRoot"] = root
+		}
+		return vals
+	}
+	for _, tt := range []struct{ value, want string }{{"", "/"}, {"/run/nvidia/driver", "/run/nvidia/driver"}} {
+		objs := objects(t, charttest.Options{KubeVersion: "v1.37.2", Values: both(tt.value)})
+		for _, w := range []struct{ ds, container string }{{"dynmig-device-plugin", "device-plugin"}, {"dynmig-dra-driver", "driver"}} {
+			spec := &named[*appsv1.DaemonSet](t, objs, w.ds).Spec.Template.Spec
+			c := container(t, spec, w.container)
+			if root, _ := argValue(c.Args, "driver-root"); root != tt.want {
+				t.Errorf("%s: -driver-root=%q, want %q", w.ds, root, tt.want)
+			}
+			mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == "driver-root" && m.MountPath == tt.want && m.ReadOnly &&
+					m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationHostToContainer
+			})
+			hostPath := slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+				return v.Name == "driver-root" && v.HostPath != nil && v.HostPath.Path == tt.want &&
+					v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathDirectory
+			})
+			if want := tt.want != "/"; mounted != want || hostPath != want {
+				t.Errorf("%s: driver root %s mounted %v, host path %v; want %v", w.ds, tt.want, mounted, hostPath, want)
+			}
+		}
+	}
+	for _, comp := range []string{"devicePlugin", "draDriver"} {
+		err := renderErr("v1.37.2", nil, map[string]any{comp: map[string]any{"driverRoot": "run/nvidia/driver"}})
+		if err == nil || !strings.Contains(err.Error(), "/"+comp+"/driverRoot") {
+			t.Errorf("%s.driverRoot: run/nvidia/driver: %v; want a schema error naming it", comp, err)
+		}
 	}
 }

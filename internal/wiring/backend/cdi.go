@@ -2,11 +2,15 @@ package backend
 
 import (
 	"errors"
+	"flag"
+	"fmt"
 	"log/slog"
+	"os"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/dynmig/dynmig/internal/leaf/migcdi"
+	"github.com/dynmig/dynmig/internal/wiring/cli"
 )
 
 // ErrNoNVCDI is returned by [NVCDI] in a build without cgo, which has no
@@ -23,10 +27,16 @@ type CDIGenerator interface {
 	CommonEdits() (cdispec.ContainerEdits, error)
 }
 
+// ErrDriverRoot: -driver-root names no directory.
+var ErrDriverRoot = errors.New("backend: the driver root is not a directory")
+
 // CDIOptions configure [NVCDI]; the zero value describes the host's
 // driver at "/" with the toolkit's hook at /usr/bin/nvidia-cdi-hook.
 type CDIOptions struct {
-	DriverRoot string // where the driver's files are; "" is "/"
+	// DriverRoot is where the driver's files are (libraries, binaries,
+	// device nodes), as this process sees them and as the specs name
+	// them on the host; "" is "/".
+	DriverRoot string
 	HookPath   string // the host's nvidia-cdi-hook; "" is the toolkit's default
 	Logger     *slog.Logger
 }
@@ -43,4 +53,34 @@ func NVCDI(o CDIOptions) (CDIGenerator, error) {
 		return nil, ErrNoNVCDI
 	}
 	return newNVCDI(o)
+}
+
+// DefaultDriverRoot is -driver-root's default: a driver installed on the
+// host.
+const DefaultDriverRoot = "/"
+
+// DriverRootFlag defines -driver-root on fs: where the NVIDIA driver's
+// files are, for the specs [NVCDI] generates. Check its value with
+// [CheckDriverRoot].
+func DriverRootFlag(fs *flag.FlagSet) *string {
+	return fs.String("driver-root", DefaultDriverRoot, "where the NVIDIA driver's files (libraries, binaries, device nodes) are, for the CDI specs of -backend=nvml: "+
+		"/ for a driver installed on the host, /run/nvidia/driver for the GPU Operator's containerised driver (mounted at the same path in this container, so that the specs name host paths)")
+}
+
+// CheckDriverRoot refuses a -driver-root that is not an existing
+// directory, before anything is opened: a [*cli.FlagError] naming the
+// flag, whose Err is [ErrDriverRoot] and the cause.
+func CheckDriverRoot(root string) error {
+	if root == "" {
+		return &cli.FlagError{Flag: "driver-root", Err: ErrDriverRoot, Reason: "is required: " + DefaultDriverRoot + " for a driver installed on the host"}
+	}
+	fi, err := os.Stat(root)
+	if err == nil && !fi.IsDir() {
+		err = fmt.Errorf("%s is a %s", root, fi.Mode().Type())
+	}
+	if err != nil {
+		return &cli.FlagError{Flag: "driver-root", Value: root, Err: errors.Join(ErrDriverRoot, err),
+			Reason: fmt.Sprintf("no driver directory here (%v); mount the driver's directory into the container at this path", err)}
+	}
+	return nil
 }
