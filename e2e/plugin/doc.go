@@ -17,9 +17,9 @@
 // (TestPreemptionPDB); a lower-priority pod created while the preemptor
 // waits does not take the freed slots; the preemptor is bound only once
 // its last victim has ended, and the kubelet's Allocate, called as soon
-// as it is bound, gives it its MIG device (the kubelet the tests play
-// removes each victim once the device plugin reclaimed its instance: see
-// docs/preemption.md, "Known gap"). TestPreemptionLatency repeats
+// as it is bound, gives it its MIG device, although the kubelet the tests
+// play removes each victim the moment its containers end, before the
+// device plugin may have listed it ended. TestPreemptionLatency repeats
 // the preemption DYNMIG_E2E_PREEMPT_TRIALS times (default 2) and logs the
 // time from the preemptor's creation to its bind and from its last
 // victim's termination to the preemptor running (BENCHMARKS.md).

@@ -154,9 +154,9 @@ func (e *env) fragment(prefix string) layout {
 	return l
 }
 
-// removeReclaimed deletes the pod, terminates its containers and
-// removes it once the device plugin has reclaimed its instances
-// (removeWhenReclaimed).
+// removeReclaimed deletes the pod, terminates its containers, removes it
+// at once as the kubelet does, and waits until the device plugin has
+// reclaimed its instances.
 func (e *env) removeReclaimed(name string) {
 	e.t.Helper()
 	pod, err := e.admin.CoreV1().Pods(testNamespace).Get(e.ctx, name, metav1.GetOptions{})
@@ -167,7 +167,8 @@ func (e *env) removeReclaimed(name string) {
 		e.t.Fatal(err)
 	}
 	e.terminate(pod)
-	if err := e.removeWhenReclaimed(pod); err != nil {
+	e.remove(pod)
+	if err := e.waitReclaimed(pod); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -182,38 +183,32 @@ func (e *env) terminate(pod *corev1.Pod) time.Time {
 	return time.Now()
 }
 
-// removeWhenReclaimed waits until the device plugin has reclaimed the
-// instances of the pod, whose containers ended, and then removes the pod
-// as the kubelet does. It may run on any goroutine.
-//
-// Why wait: the device plugin reclaims an ended pod's instance when it
-// lists the pod ended. A pod removed before the plugin listed it ended is
-// merely absent from its listing, and an instance younger than the
-// plugin's AbsentPodGrace (1 minute) then stays for that long: a
-// preemptor bound to its slots meanwhile fails the kubelet's Allocate
-// with a reservation conflict. These tests' victims are seconds old and
-// the harness removes a pod within milliseconds of its termination, so
-// they would meet that race on some trials; docs/preemption.md states it
-// as a known gap.
-func (e *env) removeWhenReclaimed(pod *corev1.Pod) error {
+// remove sends the kubelet's final delete of the pod, whose containers
+// ended. The kubelet sends it within milliseconds of the termination, so
+// the device plugin may never list the pod ended: it keeps the removed
+// pod's last, released state in its listing (kube.EndedPodMemory), which
+// is what these tests exercise by removing victims at once.
+func (e *env) remove(pod *corev1.Pod) {
+	e.t.Helper()
+	if err := e.node.FinishDeletion(e.ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+}
+
+// waitReclaimed waits until the device plugin has reclaimed the instances
+// of the pod.
+func (e *env) waitReclaimed(pod *corev1.Pod) error {
 	allocs, err := kube.PodAllocations(pod)
 	if err != nil {
 		return err
 	}
-	err = cluster.WaitFor(e.ctx, 5*time.Millisecond, pod.Name+"'s instances reclaimed", func(context.Context) (bool, error) {
+	return cluster.WaitFor(e.ctx, 5*time.Millisecond, pod.Name+"'s instances reclaimed", func(context.Context) (bool, error) {
 		return !slices.ContainsFunc(e.hw.Snapshot(), func(in realize.Instance) bool {
 			return slices.ContainsFunc(allocs, func(a reservation.Allocation) bool {
 				return a.MIGUUID != "" && len(in.ComputeInstances) == 1 && in.ComputeInstances[0].MIGUUID == a.MIGUUID
 			})
 		}), nil
 	})
-	if err != nil {
-		return err
-	}
-	if err := e.node.FinishDeletion(e.ctx, pod); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	return nil
 }
 
 // admit admits the bound pod on the node; the device plugin's Allocate
@@ -272,8 +267,8 @@ type preemptTimes struct {
 // lower-priority pod does not take the freed slots meanwhile, and that
 // the kubelet's Allocate gives the preemptor its MIG device at c.want.
 // The kubelet's part (the victims' containers ended, each victim
-// removed once the device plugin reclaimed its instance, the preemptor
-// admitted as soon as it is bound) is played by the test.
+// removed at once, the preemptor admitted as soon as it is bound) is
+// played by the test.
 func (e *env) preempt(l layout, c preemptCase) preemptTimes {
 	e.t.Helper()
 	preemptor := c.prefix + "preemptor"
@@ -315,9 +310,7 @@ func (e *env) preempt(l layout, c preemptCase) preemptTimes {
 	}
 	for _, v := range victims[:len(victims)-1] {
 		e.terminate(pods[v])
-		if err := e.removeWhenReclaimed(pods[v]); err != nil {
-			e.t.Fatal(err)
-		}
+		e.remove(pods[v])
 	}
 	low := ""
 	if c.lowPod {
@@ -331,16 +324,12 @@ func (e *env) preempt(l layout, c preemptCase) preemptTimes {
 	}
 	last := pods[victims[len(victims)-1]]
 	ended := e.terminate(last)
-	removed := make(chan error, 1)
-	go func() { removed <- e.removeWhenReclaimed(last) }()
+	e.remove(last)
 
 	e.wait(preemptor+" bound", 5*time.Millisecond, e.bound(preemptor))
 	bound := time.Now()
 	adm := e.admit(preemptor) // as the kubelet does once the pod is bound
 	running := time.Now()
-	if err := <-removed; err != nil {
-		e.t.Fatal(err)
-	}
 
 	e.checkPreemptor(l, preemptor, c.want, adm)
 	e.checkUntouched(l, victims, low)
