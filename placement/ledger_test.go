@@ -3,6 +3,7 @@ package placement_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -137,6 +138,9 @@ func TestLedgerRejects(t *testing.T) {
 		{name: "outside the grid assumed", assume: true, rs: []placement.Reservation{res(g0, "1g.5gb", 8, 1)}, wantErr: placement.ErrInvalidReservation},
 		{name: "past any grid", rs: []placement.Reservation{res(g0, "1g.5gb", 64, 1)}, wantErr: placement.ErrInvalidReservation},
 		{name: "repeated device", rs: []placement.Reservation{res(g0, "1g.5gb", 0, 1), res(g0, "1g.5gb", 1, 1)}, wantErr: placement.ErrInvalidReservation},
+		// Entries are kept with int32 indexes, the wire format's range.
+		{name: "container index over int32", rs: []placement.Reservation{{ContainerIndex: math.MaxInt32 + 1, GPUUUID: g0, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}}}, wantErr: placement.ErrInvalidReservation},
+		{name: "device index over int32", rs: []placement.Reservation{{DeviceIndex: math.MaxInt32 + 1, GPUUUID: g0, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}}}, wantErr: placement.ErrInvalidReservation},
 		{name: "overlap within the pod", rs: []placement.Reservation{res(g0, "1g.5gb", 0, 1), {DeviceIndex: 1, GPUUUID: g0, Profile: "2g.10gb", Placement: capability.Placement{Start: 0, Size: 2}}}, wantErr: placement.ErrInvalidReservation, recorded: true},
 	}
 	for _, tc := range tests {
