@@ -436,6 +436,46 @@ func (l *Ledger) Pod(podUID string) (rs []Reservation, assumed, ok bool) {
 	return rs, e.assumed, true
 }
 
+// Holds reports whether the ledger holds exactly the reservations rs for
+// the pod, assumed or observed, in any order: whether [Ledger.Pod] would
+// return them, decided without building its list. An entry of rs with an
+// empty PodUID counts as the pod's. A pod the ledger does not hold holds
+// no reservations.
+func (l *Ledger) Holds(podUID string, rs []Reservation) bool {
+	l.idxMu.Lock()
+	node, ok := l.podNode[podUID]
+	l.idxMu.Unlock()
+	n := l.node(node)
+	if !ok || n == nil {
+		return len(rs) == 0
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	e := n.pods[podUID]
+	if e == nil {
+		return len(rs) == 0
+	}
+	if len(e.held) != len(rs) {
+		return false
+	}
+	for _, r := range rs {
+		if r.PodUID == "" {
+			r.PodUID = podUID
+		}
+		found := false
+		for i := range e.held {
+			if e.held[i].reservation(podUID) == r {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // Conflicts lists, per node in name order, every overlap between
 // reservations of different pods the ledger holds (sorted by pod), then
 // every reservation the node's current table no longer describes (a GPU
