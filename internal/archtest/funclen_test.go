@@ -26,10 +26,6 @@ var longFuncs = map[string]int{
 	"deviceplugin/healthpods.go unhealthyIDs": 65,
 	"kube/schedview.go applyNode":             62,
 	"placement/select.go dfs":                 73,
-	"reservation/decode.go entry":             83,
-	"reservation/decode.go skipValue":         69,
-	"reservation/decode.go slowString":        67,
-	"reservation/decode.go uint":              64,
 }
 
 // isLibrary reports whether the package at rel (relative to the module) is
