@@ -299,6 +299,12 @@ func (v *SchedulerView) applyNode(obj any, deleted bool) {
 		n.reg = reg
 		return
 	}
+	v.applyRegistration(n, node, reg, deleted)
+}
+
+// applyRegistration makes reg, node's registration (none when deleted),
+// what the ledger and n hold for the node. v.mu is held.
+func (v *SchedulerView) applyRegistration(n *viewNode, node *corev1.Node, reg string, deleted bool) {
 	n.applied = !deleted
 	n.reg, n.gpus = reg, nil
 	gpus, err := NodeGPUs(node)
