@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -112,6 +113,9 @@ type SchedulerView struct {
 	pods  map[string]*viewPod  // by UID: bound pods with a record, and pods being bound
 	nodes map[string]*viewNode // by name
 	regs  []cache.ResourceEventHandlerRegistration
+	// synced: every registration of regs has synced, so HasSynced, which
+	// schedulers call every cycle, need not ask them again.
+	synced atomic.Bool
 
 	byNode   map[string]map[string]*viewPod // pods by node, then UID
 	deadline map[string]time.Time           // by UID: deletion deadlines still to pass
@@ -221,6 +225,7 @@ func (v *SchedulerView) Register(factory informers.SharedInformerFactory) error 
 	}
 	v.mu.Lock()
 	v.regs = append(v.regs, nr, pr)
+	v.synced.Store(false)
 	v.mu.Unlock()
 	return nil
 }
@@ -228,6 +233,9 @@ func (v *SchedulerView) Register(factory informers.SharedInformerFactory) error 
 // HasSynced reports whether every registration's initial listing has been
 // applied. A view that was never registered is not synced.
 func (v *SchedulerView) HasSynced() bool {
+	if v.synced.Load() {
+		return true // a registration that has synced stays synced
+	}
 	v.mu.RLock()
 	regs := slices.Clone(v.regs)
 	v.mu.RUnlock()
@@ -236,7 +244,14 @@ func (v *SchedulerView) HasSynced() bool {
 			return false
 		}
 	}
-	return len(regs) > 0
+	if len(regs) == 0 {
+		return false
+	}
+	v.mu.Lock()
+	// Unless Register added one meanwhile.
+	v.synced.Store(len(v.regs) == len(regs))
+	v.mu.Unlock()
+	return true
 }
 
 // NodeHandler returns the handler that applies node registrations.

@@ -335,7 +335,14 @@ func (l *Ledger) Reserve(node, podUID string, req *Request) ([]Assignment, error
 	n.mu.Lock()
 	as, err := sel.Select(n.gpus, req, nil)
 	if err == nil && len(as) > 0 {
-		_, err = n.add(podUID, Reservations(podUID, as), true)
+		// Straight into the pod's entry: Reservations would build a
+		// list only to copy it.
+		e := newPodEntry(len(as), true)
+		for i, a := range as {
+			e.held[i] = held{gpuUUID: a.GPUUUID, profile: a.Profile, placement: a.Placement,
+				container: int32(a.ContainerIndex), device: int32(a.DeviceIndex)}
+		}
+		_, err = n.insert(podUID, e)
 	}
 	n.mu.Unlock()
 	if err != nil || len(as) == 0 {
@@ -570,15 +577,29 @@ func checkPod(podUID string, rs []Reservation) error {
 // refuses the whole pod; otherwise everything is recorded and problems are
 // returned. It reports whether the pod was recorded.
 func (n *nodeLedger) add(podUID string, rs []Reservation, strict bool) (bool, error) {
-	e := &podEntry{assumed: strict}
-	if len(rs) == 1 {
-		e.held = e.one[:]
-	} else {
-		e.held = make([]held, len(rs))
-	}
+	e := newPodEntry(len(rs), strict)
 	for i, r := range rs {
 		e.held[i] = newHeld(r)
 	}
+	return n.insert(podUID, e)
+}
+
+// newPodEntry returns an entry for a pod with count reservations, to be
+// filled in; assumed is whether the pod is only assumed.
+func newPodEntry(count int, assumed bool) *podEntry {
+	e := &podEntry{assumed: assumed}
+	if count == 1 {
+		e.held = e.one[:]
+	} else {
+		e.held = make([]held, count)
+	}
+	return e
+}
+
+// insert records the entry e of pod podUID as add does, strictly when e is
+// assumed.
+func (n *nodeLedger) insert(podUID string, e *podEntry) (bool, error) {
+	strict := e.assumed
 	errs := n.resolve(podUID, e.held)
 	errs = append(errs, n.selfOverlaps(podUID, e.held)...)
 	var conflicts []Conflict
