@@ -245,8 +245,9 @@ func (l *Ledger) Nodes() []string {
 // wrong: overlaps with another pod are reported as a [*ConflictError], and
 // unresolvable entries as [*ReservationError]s (joined), while every
 // reservation that lies on a known GPU's grid occupies its slots. Repeated
-// (container, device) pairs are refused with a [*ReservationError] and
-// nothing is recorded.
+// (container, device) pairs, and negative indexes or indexes over
+// math.MaxInt32 (the annotation format's bound), are refused with a
+// [*ReservationError] and nothing is recorded.
 func (l *Ledger) AddPod(node, podUID string, rs []Reservation) error {
 	if err := checkPod(podUID, rs); err != nil {
 		return err
