@@ -116,9 +116,29 @@ func (t *healthTracker) holders() map[string]holder {
 func (t *healthTracker) unhealthyIDs(gpus []capability.GPU, ids map[int][]string) map[string]bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	bad := map[string]bool{}
-	counted := map[int]int{}      // unhealthy GPU -> held IDs already Unhealthy for it
-	heldMIGs := map[migRef]bool{} // unhealthy MIG devices someone holds
+	bad, counted, heldMIGs := t.heldUnhealthy(ids)
+	for _, g := range gpus {
+		if !t.state.GPUHealthy(g.Index) {
+			t.markFree(bad, gpus, ids, g.Index, len(ids[g.Index])-counted[g.Index])
+			continue
+		}
+		need := 0
+		for _, e := range t.state.UnhealthyMIG(g.Index) {
+			if !heldMIGs[migRef{g.Index, e.GI, e.CI}] {
+				need++
+			}
+		}
+		t.markFree(bad, gpus, ids, g.Index, need)
+	}
+	return bad
+}
+
+// heldUnhealthy is unhealthyIDs' first half: the advertised IDs held by a
+// container with a device on an unhealthy GPU or an unhealthy MIG device
+// (bad), per unhealthy GPU how many of them it counted, and the unhealthy
+// MIG devices someone holds. t.mu is held.
+func (t *healthTracker) heldUnhealthy(ids map[int][]string) (bad map[string]bool, counted map[int]int, heldMIGs map[migRef]bool) {
+	bad, counted, heldMIGs = map[string]bool{}, map[int]int{}, map[migRef]bool{}
 	advertised := map[string]bool{}
 	for _, list := range ids {
 		for _, id := range list {
@@ -142,41 +162,31 @@ func (t *healthTracker) unhealthyIDs(gpus []capability.GPU, ids map[int][]string
 			}
 		}
 	}
-	free := func(id string) bool { _, held := t.held[id]; return !held && !bad[id] }
-	fill := func(gpu, need int) {
-		order := slices.Clone(ids[gpu])
-		slices.Reverse(order)
-		for _, g := range gpus {
-			if g.Index != gpu {
-				rest := slices.Clone(ids[g.Index])
-				slices.Reverse(rest)
-				order = append(order, rest...)
-			}
-		}
-		for _, id := range order {
-			if need <= 0 {
-				return
-			}
-			if free(id) {
-				bad[id] = true
-				need--
-			}
-		}
-	}
+	return bad, counted, heldMIGs
+}
+
+// markFree adds need free IDs (held by no container, not yet in bad) to
+// bad: gpu's own IDs first, from the last, then other GPUs' in gpus
+// order, each from the last. t.mu is held.
+func (t *healthTracker) markFree(bad map[string]bool, gpus []capability.GPU, ids map[int][]string, gpu, need int) {
+	order := slices.Clone(ids[gpu])
+	slices.Reverse(order)
 	for _, g := range gpus {
-		if !t.state.GPUHealthy(g.Index) {
-			fill(g.Index, len(ids[g.Index])-counted[g.Index])
-			continue
+		if g.Index != gpu {
+			rest := slices.Clone(ids[g.Index])
+			slices.Reverse(rest)
+			order = append(order, rest...)
 		}
-		need := 0
-		for _, e := range t.state.UnhealthyMIG(g.Index) {
-			if !heldMIGs[migRef{g.Index, e.GI, e.CI}] {
-				need++
-			}
-		}
-		fill(g.Index, need)
 	}
-	return bad
+	for _, id := range order {
+		if need <= 0 {
+			return
+		}
+		if _, held := t.held[id]; !held && !bad[id] {
+			bad[id] = true
+			need--
+		}
+	}
 }
 
 type migRef struct {

@@ -293,7 +293,7 @@ func (e *Extender) Filter(ctx context.Context, args Args) FilterResult {
 		return FilterResult{Error: err.Error()}
 	}
 	res := FilterResult{FailedNodes: map[string]string{}}
-	kept := []string{}
+	kept := make([]string, 0, len(names)) // one allocation, not one per doubling
 	for _, name := range names {
 		if err := e.noMIG(name); err != nil {
 			res.FailedNodes[name] = err.Error()
@@ -332,7 +332,7 @@ func (e *Extender) filterPlain(args Args, names []string) FilterResult {
 	if err := e.synced(); err != nil {
 		return FilterResult{Error: err.Error()}
 	}
-	kept := []string{}
+	kept := make([]string, 0, len(names)) // one allocation, not one per doubling
 	for _, name := range names {
 		if err := e.notOptedIn(args.Pod, name); err != nil {
 			if res.FailedAndUnresolvableNodes == nil {

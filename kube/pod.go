@@ -86,20 +86,26 @@ func PodViewFor(pod *corev1.Pod, resource corev1.ResourceName) reservation.Pod {
 	if pod == nil {
 		return reservation.Pod{}
 	}
-	var ann map[string]string
+	v := podViewBare(pod, resource)
 	if len(pod.Annotations) > 0 {
-		ann = make(map[string]string, len(pod.Annotations))
-		for k, v := range pod.Annotations {
-			ann[k] = v
+		v.Annotations = make(map[string]string, len(pod.Annotations))
+		for k, a := range pod.Annotations {
+			v.Annotations[k] = a
 		}
 	}
+	return v
+}
+
+// podViewBare is [PodViewFor] of a non-nil pod without its annotations,
+// for callers that read the record from the pod itself (SchedulerView): it
+// spares the copy of every annotation per pod event.
+func podViewBare(pod *corev1.Pod, resource corev1.ResourceName) reservation.Pod {
 	v := reservation.Pod{
 		UID:                  string(pod.UID),
 		Namespace:            pod.Namespace,
 		Name:                 pod.Name,
 		Phase:                podPhase(pod.Status.Phase),
 		Deleting:             pod.DeletionTimestamp != nil,
-		Annotations:          ann,
 		Created:              pod.CreationTimestamp.Time,
 		ContainersTerminated: containersTerminated(pod),
 		DeviceRequests:       DeviceRequests(pod, resource),

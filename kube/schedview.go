@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -112,11 +113,19 @@ type SchedulerView struct {
 	pods  map[string]*viewPod  // by UID: bound pods with a record, and pods being bound
 	nodes map[string]*viewNode // by name
 	regs  []cache.ResourceEventHandlerRegistration
+	// synced: every registration of regs has synced, so HasSynced, which
+	// schedulers call every cycle, need not ask them again.
+	synced atomic.Bool
 
 	byNode   map[string]map[string]*viewPod // pods by node, then UID
 	deadline map[string]time.Time           // by UID: deletion deadlines still to pass
-	seen     map[string]string              // by UID: resourceVersion of every pod's last event or fresh read
-	changed  chan struct{}                  // closed and replaced on every event
+	// seen is the resourceVersion of the last event or fresh read of
+	// every pod the view does not hold in pods, by UID; a pod in pods
+	// keeps its own (viewPod.seen), which saves a map entry per MIG pod.
+	// See seenVersion.
+	seen    map[string]string
+	changed chan struct{}           // closed on the next event; nil until Reflects asks for it
+	resBuf  []placement.Reservation // ledgerReservations' buffer
 
 	// Pods deleted while a fresh read ([SchedulerView.ObservePods]) was
 	// in flight, so that its listing, which may predate the deletion,
@@ -137,22 +146,29 @@ const (
 )
 
 // viewPod is what the view keeps of a pod; one exists per bound MIG pod,
-// so what only a claim needs lives in claim, and the fields are ordered
-// to pack.
+// so what only a claim needs lives in claim, what the maps it is stored
+// in already hold (its UID) is not repeated, and the fields are ordered
+// to pack (96 bytes).
 type viewPod struct {
-	ref     reservation.PodRef
-	node    string
-	indexed string      // node it is indexed under in byNode
-	version uint64      // resourceVersion of the last applied event; 0 unknown
-	held    *corev1.Pod // newest event held back while binding
-	claim   *viewClaim  // nil once every entry is realized, or the pod was admitted
-	state   bindState
-	gone    bool // deleted while being bound
-	ours    bool // bound through Bound
-	untrust bool // some entries failed the trust rule
+	namespace, name string
+	node            string      // the node it is indexed under in byNode
+	seen            string      // resourceVersion of the last event or fresh read, when hasSeen
+	version         uint64      // resourceVersion of the last applied event; 0 unknown
+	held            *corev1.Pod // newest event held back while binding
+	claim           *viewClaim  // nil once every entry is realized, or the pod was admitted
+	state           bindState
+	hasSeen         bool
+	gone            bool // deleted while being bound
+	ours            bool // bound through Bound
+	untrust         bool // some entries failed the trust rule
 	// admitted: the kubelet admitted the pod ([Admitted]); it holds no
 	// claim.
 	admitted bool
+}
+
+// ref returns the pod's reference; uid is its key.
+func (p *viewPod) ref(uid string) reservation.PodRef {
+	return reservation.PodRef{UID: uid, Namespace: p.namespace, Name: p.name}
 }
 
 // viewClaim is what a pod being bound, or bound with unrealized entries,
@@ -187,7 +203,7 @@ func NewSchedulerView(ledger *placement.Ledger, opts SchedulerViewOptions) *Sche
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &SchedulerView{ledger: ledger, resource: opts.Resource, clock: opts.Clock, log: log,
-		pods: map[string]*viewPod{}, nodes: map[string]*viewNode{}, seen: map[string]string{}, changed: make(chan struct{}),
+		pods: map[string]*viewPod{}, nodes: map[string]*viewNode{}, seen: map[string]string{},
 		reads: map[uint64]int{}, tombs: map[string]uint64{},
 		byNode: map[string]map[string]*viewPod{}, deadline: map[string]time.Time{}}
 }
@@ -209,6 +225,7 @@ func (v *SchedulerView) Register(factory informers.SharedInformerFactory) error 
 	}
 	v.mu.Lock()
 	v.regs = append(v.regs, nr, pr)
+	v.synced.Store(false)
 	v.mu.Unlock()
 	return nil
 }
@@ -216,6 +233,9 @@ func (v *SchedulerView) Register(factory informers.SharedInformerFactory) error 
 // HasSynced reports whether every registration's initial listing has been
 // applied. A view that was never registered is not synced.
 func (v *SchedulerView) HasSynced() bool {
+	if v.synced.Load() {
+		return true // a registration that has synced stays synced
+	}
 	v.mu.RLock()
 	regs := slices.Clone(v.regs)
 	v.mu.RUnlock()
@@ -224,7 +244,14 @@ func (v *SchedulerView) HasSynced() bool {
 			return false
 		}
 	}
-	return len(regs) > 0
+	if len(regs) == 0 {
+		return false
+	}
+	v.mu.Lock()
+	// Unless Register added one meanwhile.
+	v.synced.Store(len(v.regs) == len(regs))
+	v.mu.Unlock()
+	return true
 }
 
 // NodeHandler returns the handler that applies node registrations.
@@ -287,6 +314,12 @@ func (v *SchedulerView) applyNode(obj any, deleted bool) {
 		n.reg = reg
 		return
 	}
+	v.applyRegistration(n, node, reg, deleted)
+}
+
+// applyRegistration makes reg, node's registration (none when deleted),
+// what the ledger and n hold for the node. v.mu is held.
+func (v *SchedulerView) applyRegistration(n *viewNode, node *corev1.Node, reg string, deleted bool) {
 	n.applied = !deleted
 	n.reg, n.gpus = reg, nil
 	gpus, err := NodeGPUs(node)
@@ -324,17 +357,58 @@ func (v *SchedulerView) applyPodEvent(obj any) {
 // the informer. v.mu is held.
 func (v *SchedulerView) observe(pod *corev1.Pod) {
 	uid := string(pod.UID)
-	if seen, ok := v.seen[uid]; ok && older(pod.ResourceVersion, seen) {
+	if seen, ok := v.seenVersion(uid); ok && older(pod.ResourceVersion, seen) {
 		return
 	}
-	v.seen[uid] = pod.ResourceVersion
+	v.setSeen(uid, pod.ResourceVersion)
 	v.applyPod(pod)
+}
+
+// seenVersion returns the resourceVersion of the pod uid's last event or
+// fresh read, and whether the view has seen one since the pod's deletion.
+// It is kept in the pod's viewPod while the view holds one, in v.seen
+// otherwise; put and drop move it. v.mu is held.
+func (v *SchedulerView) seenVersion(uid string) (string, bool) {
+	if p := v.pods[uid]; p != nil {
+		return p.seen, p.hasSeen
+	}
+	rv, ok := v.seen[uid]
+	return rv, ok
+}
+
+// setSeen records rv as the pod uid's last seen resourceVersion. v.mu is
+// held.
+func (v *SchedulerView) setSeen(uid, rv string) {
+	if p := v.pods[uid]; p != nil {
+		p.seen, p.hasSeen = rv, true
+		return
+	}
+	v.seen[uid] = rv
+}
+
+// forgetSeen forgets the pod uid's seen resourceVersion. v.mu is held.
+func (v *SchedulerView) forgetSeen(uid string) {
+	delete(v.seen, uid)
+	if p := v.pods[uid]; p != nil {
+		p.seen, p.hasSeen = "", false
+	}
 }
 
 // notify wakes [SchedulerView.Reflects] waiters. v.mu is held.
 func (v *SchedulerView) notify() {
-	close(v.changed)
-	v.changed = make(chan struct{})
+	if v.changed != nil {
+		close(v.changed)
+		v.changed = nil
+	}
+}
+
+// changes returns the channel notify closes, made when first asked for
+// after a change: events that nobody waits for make none. v.mu is held.
+func (v *SchedulerView) changes() <-chan struct{} {
+	if v.changed == nil {
+		v.changed = make(chan struct{})
+	}
+	return v.changed
 }
 
 func (v *SchedulerView) deletePodEvent(obj any) {
@@ -349,7 +423,7 @@ func (v *SchedulerView) deletePodEvent(obj any) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer v.notify()
-	delete(v.seen, uid)
+	v.forgetSeen(uid)
 	v.deletions++
 	if len(v.reads) > 0 {
 		v.tombs[uid] = v.deletions
@@ -397,7 +471,7 @@ func (v *SchedulerView) applyPod(pod *corev1.Pod) {
 // applyVersion applies a version of the pod uid (p when the view holds it)
 // that is not older than what was applied. v.mu is held.
 func (v *SchedulerView) applyVersion(uid string, p *viewPod, pod *corev1.Pod, version uint64) {
-	view := PodViewFor(pod, v.resource)
+	view := podViewBare(pod, v.resource)
 	_, annotated := pod.Annotations[reservation.AnnotationKey]
 	now := v.clock.Now()
 	if pod.Spec.NodeName == "" || view.Released(now) {
@@ -447,7 +521,7 @@ func (v *SchedulerView) record(uid string, p *viewPod, pod *corev1.Pod, view res
 		p = &viewPod{}
 	}
 	admitted := Admitted(pod)
-	unrealized := unrealizedCounts(kept) != nil
+	unrealized := anyUnrealized(kept)
 	c := p.claim
 	if p.node != pod.Spec.NodeName || len(kept) > 0 && !unrealized || admitted {
 		c = nil // the claim, and when it began, end
@@ -467,14 +541,20 @@ func (v *SchedulerView) record(uid string, p *viewPod, pod *corev1.Pod, view res
 	if c != nil {
 		c.created = view.Created
 	}
-	p.ref, p.node, p.version, p.claim = view.Ref(), pod.Spec.NodeName, version, c
+	if p.node != pod.Spec.NodeName {
+		v.unindex(uid, p) // under the node it had
+	}
+	p.namespace, p.name, p.node, p.version, p.claim = view.Namespace, view.Name, pod.Spec.NodeName, version, c
 	p.state, p.untrust, p.admitted = notBinding, untrusted, admitted
 	var deadline time.Time
 	if view.Deleting {
 		deadline = view.DeletionDeadline
 	}
 	v.put(uid, p, deadline)
-	if err := v.ledger.UpdatePod(p.node, uid, schedule.LedgerReservations(uid, kept)); err != nil {
+	rs := v.ledgerReservations(uid, kept)
+	err := v.ledger.UpdatePod(p.node, uid, rs)
+	clear(rs)
+	if err != nil {
 		// Before the node's registration is seen (informers deliver pods
 		// and nodes in any order) every reservation on it reads as "GPU
 		// not on node"; the ledger counts them once the node arrives, so
@@ -508,18 +588,18 @@ func (v *SchedulerView) holds(p *viewPod, pod *corev1.Pod) bool {
 // sameHeld reports whether kept schedules exactly what the ledger holds
 // for the pod uid: the record changed at most in its runtime identities.
 func (v *SchedulerView) sameHeld(uid string, kept []reservation.Allocation) bool {
-	held, _, _ := v.ledger.Pod(uid)
-	if len(held) != len(kept) {
-		return false
-	}
-	for _, a := range kept {
-		r := placement.Reservation{PodUID: uid, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
-			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
-		if !slices.Contains(held, r) {
-			return false
-		}
-	}
-	return true
+	rs := v.ledgerReservations(uid, kept)
+	defer clear(rs)
+	return v.ledger.Holds(uid, rs)
+}
+
+// ledgerReservations converts kept, the entries of the pod uid, into the
+// view's buffer, which the next call reuses (the ledger copies what it
+// records): one allocation less per pod event. Clear it after use, so that
+// it does not keep the record's strings. v.mu is held.
+func (v *SchedulerView) ledgerReservations(uid string, kept []reservation.Allocation) []placement.Reservation {
+	v.resBuf = schedule.AppendLedgerReservations(v.resBuf[:0], uid, kept)
+	return v.resBuf
 }
 
 // keepHeld applies a version of the held pod p whose record the view
@@ -576,6 +656,16 @@ func validationErrors(err error) []*reservation.ValidationError {
 		}
 	}
 	return out
+}
+
+// anyUnrealized reports whether some entry lacks a runtime identity.
+func anyUnrealized(allocs []reservation.Allocation) bool {
+	for _, a := range allocs {
+		if _, ok := a.Runtime(); !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // unrealizedCounts returns, per container with an entry lacking a runtime
@@ -658,7 +748,7 @@ func (v *SchedulerView) ObservePods(ctx context.Context, list func(context.Conte
 		if n, deleted := v.tombs[uid]; deleted && n > began {
 			continue // deleted while the read was in flight
 		}
-		if rv != "" && v.seen[uid] == rv {
+		if seen, _ := v.seenVersion(uid); rv != "" && seen == rv {
 			continue // applied already: the informer is not behind on it
 		}
 		v.observe(&pods[i])
@@ -693,7 +783,7 @@ func (v *SchedulerView) Unrealized(uid string) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	p := v.pods[uid]
-	return p != nil && p.state != binding && !p.admitted && p.claim != nil && unrealizedCounts(p.claim.entries) != nil
+	return p != nil && p.state != binding && !p.admitted && p.claim != nil && anyUnrealized(p.claim.entries)
 }
 
 // RegisteredGPUs returns how many GPUs of the node's registration the view
@@ -711,46 +801,64 @@ func (v *SchedulerView) RegisteredGPUs(node string) (gpus int, annotated bool) {
 }
 
 // put records p as the pod uid and indexes it by node and by its
-// deletion deadline (zero when none). v.mu is held.
+// deletion deadline (zero when none), taking over the seen
+// resourceVersion (seenVersion). A p the view held already must not be
+// indexed under another node than p.node: unindex it before changing its
+// node. v.mu is held.
 func (v *SchedulerView) put(uid string, p *viewPod, deadline time.Time) {
-	if old := v.pods[uid]; old != nil && old != p {
+	old := v.pods[uid]
+	switch {
+	case old != nil && old != p:
 		v.unindex(uid, old)
+		p.seen, p.hasSeen = old.seen, old.hasSeen
+	case old == nil:
+		p.seen, p.hasSeen = v.seen[uid]
+		delete(v.seen, uid)
 	}
-	v.unindex(uid, p)
 	v.pods[uid] = p
-	ps := v.byNode[p.node]
-	if ps == nil {
-		ps = map[string]*viewPod{}
-		v.byNode[p.node] = ps
+	// A pod that stays on its node stays in its node's map: emptying the
+	// map would drop it, and every event would allocate it anew.
+	if ps := v.byNode[p.node]; ps[uid] != p {
+		if ps == nil {
+			ps = map[string]*viewPod{}
+			v.byNode[p.node] = ps
+		}
+		ps[uid] = p
 	}
-	ps[uid], p.indexed = p, p.node
+	delete(v.deadline, uid)
 	if !deadline.IsZero() {
 		v.deadline[uid] = deadline
 	}
 }
 
-// drop forgets the pod uid. v.mu is held.
+// drop forgets the pod uid, keeping its seen resourceVersion. v.mu is
+// held.
 func (v *SchedulerView) drop(uid string) {
 	p := v.pods[uid]
 	delete(v.pods, uid)
 	if p == nil {
 		return
 	}
+	if p.hasSeen {
+		v.seen[uid] = p.seen
+	}
 	v.unindex(uid, p)
 	// A node only pods named (spec.nodeName is written by the pod's
 	// creator) is forgotten with its last pod, or every name ever used
 	// would stay in the ledger.
-	if n := v.nodes[p.indexed]; len(v.byNode[p.indexed]) == 0 && (n == nil || !n.applied) {
-		delete(v.nodes, p.indexed)
-		v.ledger.RemoveNode(p.indexed)
+	if n := v.nodes[p.node]; len(v.byNode[p.node]) == 0 && (n == nil || !n.applied) {
+		delete(v.nodes, p.node)
+		v.ledger.RemoveNode(p.node)
 	}
 }
 
+// unindex removes p, the pod uid, from byNode under p.node, and its
+// deletion deadline. v.mu is held.
 func (v *SchedulerView) unindex(uid string, p *viewPod) {
-	if ps := v.byNode[p.indexed]; ps[uid] == p {
+	if ps := v.byNode[p.node]; ps[uid] == p {
 		delete(ps, uid)
 		if len(ps) == 0 {
-			delete(v.byNode, p.indexed)
+			delete(v.byNode, p.node)
 		}
 	}
 	delete(v.deadline, uid)
@@ -774,8 +882,7 @@ func (v *SchedulerView) Reserve(node string, pod *corev1.Pod, req *placement.Req
 		return nil, err
 	}
 	prev := v.pods[uid]
-	view := PodViewFor(pod, v.resource)
-	p := &viewPod{ref: view.Ref(), node: node, claim: &viewClaim{created: pod.CreationTimestamp.Time}, state: binding}
+	p := &viewPod{namespace: pod.Namespace, name: pod.Name, node: node, claim: &viewClaim{created: pod.CreationTimestamp.Time}, state: binding}
 	if prev != nil {
 		p.version = prev.version
 	}
@@ -823,7 +930,7 @@ func (v *SchedulerView) Bound(pod *corev1.Pod, node string, as []placement.Assig
 	p.state, p.held, p.ours = bound, nil, true
 	p.claim.since, p.claim.entries = v.clock.Now(), schedule.Allocations(as)
 	if err := v.ledger.AddPod(node, uid, placement.Reservations(uid, as)); err != nil {
-		v.log.Warn("confirming reservation", "pod", p.ref.String(), "err", err)
+		v.log.Warn("confirming reservation", "pod", p.ref(uid).String(), "err", err)
 	}
 	if held != nil && held.Spec.NodeName != "" {
 		v.applyPod(held)
@@ -898,7 +1005,7 @@ func (v *SchedulerView) Claims(node string) []NodeClaim {
 	defer v.mu.RUnlock()
 	var out []NodeClaim
 	gpus := v.nodes[node]
-	for _, p := range v.byNode[node] {
+	for uid, p := range v.byNode[node] {
 		if p.state == binding {
 			continue
 		}
@@ -909,7 +1016,7 @@ func (v *SchedulerView) Claims(node string) []NodeClaim {
 		if pending == nil || p.admitted || !p.ours && !onNode(p.claim.entries, gpus) {
 			continue
 		}
-		out = append(out, NodeClaim{Pod: p.ref, Created: p.claim.created, Since: p.claim.since, Pending: pending, Ours: p.ours})
+		out = append(out, NodeClaim{Pod: p.ref(uid), Created: p.claim.created, Since: p.claim.since, Pending: pending, Ours: p.ours})
 	}
 	slices.SortFunc(out, func(a, b NodeClaim) int {
 		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Pod.UID, b.Pod.UID))
@@ -942,14 +1049,14 @@ func (v *SchedulerView) Reflects(pods []corev1.Pod, nodes []corev1.Node) (bool, 
 	for i := range pods {
 		uid := string(pods[i].UID)
 		listed[uid] = true
-		seen, ok := v.seen[uid]
+		seen, ok := v.seenVersion(uid)
 		if !ok || !notOlder(seen, pods[i].ResourceVersion) {
-			return false, v.changed
+			return false, v.changes()
 		}
 	}
 	for uid, p := range v.pods {
 		if !listed[uid] && p.state != binding {
-			return false, v.changed
+			return false, v.changes()
 		}
 	}
 	for i := range nodes {
@@ -957,7 +1064,7 @@ func (v *SchedulerView) Reflects(pods []corev1.Pod, nodes []corev1.Node) (bool, 
 		rv := nodes[i].ResourceVersion
 		if n == nil || !notOlder(n.version, rv) ||
 			n.version == rv && n.reg != nodes[i].Annotations[capability.NodeRegisterAnnotation] {
-			return false, v.changed
+			return false, v.changes()
 		}
 	}
 	return true, nil

@@ -280,6 +280,15 @@ func TestSchedulerViewInformers(t *testing.T) {
 	caughtUp(t, client, v)
 	_, _, ok = v.Ledger().Pod("uid-p")
 	assert.False(t, ok)
+
+	// Synced is remembered, but only for the registrations it was
+	// decided on.
+	late := informers.NewSharedInformerFactory(client, 0)
+	require.NoError(t, v.Register(late))
+	assert.False(t, v.HasSynced(), "a registration added after the sync has not synced")
+	late.Start(ctx.Done())
+	defer func() { cancel(); late.Shutdown() }()
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), v.HasSynced))
 }
 
 // caughtUp waits until v reflects the API server as listed now.

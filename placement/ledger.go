@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -85,18 +86,37 @@ type nodeLedger struct {
 	pods   map[string]*podEntry
 }
 
+// podEntry is one pod's reservations on a node. A ledger holds one per
+// MIG pod of the cluster, so it is kept small (80 bytes for the common
+// single-device pod): the pod UID is the key it is stored under, and held
+// carries no derived fields.
 type podEntry struct {
 	held    []held
-	assumed bool
 	one     [1]held // backing store of held for single-device pods
+	assumed bool
 }
 
-// held is a reservation with its resolved GPU position (-1 when unknown)
-// and the slots it occupies (0 when it occupies none).
+// held is a [Reservation] as a node keeps it, without the pod UID (its
+// entry's key). Indexes fit an int32: checkPod refuses larger ones. Where
+// it lies on the node (nodeLedger.locate) is derived from the node's GPUs
+// rather than stored, which keeps it at 48 bytes.
 type held struct {
-	Reservation
-	gpu  int
-	mask uint64
+	gpuUUID   string
+	profile   string
+	placement capability.Placement
+	container int32
+	device    int32
+}
+
+func newHeld(r Reservation) held {
+	return held{gpuUUID: r.GPUUUID, profile: r.Profile, placement: r.Placement,
+		container: int32(r.ContainerIndex), device: int32(r.DeviceIndex)}
+}
+
+// reservation returns h as the pod podUID's reservation.
+func (h *held) reservation(podUID string) Reservation {
+	return Reservation{PodUID: podUID, ContainerIndex: int(h.container), DeviceIndex: int(h.device),
+		GPUUUID: h.gpuUUID, Profile: h.profile, Placement: h.placement}
 }
 
 // NewLedger returns an empty ledger.
@@ -155,10 +175,7 @@ func (l *Ledger) SetNode(name string, gpus []capability.GPU) error {
 	var errs []error
 	for _, uid := range n.sortedPods() {
 		e := n.pods[uid]
-		for i := range e.held {
-			e.held[i].gpu, e.held[i].mask = -1, 0
-		}
-		errs = append(errs, n.resolve(e.held)...)
+		errs = append(errs, n.resolve(uid, e.held)...)
 		for i := range e.held {
 			n.occupy(&e.held[i])
 		}
@@ -228,8 +245,9 @@ func (l *Ledger) Nodes() []string {
 // wrong: overlaps with another pod are reported as a [*ConflictError], and
 // unresolvable entries as [*ReservationError]s (joined), while every
 // reservation that lies on a known GPU's grid occupies its slots. Repeated
-// (container, device) pairs are refused with a [*ReservationError] and
-// nothing is recorded.
+// (container, device) pairs, and negative indexes or indexes over
+// math.MaxInt32 (the annotation format's bound), are refused with a
+// [*ReservationError] and nothing is recorded.
 func (l *Ledger) AddPod(node, podUID string, rs []Reservation) error {
 	if err := checkPod(podUID, rs); err != nil {
 		return err
@@ -318,7 +336,14 @@ func (l *Ledger) Reserve(node, podUID string, req *Request) ([]Assignment, error
 	n.mu.Lock()
 	as, err := sel.Select(n.gpus, req, nil)
 	if err == nil && len(as) > 0 {
-		_, err = n.add(podUID, Reservations(podUID, as), true)
+		// Straight into the pod's entry: Reservations would build a
+		// list only to copy it.
+		e := newPodEntry(len(as), true)
+		for i, a := range as {
+			e.held[i] = held{gpuUUID: a.GPUUUID, profile: a.Profile, placement: a.Placement,
+				container: int32(a.ContainerIndex), device: int32(a.DeviceIndex)}
+		}
+		_, err = n.insert(podUID, e)
 	}
 	n.mu.Unlock()
 	if err != nil || len(as) == 0 {
@@ -413,10 +438,50 @@ func (l *Ledger) Pod(podUID string) (rs []Reservation, assumed, ok bool) {
 	if e == nil {
 		return nil, false, false
 	}
-	for _, h := range e.held {
-		rs = append(rs, h.Reservation)
+	for i := range e.held {
+		rs = append(rs, e.held[i].reservation(podUID))
 	}
 	return rs, e.assumed, true
+}
+
+// Holds reports whether the ledger holds exactly the reservations rs for
+// the pod, assumed or observed, in any order: whether [Ledger.Pod] would
+// return them, decided without building its list. An entry of rs with an
+// empty PodUID counts as the pod's. A pod the ledger does not hold holds
+// no reservations.
+func (l *Ledger) Holds(podUID string, rs []Reservation) bool {
+	l.idxMu.Lock()
+	node, ok := l.podNode[podUID]
+	l.idxMu.Unlock()
+	n := l.node(node)
+	if !ok || n == nil {
+		return len(rs) == 0
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	e := n.pods[podUID]
+	if e == nil {
+		return len(rs) == 0
+	}
+	if len(e.held) != len(rs) {
+		return false
+	}
+	for _, r := range rs {
+		if r.PodUID == "" {
+			r.PodUID = podUID
+		}
+		found := false
+		for i := range e.held {
+			if e.held[i].reservation(podUID) == r {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // Conflicts lists, per node in name order, every overlap between
@@ -437,11 +502,11 @@ func (l *Ledger) Conflicts() []Conflict {
 		uids := n.sortedPods()
 		for i, a := range uids {
 			for _, b := range uids[i+1:] {
-				out = append(out, overlaps(n.name, a, n.pods[a].held, b, n.pods[b].held)...)
+				out = append(out, n.overlaps(a, n.pods[a].held, b, n.pods[b].held)...)
 			}
 		}
 		for _, uid := range uids {
-			out = append(out, n.unfit(n.pods[uid].held)...)
+			out = append(out, n.unfit(uid, n.pods[uid].held)...)
 		}
 		n.mu.RUnlock()
 	}
@@ -450,14 +515,14 @@ func (l *Ledger) Conflicts() []Conflict {
 
 // unfit lists the reservations of hs that the node's table does not
 // describe, without changing them.
-func (n *nodeLedger) unfit(hs []held) []Conflict {
+func (n *nodeLedger) unfit(podUID string, hs []held) []Conflict {
 	var out []Conflict
-	for _, h := range hs {
-		probe := held{Reservation: h.Reservation, gpu: -1}
-		for _, err := range n.resolve([]held{probe}) {
+	for i := range hs {
+		h := &hs[i]
+		for _, err := range n.resolve(podUID, hs[i:i+1]) {
 			var re *ReservationError
 			if errors.As(err, &re) {
-				out = append(out, Conflict{Node: n.name, GPUUUID: h.GPUUUID, PodUID: h.PodUID, Placement: h.Placement, Reason: re.Reason})
+				out = append(out, Conflict{Node: n.name, GPUUUID: h.gpuUUID, PodUID: podUID, Placement: h.placement, Reason: re.Reason})
 			}
 		}
 	}
@@ -497,6 +562,8 @@ func checkPod(podUID string, rs []Reservation) error {
 			return bad(fmt.Sprintf("entry %d belongs to pod %q", i, r.PodUID))
 		case r.ContainerIndex < 0 || r.DeviceIndex < 0:
 			return bad(fmt.Sprintf("entry %d has a negative index", i))
+		case r.ContainerIndex > math.MaxInt32 || r.DeviceIndex > math.MaxInt32:
+			return bad(fmt.Sprintf("entry %d has an index over %d", i, math.MaxInt32))
 		}
 		for _, q := range rs[:i] {
 			if q.ContainerIndex == r.ContainerIndex && q.DeviceIndex == r.DeviceIndex {
@@ -511,31 +578,35 @@ func checkPod(podUID string, rs []Reservation) error {
 // refuses the whole pod; otherwise everything is recorded and problems are
 // returned. It reports whether the pod was recorded.
 func (n *nodeLedger) add(podUID string, rs []Reservation, strict bool) (bool, error) {
-	e := &podEntry{assumed: strict}
-	if len(rs) == 1 {
+	e := newPodEntry(len(rs), strict)
+	for i, r := range rs {
+		e.held[i] = newHeld(r)
+	}
+	return n.insert(podUID, e)
+}
+
+// newPodEntry returns an entry for a pod with count reservations, to be
+// filled in; assumed is whether the pod is only assumed.
+func newPodEntry(count int, assumed bool) *podEntry {
+	e := &podEntry{assumed: assumed}
+	if count == 1 {
 		e.held = e.one[:]
 	} else {
-		e.held = make([]held, len(rs))
+		e.held = make([]held, count)
 	}
-	for i, r := range rs {
-		r.PodUID = podUID
-		e.held[i] = held{Reservation: r, gpu: -1}
-	}
-	errs := n.resolve(e.held)
-	// Overlaps within the pod are invalid entries, not conflicts.
-	for i := range e.held {
-		for j := range i {
-			a, b := &e.held[i], &e.held[j]
-			if a.gpu >= 0 && a.gpu == b.gpu && a.mask&b.mask != 0 {
-				errs = append(errs, &ReservationError{PodUID: podUID, ContainerIndex: a.ContainerIndex, DeviceIdx: a.DeviceIndex,
-					GPUUUID: a.GPUUUID, Reason: fmt.Sprintf("placement %v overlaps the same pod's container %d device %d", a.Placement, b.ContainerIndex, b.DeviceIndex)})
-			}
-		}
-	}
+	return e
+}
+
+// insert records the entry e of pod podUID as add does, strictly when e is
+// assumed.
+func (n *nodeLedger) insert(podUID string, e *podEntry) (bool, error) {
+	strict := e.assumed
+	errs := n.resolve(podUID, e.held)
+	errs = append(errs, n.selfOverlaps(podUID, e.held)...)
 	var conflicts []Conflict
 	for i := range e.held {
 		h := &e.held[i]
-		if h.gpu >= 0 && uint64(n.gpus[h.gpu].Used)&h.mask != 0 {
+		if g, mask := n.locate(h); g >= 0 && uint64(n.gpus[g].Used)&mask != 0 {
 			conflicts = append(conflicts, n.conflictsWith(podUID, h)...)
 		}
 	}
@@ -553,34 +624,72 @@ func (n *nodeLedger) add(podUID string, rs []Reservation, strict bool) (bool, er
 	return true, err
 }
 
-// resolve finds each reservation's GPU and mask, returning problems.
-func (n *nodeLedger) resolve(hs []held) []error {
+// selfOverlaps reports the entries of one pod that overlap each other:
+// invalid entries, not conflicts.
+func (n *nodeLedger) selfOverlaps(podUID string, hs []held) []error {
+	var errs []error
+	for i := range hs {
+		a := &hs[i]
+		ga, ma := n.locate(a)
+		for j := range i {
+			b := &hs[j]
+			if gb, mb := n.locate(b); ga >= 0 && ga == gb && ma&mb != 0 {
+				errs = append(errs, &ReservationError{PodUID: podUID, ContainerIndex: int(a.container), DeviceIdx: int(a.device),
+					GPUUUID: a.gpuUUID, Reason: fmt.Sprintf("placement %v overlaps the same pod's container %d device %d", a.placement, b.container, b.device)})
+			}
+		}
+	}
+	return errs
+}
+
+// locate returns the position of h's GPU on the node and the slots h
+// occupies there, or (-1, 0) when it occupies none: its GPU is not on the
+// node, or its placement lies outside any grid. Everything else (an
+// unpublished profile or placement, a placement beyond the GPU's grid)
+// still occupies its slots: see [Ledger.SetNode]. It is derived, not
+// stored, so it changes only with the node's GPUs, and SetNode recounts
+// every reservation when they change.
+func (n *nodeLedger) locate(h *held) (int, uint64) {
+	if !h.placement.Within(capability.MaxSlots) {
+		return -1, 0
+	}
+	for g := range n.gpus {
+		if n.gpus[g].Grid.uuid == h.gpuUUID {
+			return g, h.placement.Mask()
+		}
+	}
+	return -1, 0
+}
+
+// resolve returns the problems of the pod podUID's reservations hs on the
+// node: what the node's table does not describe.
+func (n *nodeLedger) resolve(podUID string, hs []held) []error {
 	var errs []error
 	for i := range hs {
 		h := &hs[i]
 		bad := func(reason string) {
-			errs = append(errs, &ReservationError{PodUID: h.PodUID, ContainerIndex: h.ContainerIndex, DeviceIdx: h.DeviceIndex, GPUUUID: h.GPUUUID, Reason: reason})
+			errs = append(errs, &ReservationError{PodUID: podUID, ContainerIndex: int(h.container), DeviceIdx: int(h.device), GPUUUID: h.gpuUUID, Reason: reason})
 		}
-		g := slices.IndexFunc(n.gpus, func(s GPUState) bool { return s.Grid.uuid == h.GPUUUID })
+		g := slices.IndexFunc(n.gpus, func(s GPUState) bool { return s.Grid.uuid == h.gpuUUID })
 		if g < 0 {
 			bad("GPU not on node " + n.name)
 			continue
 		}
 		grid := n.gpus[g].Grid
-		if !h.Placement.Within(capability.MaxSlots) {
-			bad(fmt.Sprintf("placement %v outside any %d-slot grid", h.Placement, capability.MaxSlots))
+		if !h.placement.Within(capability.MaxSlots) {
+			bad(fmt.Sprintf("placement %v outside any %d-slot grid", h.placement, capability.MaxSlots))
 			continue
 		}
 		// From here on the reservation occupies its slots whatever the
-		// table says: the pod holds them on the hardware, and a narrower
-		// table (an allowlist change) must not hand them to another pod.
-		h.gpu, h.mask = g, h.Placement.Mask()
-		if !h.Placement.Within(grid.Width()) {
-			bad(fmt.Sprintf("placement %v outside the %d-slot grid", h.Placement, grid.Width()))
-		} else if p := grid.Profile(h.Profile); p == nil {
-			bad(fmt.Sprintf("profile %q not published", h.Profile))
-		} else if !p.HasPlacement(h.Placement) {
-			bad(fmt.Sprintf("placement %v is not a published placement of %s", h.Placement, h.Profile))
+		// table says (locate): the pod holds them on the hardware, and a
+		// narrower table (an allowlist change) must not hand them to
+		// another pod.
+		if !h.placement.Within(grid.Width()) {
+			bad(fmt.Sprintf("placement %v outside the %d-slot grid", h.placement, grid.Width()))
+		} else if p := grid.Profile(h.profile); p == nil {
+			bad(fmt.Sprintf("profile %q not published", h.profile))
+		} else if !p.HasPlacement(h.placement) {
+			bad(fmt.Sprintf("placement %v is not a published placement of %s", h.placement, h.profile))
 		}
 	}
 	return errs
@@ -589,25 +698,32 @@ func (n *nodeLedger) resolve(hs []held) []error {
 // conflictsWith lists the reservations of other pods overlapping h.
 func (n *nodeLedger) conflictsWith(podUID string, h *held) []Conflict {
 	var out []Conflict
+	g, mask := n.locate(h)
 	for _, uid := range n.sortedPods() {
 		if uid == podUID {
 			continue
 		}
-		for _, o := range n.pods[uid].held {
-			if o.gpu == h.gpu && o.mask&h.mask != 0 {
-				out = append(out, Conflict{Node: n.name, GPUUUID: h.GPUUUID, PodUID: podUID, Other: uid, Placement: h.Placement, OtherPlacement: o.Placement})
+		for i := range n.pods[uid].held {
+			o := &n.pods[uid].held[i]
+			if og, omask := n.locate(o); og == g && omask&mask != 0 {
+				out = append(out, Conflict{Node: n.name, GPUUUID: h.gpuUUID, PodUID: podUID, Other: uid, Placement: h.placement, OtherPlacement: o.placement})
 			}
 		}
 	}
 	return out
 }
 
-func overlaps(node, a string, ha []held, b string, hb []held) []Conflict {
+// overlaps lists the overlaps between the reservations ha of pod a and hb
+// of pod b.
+func (n *nodeLedger) overlaps(a string, ha []held, b string, hb []held) []Conflict {
 	var out []Conflict
-	for _, x := range ha {
-		for _, y := range hb {
-			if x.gpu >= 0 && x.gpu == y.gpu && x.mask&y.mask != 0 {
-				out = append(out, Conflict{Node: node, GPUUUID: x.GPUUUID, PodUID: a, Other: b, Placement: x.Placement, OtherPlacement: y.Placement})
+	for i := range ha {
+		x := &ha[i]
+		gx, mx := n.locate(x)
+		for j := range hb {
+			y := &hb[j]
+			if gy, my := n.locate(y); gx >= 0 && gx == gy && mx&my != 0 {
+				out = append(out, Conflict{Node: n.name, GPUUUID: x.gpuUUID, PodUID: a, Other: b, Placement: x.placement, OtherPlacement: y.placement})
 			}
 		}
 	}
@@ -615,24 +731,25 @@ func overlaps(node, a string, ha []held, b string, hb []held) []Conflict {
 }
 
 func (n *nodeLedger) occupy(h *held) {
-	if h.gpu < 0 {
+	g, mask := n.locate(h)
+	if g < 0 {
 		return
 	}
-	c := n.counts[h.gpu]
-	if end := int(h.Placement.End()); end > len(c) {
+	c := n.counts[g]
+	if end := int(h.placement.End()); end > len(c) {
 		// A reservation outside the grid (see SetNode) keeps its slots.
 		c = append(c, make([]uint16, end-len(c))...)
-		n.counts[h.gpu] = c
+		n.counts[g] = c
 	}
-	for s := h.Placement.Start; s < h.Placement.End(); s++ {
+	for s := h.placement.Start; s < h.placement.End(); s++ {
 		c[s]++
 	}
-	g := &n.gpus[h.gpu]
-	g.Used |= Occupancy(h.mask)
+	gs := &n.gpus[g]
+	gs.Used |= Occupancy(mask)
 	// The reservation's media engines are taken too (GPUState.Engines),
 	// or selection would add an instance the GPU refuses.
-	if g.Grid != nil {
-		g.Engines = g.Engines.Add(g.Grid.heldEngines(h.Profile, h.Placement))
+	if gs.Grid != nil {
+		gs.Engines = gs.Engines.Add(gs.Grid.heldEngines(h.profile, h.placement))
 	}
 }
 
@@ -644,19 +761,21 @@ func (n *nodeLedger) remove(podUID string) bool {
 		return false
 	}
 	delete(n.pods, podUID)
-	for _, h := range e.held {
-		if h.gpu < 0 {
+	for i := range e.held {
+		h := &e.held[i]
+		g, _ := n.locate(h)
+		if g < 0 {
 			continue
 		}
-		c := n.counts[h.gpu]
-		for s := h.Placement.Start; s < h.Placement.End(); s++ {
+		c := n.counts[g]
+		for s := h.placement.Start; s < h.placement.End(); s++ {
 			c[s]--
 			if c[s] == 0 {
-				n.gpus[h.gpu].Used &^= Occupancy(uint64(1) << s)
+				n.gpus[g].Used &^= Occupancy(uint64(1) << s)
 			}
 		}
-		if g := &n.gpus[h.gpu]; g.Grid != nil {
-			g.Engines = g.Engines.Sub(g.Grid.heldEngines(h.Profile, h.Placement))
+		if gs := &n.gpus[g]; gs.Grid != nil {
+			gs.Engines = gs.Engines.Sub(gs.Grid.heldEngines(h.profile, h.placement))
 		}
 	}
 	return true

@@ -3,6 +3,7 @@ package placement_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -137,6 +138,9 @@ func TestLedgerRejects(t *testing.T) {
 		{name: "outside the grid assumed", assume: true, rs: []placement.Reservation{res(g0, "1g.5gb", 8, 1)}, wantErr: placement.ErrInvalidReservation},
 		{name: "past any grid", rs: []placement.Reservation{res(g0, "1g.5gb", 64, 1)}, wantErr: placement.ErrInvalidReservation},
 		{name: "repeated device", rs: []placement.Reservation{res(g0, "1g.5gb", 0, 1), res(g0, "1g.5gb", 1, 1)}, wantErr: placement.ErrInvalidReservation},
+		// Entries are kept with int32 indexes, the wire format's range.
+		{name: "container index over int32", rs: []placement.Reservation{{ContainerIndex: math.MaxInt32 + 1, GPUUUID: g0, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}}}, wantErr: placement.ErrInvalidReservation},
+		{name: "device index over int32", rs: []placement.Reservation{{DeviceIndex: math.MaxInt32 + 1, GPUUUID: g0, Profile: "1g.5gb", Placement: capability.Placement{Start: 0, Size: 1}}}, wantErr: placement.ErrInvalidReservation},
 		{name: "overlap within the pod", rs: []placement.Reservation{res(g0, "1g.5gb", 0, 1), {DeviceIndex: 1, GPUUUID: g0, Profile: "2g.10gb", Placement: capability.Placement{Start: 0, Size: 2}}}, wantErr: placement.ErrInvalidReservation, recorded: true},
 	}
 	for _, tc := range tests {
@@ -333,5 +337,56 @@ func TestLedgerEvaluate(t *testing.T) {
 	}
 	if _, err := l.Evaluate("nope", req); !errors.Is(err, placement.ErrUnknownNode) {
 		t.Errorf("Evaluate on an unknown node = %v, want ErrUnknownNode", err)
+	}
+}
+
+// TestLedgerHolds: Holds agrees with Pod, order aside, and compares every
+// field of every entry.
+func TestLedgerHolds(t *testing.T) {
+	gpus := a100Node(t, 2)
+	g0, g1 := gpus[0].UUID, gpus[1].UUID
+	a, b := res(g0, "1g.5gb", 0, 1), res(g1, "3g.20gb", 4, 4)
+	b.DeviceIndex = 1
+	l := placement.NewLedger(placement.LedgerOptions{})
+	if err := l.SetNode("n1", gpus); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddPod("n1", "p", []placement.Reservation{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddPod("n1", "empty", nil); err != nil {
+		t.Fatal(err)
+	}
+	withUID := func(r placement.Reservation, uid string) placement.Reservation { r.PodUID = uid; return r }
+	moved := b
+	moved.Placement.Start = 0
+	otherContainer := a
+	otherContainer.ContainerIndex = 1
+	tests := []struct {
+		name string
+		pod  string
+		rs   []placement.Reservation
+		want bool
+	}{
+		{name: "same", pod: "p", rs: []placement.Reservation{a, b}, want: true},
+		{name: "other order", pod: "p", rs: []placement.Reservation{b, a}, want: true},
+		{name: "with the pod's UID", pod: "p", rs: []placement.Reservation{withUID(a, "p"), b}, want: true},
+		{name: "another pod's UID", pod: "p", rs: []placement.Reservation{withUID(a, "q"), b}},
+		{name: "fewer", pod: "p", rs: []placement.Reservation{a}},
+		{name: "more", pod: "p", rs: []placement.Reservation{a, b, res(g1, "1g.5gb", 0, 1)}},
+		{name: "moved", pod: "p", rs: []placement.Reservation{a, moved}},
+		{name: "other container", pod: "p", rs: []placement.Reservation{otherContainer, b}},
+		{name: "other profile", pod: "p", rs: []placement.Reservation{res(g0, "1g.10gb", 0, 1), b}},
+		{name: "other GPU", pod: "p", rs: []placement.Reservation{res(g1, "1g.5gb", 0, 1), b}},
+		{name: "recorded without entries", pod: "empty", want: true},
+		{name: "unknown pod, none", pod: "nope", want: true},
+		{name: "unknown pod, some", pod: "nope", rs: []placement.Reservation{a}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := l.Holds(tc.pod, tc.rs); got != tc.want {
+				t.Fatalf("Holds(%q, %v) = %v, want %v", tc.pod, tc.rs, got, tc.want)
+			}
+		})
 	}
 }

@@ -402,7 +402,41 @@ func (s *Selector) dfs(gpus []GPUState, depth, only int) bool {
 		return true
 	}
 	di := s.order[depth]
-	d := &s.devs[di]
+	opts, ok := s.options(gpus, depth, only)
+	s.levels[depth] = opts
+	if !ok {
+		return false
+	}
+	slices.SortFunc(opts, func(a, b option) int {
+		if less(gpus, &a, &b) {
+			return -1
+		}
+		if less(gpus, &b, &a) {
+			return 1
+		}
+		return 0
+	})
+	for k := range opts {
+		o := opts[k]
+		s.take(gpus, o)
+		s.choice[di] = o
+		if s.dfs(gpus, depth+1, only) {
+			return true
+		}
+		s.untake(gpus, o)
+		if s.steps > s.maxSteps {
+			return false
+		}
+	}
+	return false
+}
+
+// options lists, in the level's reused buffer and unsorted, where the
+// device at depth can go now (on GPU only, when not negative), each with
+// its policy cost. Each counts a step; it returns false, with what it
+// listed so far, when the search runs out of steps.
+func (s *Selector) options(gpus []GPUState, depth, only int) ([]option, bool) {
+	d := &s.devs[s.order[depth]]
 	opts := s.levels[depth][:0]
 	// Interchangeable devices take candidates in increasing (GPU, start),
 	// which removes permutations of the same packing.
@@ -437,8 +471,7 @@ func (s *Selector) dfs(gpus []GPUState, depth, only int) bool {
 				s.steps++
 				if s.steps > s.maxSteps {
 					s.limited = true
-					s.levels[depth] = opts
-					return false
+					return opts, false
 				}
 				c := option{gpu: int32(g), prof: int32(pi), pl: int32(j), rank: r}
 				c.cost = s.policy.Cost(Candidate{GPU: g, Grid: grid, Used: Occupancy(used), Profile: gp.p, Placement: gp.placements[j]})
@@ -446,29 +479,7 @@ func (s *Selector) dfs(gpus []GPUState, depth, only int) bool {
 			}
 		}
 	}
-	slices.SortFunc(opts, func(a, b option) int {
-		if less(gpus, &a, &b) {
-			return -1
-		}
-		if less(gpus, &b, &a) {
-			return 1
-		}
-		return 0
-	})
-	s.levels[depth] = opts
-	for k := range opts {
-		o := opts[k]
-		s.take(gpus, o)
-		s.choice[di] = o
-		if s.dfs(gpus, depth+1, only) {
-			return true
-		}
-		s.untake(gpus, o)
-		if s.steps > s.maxSteps {
-			return false
-		}
-	}
-	return false
+	return opts, true
 }
 
 // explain classifies why the pod does not fit, from the input occupancy.

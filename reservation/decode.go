@@ -263,57 +263,8 @@ func (d *decoder[T]) entry(index int, prev []Allocation) (Allocation, error) {
 		if err != nil {
 			return a, err
 		}
-		switch bit {
-		case keyContainerIndex:
-			v, err := d.uint(index, name, MaxIndex)
-			a.ContainerIndex = int(v)
-			if err != nil {
-				return a, err
-			}
-		case keyDeviceIndex:
-			v, err := d.uint(index, name, MaxIndex)
-			a.DeviceIndex = int(v)
-			if err != nil {
-				return a, err
-			}
-		case keyGPUUUID:
-			s, err := d.string(index, name)
-			if err != nil {
-				return a, err
-			}
-			a.GPUUUID = d.intern(s, last.GPUUUID)
-		case keyProfile:
-			s, err := d.string(index, name)
-			if err != nil {
-				return a, err
-			}
-			a.Profile = d.intern(s, last.Profile)
-		case keyPlacement:
-			if a.Placement, err = d.placement(index); err != nil {
-				return a, err
-			}
-		case keyMIGUUID:
-			s, err := d.string(index, name)
-			if err != nil {
-				return a, err
-			}
-			a.MIGUUID = d.keep(s)
-		case keyGPUInstanceID:
-			v, err := d.uint(index, name, math.MaxUint32)
-			if err != nil {
-				return a, err
-			}
-			a.GPUInstanceID = SomeID(uint32(v))
-		case keyComputeInstanceID:
-			v, err := d.uint(index, name, math.MaxUint32)
-			if err != nil {
-				return a, err
-			}
-			a.ComputeInstanceID = SomeID(uint32(v))
-		default:
-			if err := d.skipValue(index, name, 0); err != nil {
-				return a, err
-			}
+		if err := d.field(index, bit, name, &a, &last); err != nil {
+			return a, err
 		}
 		switch c := d.peek(); c {
 		case ',':
@@ -325,6 +276,53 @@ func (d *decoder[T]) entry(index int, prev []Allocation) (Allocation, error) {
 			return a, d.unexpectedPunct(index, "", c, "',' or '}' after an object member")
 		}
 	}
+}
+
+// field reads the value of the entry member whose key is bit (name) into
+// a; last is the previous entry, whose GPU UUID and profile strings a
+// repeats instead of keeping a new copy. A tolerated unknown key (bit 0)
+// has its value skipped.
+func (d *decoder[T]) field(index int, bit uint, name string, a, last *Allocation) error {
+	switch bit {
+	case keyContainerIndex, keyDeviceIndex:
+		v, err := d.uint(index, name, MaxIndex)
+		if bit == keyContainerIndex {
+			a.ContainerIndex = int(v)
+		} else {
+			a.DeviceIndex = int(v)
+		}
+		return err
+	case keyGPUUUID, keyProfile, keyMIGUUID:
+		s, err := d.string(index, name)
+		if err != nil {
+			return err
+		}
+		switch bit {
+		case keyGPUUUID:
+			a.GPUUUID = d.intern(s, last.GPUUUID)
+		case keyProfile:
+			a.Profile = d.intern(s, last.Profile)
+		default:
+			a.MIGUUID = d.keep(s)
+		}
+		return nil
+	case keyPlacement:
+		p, err := d.placement(index)
+		a.Placement = p
+		return err
+	case keyGPUInstanceID, keyComputeInstanceID:
+		v, err := d.uint(index, name, math.MaxUint32)
+		if err != nil {
+			return err
+		}
+		if bit == keyGPUInstanceID {
+			a.GPUInstanceID = SomeID(uint32(v))
+		} else {
+			a.ComputeInstanceID = SomeID(uint32(v))
+		}
+		return nil
+	}
+	return d.skipValue(index, name, 0)
 }
 
 func (d *decoder[T]) missing(index int, seen uint) error {
@@ -502,23 +500,9 @@ func (d *decoder[T]) uint(index int, field string, max uint64) (uint64, error) {
 	if digits == 0 {
 		return 0, d.fail(index, field, ErrSyntax, "'-' without digits")
 	}
-	frac := false
-	if d.pos < len(d.data) && d.data[d.pos] == '.' {
-		frac = true
-		d.pos++
-		if !d.digits() {
-			return 0, d.fail(index, field, ErrSyntax, "'.' without digits")
-		}
-	}
-	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
-		frac = true
-		d.pos++
-		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
-			d.pos++
-		}
-		if !d.digits() {
-			return 0, d.fail(index, field, ErrSyntax, "exponent without digits")
-		}
+	frac, err := d.fraction(index, field)
+	if err != nil {
+		return 0, err
 	}
 	end := d.pos
 	d.pos = start
@@ -532,6 +516,30 @@ func (d *decoder[T]) uint(index int, field string, max uint64) (uint64, error) {
 	}
 	d.pos = end
 	return v, nil
+}
+
+// fraction skips a number's fraction and exponent, if any, and reports
+// whether there was either.
+func (d *decoder[T]) fraction(index int, field string) (bool, error) {
+	frac := false
+	if d.pos < len(d.data) && d.data[d.pos] == '.' {
+		frac = true
+		d.pos++
+		if !d.digits() {
+			return frac, d.fail(index, field, ErrSyntax, "'.' without digits")
+		}
+	}
+	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
+		frac = true
+		d.pos++
+		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
+			d.pos++
+		}
+		if !d.digits() {
+			return frac, d.fail(index, field, ErrSyntax, "exponent without digits")
+		}
+	}
+	return frac, nil
 }
 
 func (d *decoder[T]) digits() bool {
@@ -608,46 +616,47 @@ func (d *decoder[T]) slowString(index int, field string, start int) (str[T], err
 			buf = append(buf, d.data[d.pos:d.pos+n]...)
 			d.pos += n
 		default: // backslash
-			if d.pos+1 >= len(d.data) {
-				return zero, d.fail(index, field, ErrSyntax, "unterminated escape")
+			var err error
+			if buf, err = d.escape(index, field, buf); err != nil {
+				return zero, err
 			}
-			e := d.data[d.pos+1]
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, ok := d.hex4(d.pos + 2)
-				if !ok {
-					return zero, d.fail(index, field, ErrSyntax, `malformed \u escape`)
-				}
-				d.pos += 6
-				if utf16.IsSurrogate(r) {
-					r2, ok := d.lowSurrogate()
-					if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
-						d.pos += 6
-						r = dec
-					} else {
-						r = utf8.RuneError
-					}
-				}
-				buf = utf8.AppendRune(buf, r)
-				continue
-			default:
-				return zero, d.fail(index, field, ErrSyntax, "invalid escape \\"+string(rune(e)))
-			}
-			d.pos += 2
 		}
 	}
+}
+
+// simpleEscapes maps the byte after a backslash to what it stands for,
+// for every escape but \u; 0 means invalid.
+var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escape decodes the escape sequence at pos, appending it to buf.
+func (d *decoder[T]) escape(index int, field string, buf []byte) ([]byte, error) {
+	if d.pos+1 >= len(d.data) {
+		return buf, d.fail(index, field, ErrSyntax, "unterminated escape")
+	}
+	e := d.data[d.pos+1]
+	if e != 'u' {
+		c := simpleEscapes[e]
+		if c == 0 {
+			return buf, d.fail(index, field, ErrSyntax, "invalid escape \\"+string(rune(e)))
+		}
+		d.pos += 2
+		return append(buf, c), nil
+	}
+	r, ok := d.hex4(d.pos + 2)
+	if !ok {
+		return buf, d.fail(index, field, ErrSyntax, `malformed \u escape`)
+	}
+	d.pos += 6
+	if utf16.IsSurrogate(r) {
+		r2, ok := d.lowSurrogate()
+		if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
+			d.pos += 6
+			r = dec
+		} else {
+			r = utf8.RuneError
+		}
+	}
+	return utf8.AppendRune(buf, r), nil
 }
 
 // lowSurrogate reads the \uXXXX at pos without consuming it, so that a
@@ -736,56 +745,66 @@ func (d *decoder[T]) skipValue(index int, field string, depth int) error {
 	case c == 'n':
 		return d.literal(index, field, "null")
 	case c == '[':
-		d.pos++
-		if d.peek() == ']' {
-			d.pos++
-			return nil
-		}
-		for {
-			if err := d.skipValue(index, field, depth+1); err != nil {
-				return err
-			}
-			switch c := d.peek(); c {
-			case ',':
-				d.pos++
-			case ']':
-				d.pos++
-				return nil
-			default:
-				return d.unexpectedPunct(index, field, c, "',' or ']'")
-			}
-		}
+		return d.skipArray(index, field, depth)
 	case c == '{':
-		d.pos++
-		if d.peek() == '}' {
-			d.pos++
-			return nil
-		}
-		for {
-			if d.peek() != '"' {
-				return d.fail(index, field, ErrSyntax, "want an object key")
-			}
-			if _, err := d.string(index, field); err != nil {
-				return err
-			}
-			if err := d.colon(index, field); err != nil {
-				return err
-			}
-			if err := d.skipValue(index, field, depth+1); err != nil {
-				return err
-			}
-			switch c := d.peek(); c {
-			case ',':
-				d.pos++
-			case '}':
-				d.pos++
-				return nil
-			default:
-				return d.unexpectedPunct(index, field, c, "',' or '}'")
-			}
-		}
+		return d.skipObject(index, field, depth)
 	default:
 		return d.unexpected(index, field, c, "a value")
+	}
+}
+
+// skipArray checks and skips the array at pos, at nesting depth.
+func (d *decoder[T]) skipArray(index int, field string, depth int) error {
+	d.pos++
+	if d.peek() == ']' {
+		d.pos++
+		return nil
+	}
+	for {
+		if err := d.skipValue(index, field, depth+1); err != nil {
+			return err
+		}
+		switch c := d.peek(); c {
+		case ',':
+			d.pos++
+		case ']':
+			d.pos++
+			return nil
+		default:
+			return d.unexpectedPunct(index, field, c, "',' or ']'")
+		}
+	}
+}
+
+// skipObject checks and skips the object at pos, at nesting depth.
+func (d *decoder[T]) skipObject(index int, field string, depth int) error {
+	d.pos++
+	if d.peek() == '}' {
+		d.pos++
+		return nil
+	}
+	for {
+		if d.peek() != '"' {
+			return d.fail(index, field, ErrSyntax, "want an object key")
+		}
+		if _, err := d.string(index, field); err != nil {
+			return err
+		}
+		if err := d.colon(index, field); err != nil {
+			return err
+		}
+		if err := d.skipValue(index, field, depth+1); err != nil {
+			return err
+		}
+		switch c := d.peek(); c {
+		case ',':
+			d.pos++
+		case '}':
+			d.pos++
+			return nil
+		default:
+			return d.unexpectedPunct(index, field, c, "',' or '}'")
+		}
 	}
 }
 

@@ -11,12 +11,17 @@ import (
 // carried over. allocs is not validated here: decode it with
 // reservation.Decode first.
 func LedgerReservations(podUID string, allocs []reservation.Allocation) []placement.Reservation {
-	out := make([]placement.Reservation, len(allocs))
-	for i, a := range allocs {
-		out[i] = placement.Reservation{PodUID: podUID, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
-			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement}
+	return AppendLedgerReservations(make([]placement.Reservation, 0, len(allocs)), podUID, allocs)
+}
+
+// AppendLedgerReservations is [LedgerReservations] appending to dst, for
+// callers that reuse a buffer: the ledger copies what it records.
+func AppendLedgerReservations(dst []placement.Reservation, podUID string, allocs []reservation.Allocation) []placement.Reservation {
+	for _, a := range allocs {
+		dst = append(dst, placement.Reservation{PodUID: podUID, ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex,
+			GPUUUID: a.GPUUUID, Profile: a.Profile, Placement: a.Placement})
 	}
-	return out
+	return dst
 }
 
 // Allocations returns the scheduler's assignments for one pod

@@ -3,7 +3,7 @@
 // internal/ stays in its two levels (leaf helpers in internal/leaf, the
 // binaries' shared wiring in internal/wiring, which no library package
 // imports). It also keeps library functions short (TestFunctionLength: at
-// most 60 lines, bar the listed older ones, which may only shrink; go test
-// -v lists them). It has no code of its own; go test ./internal/archtest
-// runs the checks.
+// most 60 lines, from the func keyword to the closing brace, with no
+// exceptions). It has no code of its own; go test ./internal/archtest runs
+// the checks.
 package archtest

@@ -19,19 +19,6 @@ import (
 // func keyword to its closing brace.
 const maxFuncLines = 60
 
-// longFuncs are the library functions that were over maxFuncLines when the
-// limit began to be checked, each with its length then: it may shrink,
-// never grow. Shorten one and remove it here; add none.
-var longFuncs = map[string]int{
-	"deviceplugin/healthpods.go unhealthyIDs": 65,
-	"kube/schedview.go applyNode":             62,
-	"placement/select.go dfs":                 73,
-	"reservation/decode.go entry":             83,
-	"reservation/decode.go skipValue":         69,
-	"reservation/decode.go slowString":        67,
-	"reservation/decode.go uint":              64,
-}
-
 // isLibrary reports whether the package at rel (relative to the module) is
 // library code: not a binary, an example, or the test-only systemtest.
 func isLibrary(rel string) bool {
@@ -102,9 +89,8 @@ func fileFuncs(t *testing.T, path, name string) []funcLength {
 	return out
 }
 
-// TestFunctionLength: no library function is over maxFuncLines lines,
-// except those of longFuncs, none longer than it was. go test -v lists the
-// long ones, longest first.
+// TestFunctionLength: no library function is over maxFuncLines lines.
+// Each one over is reported, longest first.
 func TestFunctionLength(t *testing.T) {
 	var long []funcLength
 	for _, f := range libraryFuncs(t) {
@@ -114,14 +100,6 @@ func TestFunctionLength(t *testing.T) {
 	}
 	slices.SortFunc(long, func(a, b funcLength) int { return b.lines - a.lines })
 	for _, f := range long {
-		allowed, listed := longFuncs[f.name]
-		switch {
-		case !listed:
-			t.Errorf("%s is %d lines, over %d: split it", f.name, f.lines, maxFuncLines)
-		case f.lines > allowed:
-			t.Errorf("%s grew to %d lines (%d when listed, limit %d): shorten it", f.name, f.lines, allowed, maxFuncLines)
-		default:
-			t.Logf("%4d %s (listed, limit %d)", f.lines, f.name, maxFuncLines)
-		}
+		t.Errorf("%s is %d lines, over %d: split it", f.name, f.lines, maxFuncLines)
 	}
 }
