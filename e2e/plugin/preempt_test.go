@@ -154,43 +154,17 @@ func (e *env) fragment(prefix string) layout {
 	return l
 }
 
-// removeReclaimed deletes the pod, terminates its containers, removes it
-// at once as the kubelet does, and waits until the device plugin has
-// reclaimed its instances.
+// removeReclaimed deletes the pod as the kubelet sees it through
+// (remove: its final removal follows the termination at once) and waits
+// until the device plugin has reclaimed its instances.
 func (e *env) removeReclaimed(name string) {
 	e.t.Helper()
 	pod, err := e.admin.CoreV1().Pods(testNamespace).Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.admin.CoreV1().Pods(testNamespace).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.terminate(pod)
-	e.remove(pod)
+	e.remove(name)
 	if err := e.waitReclaimed(pod); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-// terminate records every container of the pod terminated, as the
-// kubelet does once it stopped them, and returns the time it did.
-func (e *env) terminate(pod *corev1.Pod) time.Time {
-	e.t.Helper()
-	if err := e.node.Terminate(e.ctx, testNamespace, pod.Name, 0, false); err != nil {
-		e.t.Fatal(err)
-	}
-	return time.Now()
-}
-
-// remove sends the kubelet's final delete of the pod, whose containers
-// ended. The kubelet sends it within milliseconds of the termination, so
-// the device plugin may never list the pod ended: it keeps the removed
-// pod's last, released state in its listing (kube.EndedPodMemory), which
-// is what these tests exercise by removing victims at once.
-func (e *env) remove(pod *corev1.Pod) {
-	e.t.Helper()
-	if err := e.node.FinishDeletion(e.ctx, pod); err != nil && !apierrors.IsNotFound(err) {
 		e.t.Fatal(err)
 	}
 }
@@ -308,9 +282,11 @@ func (e *env) preempt(l layout, c preemptCase) preemptTimes {
 		}
 		pods[v] = p
 	}
+	// The kubelet removes a pod within milliseconds of its containers
+	// ending, so the device plugin may never list a victim ended (see
+	// docs/preemption.md, "A victim removed at once").
 	for _, v := range victims[:len(victims)-1] {
-		e.terminate(pods[v])
-		e.remove(pods[v])
+		e.end(pods[v])
 	}
 	low := ""
 	if c.lowPod {
@@ -323,8 +299,7 @@ func (e *env) preempt(l layout, c preemptCase) preemptTimes {
 		e.t.Fatalf("%s bound while its victim %s is still running", preemptor, victims[len(victims)-1])
 	}
 	last := pods[victims[len(victims)-1]]
-	ended := e.terminate(last)
-	e.remove(last)
+	ended := e.end(last)
 
 	e.wait(preemptor+" bound", 5*time.Millisecond, e.bound(preemptor))
 	bound := time.Now()
