@@ -571,6 +571,31 @@ func TestBindReadsThePod(t *testing.T) {
 	}
 }
 
+// Bind's requests when the scheduler's copy of the pod is current: the
+// consistent listing of the node's pods and the binding, conditioned on
+// the copy's version, and no read of the pod.
+func TestBindRequests(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pod := e.create(t, migPod("a", "4000"))
+	cs, kept, _ := e.cycle(t, pod, "n1")
+	require.Contains(t, kept, "n1")
+	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
+	e.client.ClearActions()
+
+	require.True(t, e.pl.Bind(e.ctx, cs, pod, "n1").IsSuccess())
+	var got []string
+	for _, a := range e.client.Actions() {
+		if a.GetVerb() != "watch" {
+			got = append(got, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
+		}
+	}
+	assert.Equal(t, []string{"list pods/", "create pods/binding"}, got)
+	bound, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "n1", bound.Spec.NodeName)
+	assert.Contains(t, bound.Annotations, reservation.AnnotationKey)
+}
+
 // A deleting pod frees its slots only once it is released (its containers
 // terminated): the update hint requeues then, not at the deletion itself.
 func TestHintPodReleased(t *testing.T) {
