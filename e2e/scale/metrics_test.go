@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -166,10 +167,14 @@ func (c counts) total() float64 {
 	return n
 }
 
+// String lists the counts that round to at least 0.01 (the total counts
+// them all).
 func (c counts) String() string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(c)) {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, c[k]))
+		if math.Abs(c[k]) >= 0.005 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, c[k]))
+		}
 	}
 	return fmt.Sprintf("%.2f: %s", c.total(), strings.Join(parts, ", "))
 }

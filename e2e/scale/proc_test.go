@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/exec"
@@ -61,6 +62,9 @@ func runChild(role, dir string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+childMetrics, legacyregistry.Handler())
+	// For a profile of one measurement, taken by hand while it runs
+	// (the address is in the child's directory).
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", role)
 	cfg := filepath.Join(dir, childConfig)
