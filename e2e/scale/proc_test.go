@@ -101,6 +101,9 @@ func serveExtender(ctx context.Context, kubeconfig string, mux *http.ServeMux, l
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
+	// As kube-scheduler's: client-go's defaults (5 QPS, burst 10) would
+	// hold the extender to about one bind a second.
+	cfg.QPS, cfg.Burst = schedulerQPS, schedulerBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
