@@ -71,9 +71,38 @@
 // runs in the binding cycle, off the scheduling cycle's critical path;
 // [Options.SkipFreshNodeRead] turns it off for a single scheduler. The same
 // lag shows the new leader the previous one's last binds as pending pods,
-// which it schedules again: their binding fails (Bind reads the pod),
+// which it schedules again: their binding fails (the API server refuses
+// to bind a bound pod, and Bind's read of it then finds it bound),
 // and a read that lists such a pod bound to another node counts its slots
 // there at once, even while the pod's own binding cycle runs.
+//
+// # Requests per MIG pod
+//
+// Beyond a plain pod's binding, a MIG pod costs kube-scheduler one
+// request: Bind's consistent listing of the node's pods. The binding
+// carries the record (no separate patch), and it is conditioned on the
+// pod's UID and the resourceVersion of the scheduler's own copy, the
+// version whose request the cycle decided on, so Bind does not read the
+// pod first. That is as safe as reading it: any write to the pod since
+// that version (its owner changing the request or forging a record,
+// another replica's binding, a deletion, kube-scheduler's own status
+// write) changes the resourceVersion, and the API server refuses the
+// binding with a Conflict before writing anything. Only then does Bind
+// read the pod, and it binds the version read, conditioned the same way,
+// only if that pod is unbound and asks for exactly what was decided; a
+// second Conflict makes the cycle Unschedulable ([ErrPodChanged]).
+//
+// The listing asks for the node's pods by field selector (spec.nodeName)
+// with resourceVersion unset, so it sees every write the API server had
+// completed when it began. The API server e2e runs (1.37, consistent
+// reads from cache on) serves it from its watch cache, through the
+// cache's spec.nodeName index, once the cache has caught up with etcd's
+// current revision: it asks etcd for that revision, not for the pods. A
+// read of one pod with resourceVersion unset, by contrast, goes to etcd;
+// that is the read Bind no longer makes. e2e/scale counts the requests
+// of both kinds per pod. The listing cannot be skipped on the view's
+// word: the view's informer may lag behind another replica's binding by
+// any amount, and no local fact proves it has not.
 //
 // # Requeueing
 //

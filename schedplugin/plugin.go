@@ -661,8 +661,8 @@ func (p *Plugin) settle(ctx context.Context, s *cycleState, node string) bool {
 
 // prepareBind is Bind's first half: it reads the node's pods
 // consistently (unless [Options.SkipFreshNodeRead]), decides the
-// placements again against what it read, and reads the pod, whose version
-// the binding is conditioned on. It writes nothing.
+// placements again against what it read and encodes the record. It
+// writes nothing.
 func (p *Plugin) prepareBind(ctx context.Context, s *cycleState, pod *corev1.Pod, node string) *fwk.Status {
 	uid := string(pod.UID)
 	if !p.opts.SkipFreshNodeRead {
@@ -683,9 +683,15 @@ func (p *Plugin) prepareBind(ctx context.Context, s *cycleState, pod *corev1.Pod
 		}
 		s.as = as
 	}
-	// The scheduler's copy of the pod may lag behind its own status
-	// writes: read the pod, and bind that version only if it still asks
-	// for what was decided.
+	s.value = reservation.EncodeString(schedule.Allocations(s.as))
+	s.bindTime = strconv.FormatInt(p.opts.Clock.Now().Unix(), 10)
+	return nil
+}
+
+// readPod reads the pod and keeps its version for the binding (s.read)
+// only if it is the same pod, unbound, and still asks for what was
+// decided.
+func (p *Plugin) readPod(ctx context.Context, s *cycleState, pod *corev1.Pod) *fwk.Status {
 	cur, err := p.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("schedplugin: read pod %s/%s: %w", pod.Namespace, pod.Name, err))
@@ -696,17 +702,19 @@ func (p *Plugin) prepareBind(ctx context.Context, s *cycleState, pod *corev1.Pod
 	if req, err := kube.ParseRequestFor(cur, p.opts.Resource); err != nil || !reflect.DeepEqual(req, s.req) {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: pod %s/%s changed its MIG request", ErrPodChanged, pod.Namespace, pod.Name))
 	}
-	s.value = reservation.EncodeString(schedule.Allocations(s.as))
-	s.bindTime = strconv.FormatInt(p.opts.Clock.Now().Unix(), 10)
 	s.read = cur
 	return nil
 }
 
 // Bind binds a MIG pod with its record in one write, after reading the
-// node and the pod (see the package documentation): a pods/binding call
-// whose Binding carries the hami.io/vgpu-mig-allocations record and the
-// bind time as annotations, with the UID and resourceVersion it read as
-// preconditions. Other pods are left to the profile's next binder.
+// node (see the package documentation): a pods/binding call whose Binding
+// carries the hami.io/vgpu-mig-allocations record and the bind time as
+// annotations, with a UID and resourceVersion as preconditions. The
+// version is first that of the scheduler's copy, whose request the cycle
+// decided on; only when the API server refuses it as outdated does Bind
+// read the pod and bind its current version, if that still asks for what
+// was decided ("Requests per MIG pod" in the package documentation).
+// Other pods are left to the profile's next binder.
 //
 // The reads are not a PreBind: kube-scheduler writes a NominatedNodeName
 // to every pod whose PreBind has work, and then runs every Filter twice on
@@ -720,6 +728,33 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	if st := p.prepareBind(ctx, s, pod, node); !st.IsSuccess() {
 		return st
 	}
+	s.read = pod
+	err := errOutdated
+	if pod.ResourceVersion != "" {
+		err = p.bindRead(ctx, s, node)
+	}
+	if apierrors.IsConflict(err) || errors.Is(err, errOutdated) {
+		if st := p.readPod(ctx, s, pod); !st.IsSuccess() {
+			return st
+		}
+		err = p.bindRead(ctx, s, node)
+	}
+	if apierrors.IsConflict(err) {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: %v", ErrPodChanged, err))
+	}
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("schedplugin: bind pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err))
+	}
+	return nil
+}
+
+// errOutdated stands for a binding not tried: the scheduler's copy of the
+// pod has no resourceVersion to condition it on.
+var errOutdated = errors.New("schedplugin: no version to bind")
+
+// bindRead binds the version of the pod in s.read to node with the
+// record.
+func (p *Plugin) bindRead(ctx context.Context, s *cycleState, node string) error {
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.read.Namespace, Name: s.read.Name, UID: s.read.UID,
 			ResourceVersion: s.read.ResourceVersion,
@@ -727,13 +762,7 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		Target: corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	s.tried = true
-	if err := p.client.CoreV1().Pods(b.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
-		if apierrors.IsConflict(err) {
-			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%v: %v", ErrPodChanged, err))
-		}
-		return fwk.AsStatus(fmt.Errorf("schedplugin: bind pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err))
-	}
-	return nil
+	return p.client.CoreV1().Pods(b.Namespace).Bind(ctx, b, metav1.CreateOptions{})
 }
 
 // readNode applies a consistent listing of the pods bound to node to the

@@ -571,6 +571,55 @@ func TestBindReadsThePod(t *testing.T) {
 	}
 }
 
+// Bind's requests when the scheduler's copy of the pod is current: the
+// consistent listing of the node's pods and the binding, conditioned on
+// the copy's version, and no read of the pod.
+func TestBindRequests(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pod := e.create(t, migPod("a", "4000"))
+	cs, kept, _ := e.cycle(t, pod, "n1")
+	require.Contains(t, kept, "n1")
+	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
+	e.client.ClearActions()
+
+	require.True(t, e.pl.Bind(e.ctx, cs, pod, "n1").IsSuccess())
+	var got []string
+	for _, a := range e.client.Actions() {
+		if a.GetVerb() != "watch" {
+			got = append(got, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
+		}
+	}
+	assert.Equal(t, []string{"list pods/", "create pods/binding"}, got)
+	bound, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "n1", bound.Spec.NodeName)
+	assert.Contains(t, bound.Annotations, reservation.AnnotationKey)
+}
+
+// A scheduler's copy without a resourceVersion gives the binding nothing
+// to be conditioned on: Bind reads the pod first, and a pod whose request
+// changed gets nothing written.
+func TestBindCopyWithoutVersion(t *testing.T) {
+	e := newEnv(t, schedplugin.Options{})
+	pod := e.create(t, migPod("a", "4000"))
+	cs, kept, _ := e.cycle(t, pod, "n1")
+	require.Contains(t, kept, "n1")
+	require.True(t, e.pl.Reserve(e.ctx, cs, pod, "n1").IsSuccess())
+	cur := pod.DeepCopy()
+	cur.Annotations[kube.ProfilePreferenceAnnotation] = "7g"
+	_, err := e.client.CoreV1().Pods("default").Update(e.ctx, cur, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	unversioned := pod.DeepCopy()
+	unversioned.ResourceVersion = ""
+	st := e.pl.Bind(e.ctx, cs, unversioned, "n1")
+	assert.Equal(t, fwk.Unschedulable, st.Code(), "%v", st)
+	got, err := e.client.CoreV1().Pods("default").Get(e.ctx, "a", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, got.Spec.NodeName, "not bound")
+	e.pl.Unreserve(e.ctx, cs, unversioned, "n1")
+}
+
 // A deleting pod frees its slots only once it is released (its containers
 // terminated): the update hint requeues then, not at the deletion itself.
 func TestHintPodReleased(t *testing.T) {

@@ -3,15 +3,12 @@ package scale_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,17 +19,12 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/component-base/metrics/legacyregistry"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/e2e/internal/cluster"
-	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/fakehal"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/reservation"
-	"github.com/dynmig/dynmig/schedplugin"
 )
 
 const (
@@ -50,16 +42,17 @@ const (
 	warmup = 5
 )
 
-// config is the measurement DYNMIG_E2E_SCALE_NODES and
-// DYNMIG_E2E_SCALE_PODS select; the default is a small run that checks
-// the harness.
+// config is the measurement DYNMIG_E2E_SCALE_NODES,
+// DYNMIG_E2E_SCALE_PODS and DYNMIG_E2E_SCALE_SCHEDULERS select; the
+// default is a small run of both schedulers that checks the harness.
 type config struct {
-	nodes []int // node counts, increasing
-	pods  int   // pods per measurement
+	nodes      []int    // node counts, increasing
+	pods       int      // pods per measurement
+	schedulers []string // "plugin", "extender", in this order
 }
 
 func readConfig(t *testing.T) config {
-	cfg := config{nodes: []int{8}, pods: 16}
+	cfg := config{nodes: []int{8}, pods: 16, schedulers: []string{"plugin", "extender"}}
 	if v := os.Getenv("DYNMIG_E2E_SCALE_NODES"); v != "" {
 		cfg.nodes = nil
 		for _, f := range strings.Split(v, ",") {
@@ -78,6 +71,15 @@ func readConfig(t *testing.T) config {
 		}
 		cfg.pods = n
 	}
+	if v := os.Getenv("DYNMIG_E2E_SCALE_SCHEDULERS"); v != "" {
+		cfg.schedulers = nil
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "plugin" && f != "extender" {
+				t.Fatalf("DYNMIG_E2E_SCALE_SCHEDULERS=%q: want plugin, extender or both, separated by a comma", v)
+			}
+			cfg.schedulers = append(cfg.schedulers, f)
+		}
+	}
 	return cfg
 }
 
@@ -86,40 +88,50 @@ func readConfig(t *testing.T) config {
 // through the DynMIG plugin (schedplugin/deploy/kube-scheduler-config.yaml)
 // and through the extender (deploy/scheduler/kube-scheduler-config.yaml),
 // both with the scheduler's client QPS raised (schedulerQPS). Each
-// measurement creates its pods from 16 goroutines and counts from the
-// first create to the last pod seen bound; it also reports the rate
-// between the 10th and the 90th percentile of binds (steady state). The
-// test checks that every pod is bound and every MIG pod carries its
-// reservation; the rates are logged (BENCHMARKS.md), not asserted.
+// scheduler, and the extender, runs as a process of its own (the test
+// binary re-executed, runChild), so that its CPU time is its own; the
+// test process holds etcd, the API server and the stand-ins.
+//
+// Each measurement creates its pods from 16 goroutines and counts from
+// the first create to the last pod seen bound; it also reports the rate
+// between the 10th and the 90th percentile of binds (steady state), the
+// CPU time per pod of each process, and the API requests per pod by verb
+// and resource (apiserver_request_total, read before the pods are created
+// and after every one of them is Running). The test checks that every pod
+// is bound and every MIG pod carries its reservation; the numbers are
+// logged (BENCHMARKS.md), not asserted.
 func TestThroughput(t *testing.T) {
 	cfg := readConfig(t)
 	e := start(t)
-	var results []result
+	var rounds [][2]result
 	for _, n := range cfg.nodes {
 		e.growNodes(n)
-		results = append(results, e.pluginRound(n, cfg.pods)...)
-		results = append(results, e.extenderRound(n, cfg.pods)...)
+		for _, s := range cfg.schedulers {
+			if s == "plugin" {
+				rounds = append(rounds, e.pluginRound(n, cfg.pods))
+			} else {
+				rounds = append(rounds, e.extenderRound(n, cfg.pods))
+			}
+		}
 	}
-	for _, r := range results {
-		t.Log(r)
+	for _, r := range rounds {
+		t.Log(r[0])
+		t.Log(r[1])
 	}
-	t.Log("ratios to plain pods through the same scheduler binary in the same round:")
-	for i := 0; i+3 < len(results); i += 4 {
-		p, m, pe, me := results[i], results[i+1], results[i+2], results[i+3]
-		t.Logf("%d nodes: plugin MIG/plain %.2f (steady %.2f, CPU per pod %.2fx); extender MIG/plain %.2f (steady %.2f, CPU per pod %.2fx); extender MIG/plugin MIG %.2f",
-			p.nodes, m.rate/p.rate, m.steady/p.steady, float64(m.cpu)/float64(p.cpu),
-			me.rate/pe.rate, me.steady/pe.steady, float64(me.cpu)/float64(pe.cpu), me.rate/m.rate)
+	t.Log("MIG pods against plain pods through the same scheduler in the same round:")
+	for _, r := range rounds {
+		t.Log(ratios(r[0], r[1]))
 	}
 }
 
 type env struct {
-	t      *testing.T
-	ctx    context.Context
-	c      *cluster.Cluster
-	admin  kubernetes.Interface
-	nodes  int
-	binds  *tracker
-	config struct{ plugin, extender string }
+	t          *testing.T
+	ctx        context.Context
+	c          *cluster.Cluster
+	admin      kubernetes.Interface
+	kubeconfig string // the administrator's, for the child processes
+	nodes      int
+	binds      *tracker
 }
 
 func start(t *testing.T) *env {
@@ -129,38 +141,12 @@ func start(t *testing.T) *env {
 	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.config.plugin = scaledConfig(t, filepath.Join(cluster.RepoRoot(), "schedplugin", "deploy", "kube-scheduler-config.yaml"))
-	e.config.extender = scaledConfig(t, cluster.SchedulerConfigPath())
+	var err error
+	if e.kubeconfig, err = c.WriteKubeconfig("scale-admin", c.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
 	e.binds = startTracker(t, c)
 	return e
-}
-
-// scaledConfig writes the scheduler configuration file src with the
-// client's QPS and burst raised to schedulerQPS and schedulerBurst and
-// returns the new file's path.
-func scaledConfig(t *testing.T, src string) string {
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		t.Fatal(err)
-	}
-	conn, _ := raw["clientConnection"].(map[string]any)
-	if conn == nil {
-		conn = map[string]any{}
-	}
-	conn["qps"], conn["burst"] = schedulerQPS, schedulerBurst
-	raw["clientConnection"] = conn
-	if data, err = yaml.Marshal(raw); err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(t.TempDir(), filepath.Base(src))
-	if err := os.WriteFile(dst, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 // growNodes creates fake nodes until there are n.
@@ -246,37 +232,28 @@ func parallel(ctx context.Context, workers, from, to int, do func(context.Contex
 
 // pluginRound starts kube-scheduler with DynMIG and measures plain pods,
 // then MIG pods, on n nodes.
-func (e *env) pluginRound(n, pods int) []result {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "schedplugin")
-	s, err := e.c.StartSchedulerWith(e.t, cluster.SchedulerOptions{ConfigFile: e.config.plugin},
-		app.WithPlugin(schedplugin.Name, schedplugin.Factory(schedplugin.Options{Logger: log})))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer s.Stop()
-	return []result{e.measure(n, "plain (plugin scheduler)", false, pods), e.measure(n, "MIG through the plugin", true, pods)}
+func (e *env) pluginRound(n, pods int) [2]result {
+	src := filepath.Join(cluster.RepoRoot(), "schedplugin", "deploy", "kube-scheduler-config.yaml")
+	s := startChild(e.t, e.ctx, rolePlugin, schedulerConfig(e.t, src, e.kubeconfig, ""))
+	defer s.stop()
+	return [2]result{e.measure(n, "plain (DynMIG scheduler)", false, pods, s, nil),
+		e.measure(n, "MIG through DynMIG", true, pods, s, nil)}
 }
 
 // extenderRound starts the extender and the upstream kube-scheduler with
-// the extender configuration and measures plain pods, then MIG pods, on n
-// nodes.
-func (e *env) extenderRound(n, pods int) []result {
-	addr, err := cluster.ExtenderAddr(e.config.extender)
+// the extender configuration (its extender pointed at the extender's
+// process) and measures plain pods, then MIG pods, on n nodes.
+func (e *env) extenderRound(n, pods int) [2]result {
+	kc, err := os.ReadFile(e.kubeconfig)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "extender")
-	ext, err := cluster.StartExtender(e.ctx, e.t, e.admin, addr, extender.Options{Logger: log})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer ext.Stop()
-	s, err := e.c.StartScheduler(e.t, cluster.SchedulerOptions{ConfigFile: e.config.extender})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer s.Stop()
-	return []result{e.measure(n, "plain (extender scheduler)", false, pods), e.measure(n, "MIG through the extender", true, pods)}
+	ext := startChild(e.t, e.ctx, roleExtender, kc)
+	defer ext.stop()
+	s := startChild(e.t, e.ctx, roleScheduler, schedulerConfig(e.t, cluster.SchedulerConfigPath(), e.kubeconfig, ext.addr))
+	defer s.stop()
+	return [2]result{e.measure(n, "plain (extender scheduler)", false, pods, s, ext),
+		e.measure(n, "MIG through the extender", true, pods, s, ext)}
 }
 
 type result struct {
@@ -285,118 +262,61 @@ type result struct {
 	pods         int
 	total        time.Duration // first create to last bound
 	rate, steady float64       // pods/s over total, and between the 10th and 90th percentile bind
-	cpu          time.Duration // the test process's CPU time (control plane, scheduler, extender, stand-ins) per pod
-	sched        schedMetrics  // the scheduler's metrics over the measurement
+	// CPU time per pod: kube-scheduler's process, the extender's (0
+	// without one) and the test process's (etcd, the API server, the
+	// front proxy and the stand-ins: pod creation, realization, status).
+	sched, ext, rest time.Duration
+	requests         requests     // API requests per pod, from create to Running
+	metrics          schedMetrics // the scheduler's metrics over the measurement
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("%d nodes, %s: %d pods in %v: %.1f pods/s (steady %.1f pods/s), %v CPU per pod; %v",
-		r.nodes, r.what, r.pods, r.total.Round(time.Millisecond), r.rate, r.steady, r.cpu.Round(10*time.Microsecond), r.sched)
+	cpu := fmt.Sprintf("kube-scheduler %v", r.sched.Round(10*time.Microsecond))
+	if r.ext > 0 {
+		cpu += fmt.Sprintf(", extender %v", r.ext.Round(10*time.Microsecond))
+	}
+	return fmt.Sprintf("%d nodes, %s: %d pods in %v: %.1f pods/s (steady %.1f pods/s)\n"+
+		"\tCPU per pod: %s, API server, etcd and stand-ins %v\n\tAPI requests per pod %v\n\t%v",
+		r.nodes, r.what, r.pods, r.total.Round(time.Millisecond), r.rate, r.steady,
+		cpu, r.rest.Round(10*time.Microsecond), r.requests, r.metrics)
 }
 
-// cpuTime is the process's user and system CPU time so far: the machine's
-// load does not inflate it as it does wall time.
-func cpuTime(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
+// ratios compares a round's MIG measurement m with its plain one p.
+func ratios(p, m result) string {
+	div := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
+	s := fmt.Sprintf("%d nodes, %s: rate %.2fx (steady %.2fx); CPU per pod: kube-scheduler %.2fx",
+		p.nodes, m.what, m.rate/p.rate, m.steady/p.steady, div(m.sched, p.sched))
+	if m.ext > 0 {
+		s += fmt.Sprintf(", kube-scheduler and extender %.2fx", div(m.sched+m.ext, p.sched+p.ext))
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// schedMetrics are kube-scheduler's scheduling attempts by result and the
-// mean duration of its successful attempts (scheduling and binding
-// cycle), from its metrics in the process's registry. The scheduler
-// records some of them asynchronously, so a measurement's counts may lag
-// by a few pods.
-type schedMetrics struct {
-	attempts         map[string]float64
-	cycleSum, cycles float64
-	// The scheduling algorithm's (Filter and Score, sequential per pod)
-	// and the extension points' durations: sum and count each.
-	algorithm [2]float64
-	points    map[string][2]float64
-}
-
-func readSchedMetrics(t *testing.T) schedMetrics {
-	mfs, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := schedMetrics{attempts: map[string]float64{}, points: map[string][2]float64{}}
-	for _, mf := range mfs {
-		for _, s := range mf.GetMetric() {
-			result, point := "", ""
-			for _, l := range s.GetLabel() {
-				switch l.GetName() {
-				case "result":
-					result = l.GetValue()
-				case "extension_point":
-					point = l.GetValue()
-				}
-			}
-			switch mf.GetName() {
-			case "scheduler_scheduling_algorithm_duration_seconds":
-				m.algorithm[0] += s.GetHistogram().GetSampleSum()
-				m.algorithm[1] += float64(s.GetHistogram().GetSampleCount())
-			case "scheduler_framework_extension_point_duration_seconds":
-				pt := m.points[point]
-				pt[0] += s.GetHistogram().GetSampleSum()
-				pt[1] += float64(s.GetHistogram().GetSampleCount())
-				m.points[point] = pt
-			case "scheduler_schedule_attempts_total":
-				m.attempts[result] += s.GetCounter().GetValue()
-			case "scheduler_scheduling_attempt_duration_seconds":
-				if result == "scheduled" {
-					m.cycleSum += s.GetHistogram().GetSampleSum()
-					m.cycles += float64(s.GetHistogram().GetSampleCount())
-				}
-			}
-		}
-	}
-	return m
-}
-
-// since is m less before.
-func (m schedMetrics) since(before schedMetrics) schedMetrics {
-	d := schedMetrics{attempts: map[string]float64{}, cycleSum: m.cycleSum - before.cycleSum, cycles: m.cycles - before.cycles,
-		algorithm: [2]float64{m.algorithm[0] - before.algorithm[0], m.algorithm[1] - before.algorithm[1]}, points: map[string][2]float64{}}
-	for k, v := range m.points {
-		d.points[k] = [2]float64{v[0] - before.points[k][0], v[1] - before.points[k][1]}
-	}
-	for k, v := range m.attempts {
-		if v -= before.attempts[k]; v != 0 {
-			d.attempts[k] = v
-		}
-	}
-	return d
-}
-
-func (m schedMetrics) String() string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m.attempts)) {
-		parts = append(parts, fmt.Sprintf("%s %.0f", k, m.attempts[k]))
-	}
-	mean := func(sum, n float64) time.Duration {
-		if n == 0 {
-			return 0
-		}
-		return time.Duration(sum / n * float64(time.Second)).Round(10 * time.Microsecond)
-	}
-	pts := []string{fmt.Sprintf("algorithm %v", mean(m.algorithm[0], m.algorithm[1]))}
-	for _, k := range []string{"PreFilter", "Filter", "Score", "Reserve", "PreBind", "Bind"} {
-		if v := m.points[k]; v[1] > 0 {
-			pts = append(pts, fmt.Sprintf("%s %v", k, mean(v[0], v[1])))
-		}
-	}
-	return fmt.Sprintf("attempts: %s; mean attempt to bound %v; mean %s", strings.Join(parts, ", "), mean(m.cycleSum, m.cycles), strings.Join(pts, ", "))
+	return s + fmt.Sprintf(", API server, etcd and stand-ins %.2fx; API requests per pod %.2f vs %.2f, etcd requests %.2f vs %.2f",
+		div(m.rest, p.rest), m.requests.api.total(), p.requests.api.total(), m.requests.etcd.total(), p.requests.etcd.total())
 }
 
 var round int
 
-// measure creates warmup pods and waits for them, then creates pods of
-// the kind and waits until all are bound.
-func (e *env) measure(n int, what string, mig bool, pods int) result {
+// usage is what a measurement reads before and after its pods.
+type usage struct {
+	sched, ext, rest time.Duration // CPU time of kube-scheduler, the extender, the test process
+	requests         requests
+	metrics          schedMetrics
+}
+
+// usage reads the CPU time of the processes, the API server's request
+// counts and kube-scheduler's metrics; ext may be nil.
+func (e *env) usage(s, ext *child) usage {
+	u := usage{requests: readRequests(e.t, e.ctx, e.admin), metrics: readSchedMetrics(scrapeChild(e.t, e.ctx, s))}
+	u.sched, u.rest = s.cpu(e.t), cpuTime(e.t)
+	if ext != nil {
+		u.ext = ext.cpu(e.t)
+	}
+	return u
+}
+
+// measure creates warmup pods and waits until they run, then creates pods
+// of the kind and waits until all are bound and then running, reading
+// usage before and after them.
+func (e *env) measure(n int, what string, mig bool, pods int, s, ext *child) result {
 	e.t.Helper()
 	round++
 	prefix := fmt.Sprintf("r%d-", round)
@@ -413,14 +333,20 @@ func (e *env) measure(n int, what string, mig bool, pods int) result {
 		}
 		return names
 	}
-	e.binds.wait(e.t, e.ctx, create(0, warmup, prefix+"warm-"))
-	before, cpuBefore := readSchedMetrics(e.t), cpuTime(e.t)
+	warm := create(0, warmup, prefix+"warm-")
+	e.binds.wait(e.t, e.ctx, warm)
+	e.binds.waitRunning(e.t, e.ctx, warm)
+	before := e.usage(s, ext)
 	began := time.Now()
 	names := create(0, pods, prefix)
 	times := e.binds.wait(e.t, e.ctx, names)
-	sched, cpu := readSchedMetrics(e.t).since(before), cpuTime(e.t)-cpuBefore
+	e.binds.waitRunning(e.t, e.ctx, names)
+	after := e.usage(s, ext)
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
-	r := result{nodes: n, what: what, pods: pods, total: times[len(times)-1].Sub(began), sched: sched, cpu: cpu / time.Duration(pods)}
+	per := func(a, b time.Duration) time.Duration { return (a - b) / time.Duration(pods) }
+	r := result{nodes: n, what: what, pods: pods, total: times[len(times)-1].Sub(began),
+		sched: per(after.sched, before.sched), ext: per(after.ext, before.ext), rest: per(after.rest, before.rest),
+		requests: after.requests.perPod(before.requests, pods), metrics: after.metrics.since(before.metrics)}
 	r.rate = float64(pods) / r.total.Seconds()
 	lo, hi := len(times)/10, len(times)*9/10
 	if d := times[hi-1].Sub(times[lo]); hi-1 > lo && d > 0 {
@@ -484,10 +410,10 @@ func startTracker(t *testing.T, c *cluster.Cluster) *tracker {
 		defer tr.mu.Unlock()
 		if _, ok := tr.bound[p.Name]; !ok {
 			tr.bound[p.Name] = time.Now()
-			close(tr.changed)
-			tr.changed = make(chan struct{})
 		}
 		tr.pods[p.Name] = p
+		close(tr.changed)
+		tr.changed = make(chan struct{})
 		if p.Status.Phase == corev1.PodPending && !tr.queued[p.Name] {
 			tr.queued[p.Name] = true
 			tr.run <- p.Name
@@ -574,6 +500,30 @@ func (tr *tracker) wait(t *testing.T, ctx context.Context, names []string) []tim
 		select {
 		case <-ctx.Done():
 			t.Fatalf("%d of %d pods bound: %v", len(times), len(names), ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+// waitRunning waits until every named pod was seen Running, so that
+// the stand-ins' writes for them are done.
+func (tr *tracker) waitRunning(t *testing.T, ctx context.Context, names []string) {
+	t.Helper()
+	for {
+		tr.mu.Lock()
+		changed, running := tr.changed, 0
+		for _, n := range names {
+			if p := tr.pods[n]; p != nil && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		tr.mu.Unlock()
+		if running == len(names) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d pods running: %v", running, len(names), ctx.Err())
 		case <-changed:
 		}
 	}
