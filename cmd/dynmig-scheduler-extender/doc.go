@@ -36,7 +36,10 @@
 // dynmig_scheduler_stale_claims_total and the Go and process collectors,
 // /healthz, and /readyz, ready once the informers synced), -legacy-metrics
 // (also nodeGPUMigInstance), -lock-timeout, -resource (the device plugin's
-// extended resource), -skip-fresh-node-read and -kubeconfig, and those
+// extended resource), -skip-fresh-node-read, -kube-api-qps and
+// -kube-api-burst (the API client's rate limit, default 50 and 100 as
+// kube-scheduler's; client-go's 5 and 10 would allow about one bind a
+// second) and -kubeconfig, and those
 // every dynmig binary has (-version, -log-format=text|json, -log-level,
 // -v; package internal/wiring/cli); -help lists them. -kubeconfig names a kubeconfig file (its current
 // context) for running out of a cluster; empty means $KUBECONFIG, and with
@@ -44,8 +47,8 @@
 // loads it with client-go's clientcmd as kubectl does).
 //
 // Every flag is checked before the cluster is contacted: an empty -addr or
-// -resource and a negative -lock-timeout (0 means the default, 2m) are
-// usage errors, exit 64, one line per flag (package internal/wiring/cli).
+// -resource, a negative -lock-timeout (0 means the default, 2m) and a
+// -kube-api-qps or -kube-api-burst that is not positive are usage errors, exit 64, one line per flag (package internal/wiring/cli).
 //
 // Placements are half-open slot intervals [start, start+size) and memory
 // is MiB, as in package extender, which also states the failure semantics

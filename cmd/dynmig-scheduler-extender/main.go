@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/dynmig/dynmig/extender"
 	"github.com/dynmig/dynmig/internal/wiring/cli"
@@ -39,11 +40,22 @@ var opsListening = func(net.Addr) {}
 type config struct {
 	kubeconfig, addr, metricsAddr string
 	legacyMetrics                 bool
+	qps                           float64
+	burst                         int
 	opts                          extender.Options
 	// api logs the API server requests that fail and names them in
 	// /readyz; nil in tests that bring their own client.
 	api *cli.APIMonitor
 }
+
+// DefaultAPIQPS and DefaultAPIBurst are kube-scheduler's own client limits
+// (its clientConnection defaults). client-go's defaults (5 and 10) would
+// hold the extender to about one MIG pod a second: each bind takes a list,
+// a binding and an event.
+const (
+	DefaultAPIQPS   = 50
+	DefaultAPIBurst = 100
+)
 
 // summary opens -h: what the binary is, in one sentence.
 const summary = name + " is dynmig's kube-scheduler extender: beside kube-scheduler it filters, scores and binds MIG pods, reserving an exact MIG profile and placement for each before the pod is bound."
@@ -63,13 +75,17 @@ func command(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file for running out of the cluster; empty means $KUBECONFIG, and with that empty too, the pod's service account")
 	lock := fs.Duration("lock-timeout", extender.DefaultLockTimeout, "how long a bound but unrealized MIG pod keeps its node to itself before it is reported as stale (0: the default)")
 	resource := fs.String("resource", string(kube.ResourceGPU), "the device plugin's extended resource (its -resource)")
+	fs.Float64Var(&c.qps, "kube-api-qps", DefaultAPIQPS, "requests per second to the API server, sustained (kube-scheduler's own default)")
+	fs.IntVar(&c.burst, "kube-api-burst", DefaultAPIBurst, "requests to the API server in a burst above -kube-api-qps")
 	skipFresh := fs.Bool("skip-fresh-node-read", false, "bind from the informer's view alone, without re-listing the node's pods from the API server (unsafe after a leadership change)")
 	common := cli.Register(fs)
 	log, code, done := common.Start(fs, name, args, stdout, stderr, func() error {
 		return errors.Join(
 			cli.Required("addr", c.addr, "the address kube-scheduler calls, such as "+DefaultAddr),
 			cli.Required("resource", *resource, "the device plugin's extended resource, such as nvidia.com/gpu"),
-			cli.NotNegative("lock-timeout", *lock))
+			cli.NotNegative("lock-timeout", *lock),
+			cli.Positive("kube-api-qps", c.qps),
+			cli.Positive("kube-api-burst", float64(c.burst)))
 	})
 	if done {
 		return code
@@ -85,7 +101,7 @@ func command(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, c config) error {
-	cfg, err := kube.RESTConfig(c.kubeconfig)
+	cfg, err := restConfig(c)
 	if err != nil {
 		return err
 	}
@@ -96,6 +112,17 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	return serve(ctx, client, c)
+}
+
+// restConfig returns the API client's configuration: c's kubeconfig (see
+// kube.RESTConfig) with c's rate limit.
+func restConfig(c config) (*rest.Config, error) {
+	cfg, err := kube.RESTConfig(c.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = float32(c.qps), c.burst
+	return cfg, nil
 }
 
 // serve runs the extender over client until ctx is done.

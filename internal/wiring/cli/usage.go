@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -33,6 +34,14 @@ func NotNegative(name string, d time.Duration) error {
 		return nil
 	}
 	return &FlagError{Flag: name, Value: d.String(), Reason: "must not be negative"}
+}
+
+// Positive refuses a value of flag name that is not greater than zero.
+func Positive(name string, v float64) error {
+	if v > 0 {
+		return nil
+	}
+	return &FlagError{Flag: name, Value: strconv.FormatFloat(v, 'g', -1, 64), Reason: "must be greater than zero"}
 }
 
 // ReportUsage prints the usage errors err joins (each names its flag) on w,
