@@ -667,18 +667,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	}
 	pod, ci := c.pod, c.container
 	identityWritten := false
-	defer func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		switch {
-		case err != nil && identityWritten:
-			p.claims[target{pod.UID, ci}] = unrecorded
-		case err != nil: // release the claim so the kubelet's retry finds it
-			delete(p.claims, target{pod.UID, ci})
-		default:
-			p.claims[target{pod.UID, ci}] = realized
-		}
-	}()
+	defer func() { p.settleClaim(target{pod.UID, ci}, identityWritten, err) }()
 	if err := p.refuseUnhealthy(c.view, ci); err != nil {
 		return nil, err
 	}
@@ -716,6 +705,22 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	p.holdIDs(ids, pod, ci, res.Devices) // for GPU health (healthpods.go)
 	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids, "device_ids", ids)
 	return uuids, nil
+}
+
+// settleClaim records how far Allocate got with container t: realized,
+// or, when it failed, pending again for the kubelet's retry (unrecorded
+// when its runtime identity was already written).
+func (p *Plugin) settleClaim(t target, identityWritten bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err != nil && identityWritten:
+		p.claims[t] = unrecorded
+	case err != nil:
+		delete(p.claims, t)
+	default:
+		p.claims[t] = realized
+	}
 }
 
 // snapshot is the source's snapshot with every record's runtime
