@@ -80,7 +80,11 @@
 // steps, pods may end or be forged while it is down (or a running pod is
 // deleted and a forger copies its record), and it starts with its
 // checkpoint kept, lost (deleted), or corrupted (garbage, truncated at a
-// random length, or version 2); maintenance passes run as a step; the
+// random length, or version 2), and two steps restart it with the
+// checkpoint kept right after what only the checkpoint answers: an
+// owner's edit of a running pod's record, and a running pod deleted and
+// its record copied while the plugin is down; maintenance passes run as
+// a step; the
 // GPU reports Xid 79 and recovers (the model waits until the plugin and
 // the node's health record agree); owners edit their running pods'
 // records (strip or forge the runtime identity, move the record to a
@@ -95,12 +99,14 @@
 // plugin's runtime patch pass. The model checks that every owner write is
 // refused exactly when the policy says so.
 //
-// Without the policy. Sequences without the policy strip identities
-// only; moving, removing, replacing or forging a running pod's record,
-// and Xid injection, are drawn only with the constant unsealedEdits true.
-// The device plugin's own tests cover those edits (the recorded view),
-// but with the constant true and -model.policy=off the model fails on
-// two rules of its own, not on plugin defects:
+// Without the policy. Sequences without the policy strip identities,
+// move records to free slots and remove them; moving a record onto a
+// slot another pod claims, replacing it with a copy of another running
+// pod's, forging its identity, and Xid injection are drawn only with the
+// constant unsealedEdits true. The device plugin's own tests cover those
+// edits (the recorded view), but with the constant true and
+// -model.policy=off the model fails on a rule of its own, not on a plugin
+// defect (a first one, below, is now part of lostAfterEdit):
 //
 //   - A running pod loses its device although no checkpoint was lost
 //     since its owner's edit: the checkpoint that recorded the hand-out
@@ -109,10 +115,10 @@
 //     adoption was ambiguous). The owner's strip or removal then took the
 //     device's last trace, and leak collection destroyed the instance
 //     once no listed record named it. Nothing the plugin reads says the
-//     device is the pod's: the same residual as lostAfterEdit, with the
-//     loss before the edit instead of after it. The predicate must also
-//     allow an edit made while the checkpoint recorded no device of the
-//     pod's (the model reads the checkpoint before the edit).
+//     device is the pod's. lostAfterEdit allows exactly this: an edit
+//     made while the model had not seen, since the last loss, the
+//     checkpoint record the pod's device (dpPod.recordedEpoch, read after
+//     every step and before every edit).
 //   - An honest pod is refused (reservation conflict: unmanaged GI
 //     occupies the key; taking it over needs an authorised snapshot) at a
 //     slot no listed pod's record holds. The instance is, by the trace,
@@ -135,15 +141,16 @@
 //     report, so the constant stays false.
 //
 // Coverage also fails in a forced variant of 300 sequences or more: with
-// -model.policy=off no owner write is refused, with -model.policy=on no
-// made-up identity is created, yet both paths are claimed.
+// -model.policy=off no owner write is refused and no Xid injected; with
+// -model.policy=on no made-up identity or forged copy is created and no
+// record moved, yet those paths are claimed.
 //
 // Invariants: a corrupted checkpoint makes deviceplugin.New fail with a
 // *deviceplugin.CheckpointError, leaving the file and the hardware as they
 // were (the operator then deletes it); no MIG device is handed to a pod
-// while another running pod holds it; an ended pod's device is handed to
-// another pod only once the checkpoint that recorded the handout is lost
-// (the residual below); a handed device is the one the pod's record then
+// while another running pod holds it; an ended pod's device is handed to,
+// or managed (adopted) for, another pod only once the checkpoint that
+// recorded the handout is lost (the residual below); a handed device is the one the pod's record then
 // names, at the scheduler's placement for a pod the scheduler bound; no
 // running pod's device is destroyed, whoever bound it and whether or not
 // the checkpoint survived; the hardware is legal after every step; once
@@ -172,7 +179,11 @@
 // ended pod's record, MIG UUID included, is adopted for the forger.
 // Nothing the plugin can read tells the copy from the record of a pod
 // whose earlier plugin handed it the device and lost its checkpoint; the
-// ended pod's containers no longer run.
+// ended pod's containers no longer run. The model checks the manager's
+// instances after every step (an ended pod's device managed for another
+// pod fails unless that loss happened); the forger is still handed
+// nothing, since its record names a realized container the kubelet did
+// not admit (the plugin refuses such a candidate).
 //
 // The model waits, after each start, until the plugin watches pods: the
 // fake clientset's watch replays the pods created or changed since the
@@ -204,7 +215,10 @@
 // running pod deleted and its record copied while the plugin is down; a
 // copy of an ended pod's record, MIG UUID included, claimed while the
 // checkpoint that recorded the hand-out is intact; owner writes the
-// policy refused; Xid 79; made-up identities. TestSystem claims: running
+// policy refused; Xid 79; made-up identities; a running pod's record
+// moved or removed, then a restart with the checkpoint kept; a deleted
+// pod's record copied with its MIG UUID while the plugin is down, then a
+// restart with the checkpoint kept; the residual endedReused. TestSystem claims: running
 // pods' records rewritten to another placement, and onto one another
 // active pod's record names (it loses the conflict; the scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted
