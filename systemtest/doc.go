@@ -232,8 +232,8 @@
 // the device of a pod that no longer holds it (!holds(now)).
 //
 // hack/mutants.sh removes each guard listed in systemtest/mutants (one
-// sed script each) in a scratch copy and reports which model caught it;
-// see CONTRIBUTING.md.
+// sed script each) in a scratch copy, reports which model caught it, and
+// replays each failure once from its fail file; see CONTRIBUTING.md.
 //
 // # Replaying a failure
 //
@@ -242,11 +242,14 @@
 // runs the real plugin, whose informer, maintenance loop and health watch
 // are goroutines; the model steps a fake clock and, before each step that
 // depends on the plugin's view, waits for an observable effect (the
-// watch started, a barrier pod recorded in the checkpoint, the pass count,
-// the health state and record), so the model's actions and draws replay.
+// watch started and the maintenance runner's first pass ended after each
+// start, a barrier pod recorded in the checkpoint, the pass count, the
+// health state and record), so the model's actions and draws replay.
 // What is not controlled: when the informer delivers a write made since
-// the last barrier (at most 30 writes) relative to the next Allocate, and
-// whether a maintenance pass the clock step triggers runs once or twice.
+// the last barrier (at most 30 writes) relative to the next Allocate,
+// whether a maintenance pass the clock step triggers runs once or twice,
+// and when the pass that a pod's end triggers at once (the pod source's
+// OnInactive) runs relative to the model's next step.
 // A failure that depends on such an interleaving may replay with other
 // MIG UUIDs or not at all; the failures of issue 35's defects replayed
 // every time.

@@ -23,13 +23,15 @@ import (
 )
 
 // unsealedEdits enables, in sequences that do not model the admission
-// policy, the owner edits that move, remove, replace or forge a running
-// pod's record, and Xid injection. The device plugin survives them (the
-// recorded view; deviceplugin's TestRecordedDeviceSurvivesAnEditedRecord
-// and TestForgedIdentityOnUnhealthyGPUIsRefused), but the model's own
-// residual and liveness rules do not yet describe every outcome they
-// allow: see the package documentation, "Without the policy". Until they
-// do, these sequences strip identities only.
+// policy, the owner edits that move a running pod's record onto a slot
+// another pod claims, replace it with a copy of another running pod's or
+// forge its identity, and Xid injection. The device plugin survives them
+// (the recorded view; deviceplugin's
+// TestRecordedDeviceSurvivesAnEditedRecord and
+// TestForgedIdentityOnUnhealthyGPUIsRefused), but the model's liveness
+// rule does not yet describe every refusal they allow: see the package
+// documentation, "Without the policy". Until it does, these sequences
+// strip identities, and move records to free slots or remove them, only.
 const unsealedEdits = false
 
 // ownerManager is the field manager of every write the model makes as a
