@@ -168,11 +168,16 @@
 // checks).
 //
 // A second residual exists only without the policy (lostAfterEdit): a
-// running pod whose owner moved, removed, replaced or forged its record
-// loses its device when the checkpoint is lost after that edit, since
-// nothing the restarted plugin reads says the device is the pod's. The
-// model allows exactly that (dpSystem.lostAfterEdit); with the checkpoint
-// intact, or with the policy, no running pod may lose its device.
+// running pod whose owner stripped, moved, removed, replaced or forged its
+// record loses its device when the checkpoint is lost after that edit, or
+// when the edit was made while the checkpoint had not recorded the pod's
+// device since it was last lost (the model reads the checkpoint after
+// every step and before every edit), since nothing the plugin then reads
+// says the device is the pod's. The model allows exactly that
+// (dpSystem.lostAfterEdit: no policy, an edit, and the edit's epoch older
+// than the checkpoint's or dpPod.unrecordedEdit); with the checkpoint that
+// recorded the device intact at the edit and since, or with the policy,
+// no running pod may lose its device.
 //
 // The residual, counted rather than failed (TestDevicePlugin logs the
 // count as endedReused): with the checkpoint lost, a forged copy of an
