@@ -115,6 +115,11 @@ for m in "${mutants[@]}"; do
           how="$how, $(replay "$tree" "$model" "$RESULTS/$name-$model-$seed.rapid")"
         fi
         caught="$caught $model(seed $seed, ${how:-failed})"
+      elif grep -q '^panic: ' "$log"; then
+        # A crash ends the test binary before rapid can shrink it or
+        # write a fail file: the mutant is caught, but by nothing that
+        # replays. A mutant should disable its guard, not crash.
+        caught="$caught $model(seed $seed, crashed, no fail file)"
       fi
     done
   done

@@ -242,8 +242,14 @@
 //
 // # Replaying a failure
 //
-// TestSystem runs in one goroutine on a fake clock, except the burst
-// step; its failures replay from rapid's fail file. TestDevicePlugin
+// TestSystem runs in one goroutine on a fake clock, except the burst and
+// raceAllocate steps, which call the manager from several goroutines at
+// once; its failures replay from rapid's fail file unless the sequence
+// ran such a step that created an instance: which call creates first
+// decides the GI IDs and MIG UUIDs later steps see (and which call an
+// armed fault hits), so the sequence may take another course on replay.
+// With guard rollback-adopted removed, seed 2's failure replays and seed
+// 1's, after eight bursts, does not. TestDevicePlugin
 // runs the real plugin, whose informer, maintenance loop and health watch
 // are goroutines; the model steps a fake clock and, before each step that
 // depends on the plugin's view, waits for an observable effect (the
