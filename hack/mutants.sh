@@ -10,7 +10,9 @@
 # A mutant is "caught" when a model fails on some seed; the model and seed
 # that caught it are reported, and rapid's fail file (kept under RESULTS)
 # replays the failure with go test ./systemtest -run MODEL
-# -rapid.failfile=FILE in a tree with the same mutant applied.
+# -rapid.failfile=FILE in a tree with the same mutant applied. The script
+# replays each failure that way once and reports "replays" or "DOES NOT
+# REPLAY".
 #
 # Run it when a guard or the model changes (CONTRIBUTING.md); every mutant
 # should be caught. It is slow: the device-plugin model runs its real
@@ -54,6 +56,25 @@ checks_for() {
   esac
 }
 
+# replay TREE MODEL DIR runs MODEL once more in TREE from the fail file
+# rapid left in DIR, and says whether the failure came back.
+replay() {
+  local file out
+  file=$(find "$3" -name '*.fail' 2>/dev/null | head -1)
+  if [ -z "$file" ]; then
+    echo "no fail file"
+    return
+  fi
+  # Not piped into grep -q: under pipefail the failing go test would
+  # decide the pipeline's status.
+  out=$(cd "$1" && go test -count=1 ./systemtest -run "^$2\$" -rapid.checks=1 -rapid.failfile="$file" 2>&1 || true)
+  if grep -q 'failed after 0 tests' <<<"$out"; then
+    echo "replays"
+  else
+    echo "DOES NOT REPLAY"
+  fi
+}
+
 printf '%-22s %-10s %s\n' mutant result detail
 for m in "${mutants[@]}"; do
   name=$(basename "$m" .sed)
@@ -90,8 +111,15 @@ for m in "${mutants[@]}"; do
         how=$(grep -o 'failed after [0-9]* tests' "$log" | head -1 || true)
         if grep -q 'flaky test, can not reproduce' "$log"; then
           how="not replayable"
+        elif [ -n "$how" ]; then
+          how="$how, $(replay "$tree" "$model" "$RESULTS/$name-$model-$seed.rapid")"
         fi
         caught="$caught $model(seed $seed, ${how:-failed})"
+      elif grep -q '^panic: ' "$log"; then
+        # A crash ends the test binary before rapid can shrink it or
+        # write a fail file: the mutant is caught, but by nothing that
+        # replays. A mutant should disable its guard, not crash.
+        caught="$caught $model(seed $seed, crashed, no fail file)"
       fi
     done
   done

@@ -80,7 +80,11 @@
 // steps, pods may end or be forged while it is down (or a running pod is
 // deleted and a forger copies its record), and it starts with its
 // checkpoint kept, lost (deleted), or corrupted (garbage, truncated at a
-// random length, or version 2); maintenance passes run as a step; the
+// random length, or version 2), and two steps restart it with the
+// checkpoint kept right after what only the checkpoint answers: an
+// owner's edit of a running pod's record, and a running pod deleted and
+// its record copied while the plugin is down; maintenance passes run as
+// a step; the
 // GPU reports Xid 79 and recovers (the model waits until the plugin and
 // the node's health record agree); owners edit their running pods'
 // records (strip or forge the runtime identity, move the record to a
@@ -95,12 +99,14 @@
 // plugin's runtime patch pass. The model checks that every owner write is
 // refused exactly when the policy says so.
 //
-// Without the policy. Sequences without the policy strip identities
-// only; moving, removing, replacing or forging a running pod's record,
-// and Xid injection, are drawn only with the constant unsealedEdits true.
-// The device plugin's own tests cover those edits (the recorded view),
-// but with the constant true and -model.policy=off the model fails on
-// two rules of its own, not on plugin defects:
+// Without the policy. Sequences without the policy strip identities,
+// move records to free slots and remove them; moving a record onto a
+// slot another pod claims, replacing it with a copy of another running
+// pod's, forging its identity, and Xid injection are drawn only with the
+// constant unsealedEdits true. The device plugin's own tests cover those
+// edits (the recorded view), but with the constant true and
+// -model.policy=off the model fails on a rule of its own, not on a plugin
+// defect (a first one, below, is now part of lostAfterEdit):
 //
 //   - A running pod loses its device although no checkpoint was lost
 //     since its owner's edit: the checkpoint that recorded the hand-out
@@ -109,10 +115,10 @@
 //     adoption was ambiguous). The owner's strip or removal then took the
 //     device's last trace, and leak collection destroyed the instance
 //     once no listed record named it. Nothing the plugin reads says the
-//     device is the pod's: the same residual as lostAfterEdit, with the
-//     loss before the edit instead of after it. The predicate must also
-//     allow an edit made while the checkpoint recorded no device of the
-//     pod's (the model reads the checkpoint before the edit).
+//     device is the pod's. lostAfterEdit allows exactly this: an edit
+//     made while the model had not seen, since the last loss, the
+//     checkpoint record the pod's device (dpPod.recordedEpoch, read after
+//     every step and before every edit).
 //   - An honest pod is refused (reservation conflict: unmanaged GI
 //     occupies the key; taking it over needs an authorised snapshot) at a
 //     slot no listed pod's record holds. The instance is, by the trace,
@@ -135,15 +141,16 @@
 //     report, so the constant stays false.
 //
 // Coverage also fails in a forced variant of 300 sequences or more: with
-// -model.policy=off no owner write is refused, with -model.policy=on no
-// made-up identity is created, yet both paths are claimed.
+// -model.policy=off no owner write is refused and no Xid injected; with
+// -model.policy=on no made-up identity or forged copy is created and no
+// record moved, yet those paths are claimed.
 //
 // Invariants: a corrupted checkpoint makes deviceplugin.New fail with a
 // *deviceplugin.CheckpointError, leaving the file and the hardware as they
 // were (the operator then deletes it); no MIG device is handed to a pod
-// while another running pod holds it; an ended pod's device is handed to
-// another pod only once the checkpoint that recorded the handout is lost
-// (the residual below); a handed device is the one the pod's record then
+// while another running pod holds it; an ended pod's device is handed to,
+// or managed (adopted) for, another pod only once the checkpoint that
+// recorded the handout is lost (the residual below); a handed device is the one the pod's record then
 // names, at the scheduler's placement for a pod the scheduler bound; no
 // running pod's device is destroyed, whoever bound it and whether or not
 // the checkpoint survived; the hardware is legal after every step; once
@@ -161,18 +168,27 @@
 // checks).
 //
 // A second residual exists only without the policy (lostAfterEdit): a
-// running pod whose owner moved, removed, replaced or forged its record
-// loses its device when the checkpoint is lost after that edit, since
-// nothing the restarted plugin reads says the device is the pod's. The
-// model allows exactly that (dpSystem.lostAfterEdit); with the checkpoint
-// intact, or with the policy, no running pod may lose its device.
+// running pod whose owner stripped, moved, removed, replaced or forged its
+// record loses its device when the checkpoint is lost after that edit, or
+// when the edit was made while the checkpoint had not recorded the pod's
+// device since it was last lost (the model reads the checkpoint after
+// every step and before every edit), since nothing the plugin then reads
+// says the device is the pod's. The model allows exactly that
+// (dpSystem.lostAfterEdit: no policy, an edit, and the edit's epoch older
+// than the checkpoint's or dpPod.unrecordedEdit); with the checkpoint that
+// recorded the device intact at the edit and since, or with the policy,
+// no running pod may lose its device.
 //
 // The residual, counted rather than failed (TestDevicePlugin logs the
 // count as endedReused): with the checkpoint lost, a forged copy of an
 // ended pod's record, MIG UUID included, is adopted for the forger.
 // Nothing the plugin can read tells the copy from the record of a pod
 // whose earlier plugin handed it the device and lost its checkpoint; the
-// ended pod's containers no longer run.
+// ended pod's containers no longer run. The model checks the manager's
+// instances after every step (an ended pod's device managed for another
+// pod fails unless that loss happened); the forger is still handed
+// nothing, since its record names a realized container the kubelet did
+// not admit (the plugin refuses such a candidate).
 //
 // The model waits, after each start, until the plugin watches pods: the
 // fake clientset's watch replays the pods created or changed since the
@@ -204,7 +220,10 @@
 // running pod deleted and its record copied while the plugin is down; a
 // copy of an ended pod's record, MIG UUID included, claimed while the
 // checkpoint that recorded the hand-out is intact; owner writes the
-// policy refused; Xid 79; made-up identities. TestSystem claims: running
+// policy refused; Xid 79; made-up identities; a running pod's record
+// moved or removed, then a restart with the checkpoint kept; a deleted
+// pod's record copied with its MIG UUID while the plugin is down, then a
+// restart with the checkpoint kept; the residual endedReused. TestSystem claims: running
 // pods' records rewritten to another placement, and onto one another
 // active pod's record names (it loses the conflict; the scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted
@@ -218,21 +237,30 @@
 // the device of a pod that no longer holds it (!holds(now)).
 //
 // hack/mutants.sh removes each guard listed in systemtest/mutants (one
-// sed script each) in a scratch copy and reports which model caught it;
-// see CONTRIBUTING.md.
+// sed script each) in a scratch copy, reports which model caught it, and
+// replays each failure once from its fail file; see CONTRIBUTING.md.
 //
 // # Replaying a failure
 //
-// TestSystem runs in one goroutine on a fake clock, except the burst
-// step; its failures replay from rapid's fail file. TestDevicePlugin
+// TestSystem runs in one goroutine on a fake clock, except the burst and
+// raceAllocate steps, which call the manager from several goroutines at
+// once; its failures replay from rapid's fail file unless the sequence
+// ran such a step that created an instance: which call creates first
+// decides the GI IDs and MIG UUIDs later steps see (and which call an
+// armed fault hits), so the sequence may take another course on replay.
+// With guard rollback-adopted removed, seed 2's failure replays and seed
+// 1's, after eight bursts, does not. TestDevicePlugin
 // runs the real plugin, whose informer, maintenance loop and health watch
 // are goroutines; the model steps a fake clock and, before each step that
 // depends on the plugin's view, waits for an observable effect (the
-// watch started, a barrier pod recorded in the checkpoint, the pass count,
-// the health state and record), so the model's actions and draws replay.
+// watch started and the maintenance runner's first pass ended after each
+// start, a barrier pod recorded in the checkpoint, the pass count, the
+// health state and record), so the model's actions and draws replay.
 // What is not controlled: when the informer delivers a write made since
-// the last barrier (at most 30 writes) relative to the next Allocate, and
-// whether a maintenance pass the clock step triggers runs once or twice.
+// the last barrier (at most 30 writes) relative to the next Allocate,
+// whether a maintenance pass the clock step triggers runs once or twice,
+// and when the pass that a pod's end triggers at once (the pod source's
+// OnInactive) runs relative to the model's next step.
 // A failure that depends on such an interleaving may replay with other
 // MIG UUIDs or not at all; the failures of issue 35's defects replayed
 // every time.

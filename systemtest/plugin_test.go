@@ -68,6 +68,13 @@ type dpPod struct {
 	editEpoch int
 	// lostToEdit: it lost its device to the residual lostAfterEdit.
 	lostToEdit bool
+	// recordedEpoch is the last checkpoint epoch in which the model saw
+	// the checkpoint record mig as the pod's (at the hand-out, or after
+	// a restart adopted it again).
+	recordedEpoch int
+	// unrecordedEdit: its owner edited its record while the checkpoint
+	// had recorded no device of the pod's since the last loss.
+	unrecordedEdit bool
 }
 
 // running reports whether the pod holds a device its containers may use.
@@ -76,10 +83,30 @@ func (p *dpPod) running() bool { return p.mig != "" && !p.ended && !p.lostToEdit
 // lostAfterEdit reports whether p may lose its device to the residual of
 // sequences without the admission policy: its owner rewrote its record
 // (stripped its identity, moved, removed, replaced it, or forged its
-// identity) and the checkpoint was lost after that, so nothing the
-// restarted plugin can read says the device is p's. With the checkpoint intact it never may.
+// identity) and either the checkpoint was lost after that, or the edit
+// was made while the checkpoint recorded no device of p's (it was lost
+// after the hand-out and no restarted plugin had adopted the device
+// again, for example because another record named its MIG UUID too). In
+// both cases nothing the plugin can read says the device is p's. With the
+// checkpoint that recorded the device intact it never may.
 func (s *dpSystem) lostAfterEdit(p *dpPod) bool {
-	return !s.sealed && p.edited && p.editEpoch < s.epoch
+	return !s.sealed && p.edited && (p.editEpoch < s.epoch || p.unrecordedEdit)
+}
+
+// noteRecorded reads the checkpoint and notes, for each running pod, that
+// it records the pod's device in the current epoch.
+func (s *dpSystem) noteRecorded() {
+	c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
+	if err != nil {
+		return // a corrupted checkpoint records nothing
+	}
+	for _, d := range c.Devices {
+		for _, p := range s.pods {
+			if p.mig != "" && d.PodUID == "uid-"+p.name && d.Runtime.MIGUUID == p.mig {
+				p.recordedEpoch = s.epoch
+			}
+		}
+	}
 }
 
 // dpStats counts what the device-plugin model exercised.
@@ -97,6 +124,11 @@ type dpStats struct {
 	refusedUnhealthy, refusedHeld int
 	// Paths of issue 40's table (see dpPaths).
 	endedReused, stripRestartClaims, replacedWhileDown, endedCopyClaims int
+	// Issue 40's checkpoint paths: a running pod's record edited and the
+	// plugin restarted with its checkpoint kept; a deleted pod's record,
+	// MIG UUID included, copied while the plugin is down, and the
+	// checkpoint kept.
+	editRestarts, replacedKeptMIG int
 	// Running pods that lost their device to the residual lostAfterEdit.
 	lostAfterEdit int
 }
@@ -126,8 +158,11 @@ type dpSystem struct {
 	// strippedKept are the slots of pods whose identity was stripped
 	// before a restart with the checkpoint kept.
 	strippedKept map[uint32]bool
-	log          syncBuffer // the plugin's log, shown when an invariant fails
-	created      time.Time
+	// reused are the ended pods' devices managed for another pod (owner
+	// UID and MIG UUID), counted once each as endedReused.
+	reused  map[string]bool
+	log     syncBuffer // the plugin's log, shown when an invariant fails
+	created time.Time
 }
 
 // The plugin's ReconcileInterval and its manager's AbsentPodGrace, on the
@@ -179,6 +214,16 @@ func (s *dpSystem) start(t *rapid.T) {
 	}) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the plugin never watched pods")
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	// The maintenance runner's first pass starts with the plugin, not on
+	// the fake clock: the next step waits for it, so that what it
+	// reclaims does not depend on when it ran (a restarted plugin's
+	// first leak collection, for example, replays).
+	for s.plugin.Reconciles() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin's first maintenance pass never ended")
 		}
 		time.Sleep(20 * time.Microsecond)
 	}
@@ -470,7 +515,7 @@ func (s *dpSystem) admit(t *rapid.T) {
 	if at := s.placementOf(mig); p.kind == honest && at != s.entry(p.slot).Placement {
 		t.Fatalf("%s was scheduled at slot %d but handed %s at %v", p.name, p.slot, mig, at)
 	}
-	p.mig, p.epoch, p.done = mig, s.epoch, true
+	p.mig, p.epoch, p.recordedEpoch, p.done = mig, s.epoch, s.epoch, true
 	s.updateStatus(t, p.name, func(st *corev1.PodStatus) {
 		st.Phase = corev1.PodRunning
 		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
@@ -660,10 +705,17 @@ func (s *dpSystem) endPod(t *rapid.T, p *dpPod, how string) {
 // *deviceplugin.CheckpointError and nothing destroyed, and the operator
 // then removes the file.
 func (s *dpSystem) restart(t *rapid.T) {
+	down := rapid.SampledFrom([]string{"", "forge", "end", "replace"}).Draw(t, "while down")
+	s.restartWith(t, down, rapid.SampledFrom([]string{"kept", "lost", "garbage", "truncated", "version"}).Draw(t, "checkpoint"))
+}
+
+// restartWith stops the plugin, does down while it is down, treats the
+// checkpoint as how says and starts the plugin again; see restart.
+func (s *dpSystem) restartWith(t *rapid.T, down, how string) {
 	s.stop(t)
-	switch rapid.SampledFrom([]string{"", "forge", "end", "replace"}).Draw(t, "while down") {
+	switch down {
 	case "replace":
-		s.replace(t)
+		s.replace(t, how == "kept")
 	case "forge":
 		if s.pending() == nil && slices.ContainsFunc(s.pods, func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) }) {
 			s.forge(t)
@@ -675,7 +727,7 @@ func (s *dpSystem) restart(t *rapid.T) {
 			s.stats.whileDown++
 		}
 	}
-	switch how := rapid.SampledFrom([]string{"kept", "lost", "garbage", "truncated", "version"}).Draw(t, "checkpoint"); how {
+	switch how {
 	case "kept":
 		s.stats.kept++
 		for _, p := range s.pods {
@@ -695,11 +747,28 @@ func (s *dpSystem) restart(t *rapid.T) {
 	s.awaitHealth(t)
 }
 
+// editRestart: the owner of a running pod edits its record (see edit) and
+// the plugin restarts with its checkpoint kept: whatever the record says
+// now, the restarted plugin must keep the device the checkpoint recorded
+// as the pod's (the recorded view), and hand it to no other pod.
+func (s *dpSystem) editRestart(t *rapid.T) {
+	if how := s.editRecord(t); how == "move" || how == "remove" {
+		s.stats.editRestarts++
+	}
+	s.restartWith(t, "", "kept")
+}
+
+// replaceRestart: restart with a running pod deleted and its record
+// copied while the plugin is down (see replace), the checkpoint kept.
+func (s *dpSystem) replaceRestart(t *rapid.T) {
+	s.restartWith(t, "replace", "kept")
+}
+
 // replace, while the plugin is down: a running pod is deleted and a forger creates a pod whose record copies the deleted
 // pod's (it read it before), MIG UUID included when drawn. With the
 // checkpoint lost this is the counted residual (endedReused); with it
 // kept, the plugin must not hand the forger the device.
-func (s *dpSystem) replace(t *rapid.T) {
+func (s *dpSystem) replace(t *rapid.T, kept bool) {
 	if s.pending() != nil || !slices.ContainsFunc(s.pods, (*dpPod).running) {
 		return
 	}
@@ -708,6 +777,9 @@ func (s *dpSystem) replace(t *rapid.T) {
 	s.endPod(t, victim, "deleted")
 	if s.forgeRecord(t, value, slot) {
 		s.stats.replacedWhileDown++
+		if kept && strings.Contains(value, victim.mig) {
+			s.stats.replacedKeptMIG++
+		}
 	}
 }
 
@@ -795,6 +867,7 @@ func (s *dpSystem) diagnose() string {
 // check: every running pod's device is live, the hardware is legal.
 func (s *dpSystem) check(t *rapid.T) {
 	s.settle(t)
+	s.noteRecorded()
 	live := map[string]bool{}
 	for _, in := range s.hw.Snapshot() {
 		for _, ci := range in.ComputeInstances {
@@ -813,6 +886,36 @@ func (s *dpSystem) check(t *rapid.T) {
 	}
 	if err := s.hw.Check(); err != nil {
 		t.Fatal(err)
+	}
+	s.checkEndedAdoptions(t)
+}
+
+// checkEndedAdoptions: the plugin manages an ended pod's device for
+// another pod only once the checkpoint that recorded its hand-out is
+// lost. That is the counted residual endedReused (once per device and
+// owner): a forged copy of the record of a pod that is gone, MIG UUID
+// included, adopted by a plugin that started without its checkpoint and
+// so trusts the identities of the records it lists at startup. The
+// plugin still hands the forger nothing: its record names a realized
+// container the kubelet did not admit (deviceplugin's admission rule).
+func (s *dpSystem) checkEndedAdoptions(t *rapid.T) {
+	if s.plugin == nil {
+		return
+	}
+	for _, in := range s.plugin.Manager().Managed() {
+		for _, o := range s.pods {
+			if !o.ended || o.mig == "" || o.mig != in.Runtime.MIGUUID || in.Owner.PodUID == "uid-"+o.name {
+				continue
+			}
+			if o.epoch == s.epoch {
+				t.Fatalf("%s's device %s is managed for %s although the checkpoint that recorded its hand-out is intact; %s",
+					o.name, o.mig, in.Owner.PodUID, s.diagnose())
+			}
+			if key := in.Owner.PodUID + " " + o.mig; !s.reused[key] {
+				s.reused[key] = true
+				s.stats.endedReused++
+			}
+		}
 	}
 }
 
@@ -893,7 +996,7 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 	s := &dpSystem{client: server.Clientset, server: server,
 		hw: hw, gpu: d.UUID, dir: dir, ckpt: filepath.Join(dir, "checkpoint.json"), stats: stats,
 		clk: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), created: time.Unix(1_700_000_000, 0),
-		strippedKept: map[uint32]bool{}}
+		strippedKept: map[uint32]bool{}, reused: map[string]bool{}}
 	s.sealed = drawSealed(t)
 	if s.sealed {
 		stats.sealed++
@@ -911,10 +1014,14 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 		"gpu-free":  s.gpuFree,
 		"end":       s.end,
 		"restart":   s.restart,
-		"maintain":  s.maintain,
-		"xid":       s.xid,
-		"recover":   s.recoverGPU,
-		"":          s.check,
+		// The checkpoint's guards (issue 40): restarts with it kept right
+		// after what only it can answer.
+		"edit-restart":    s.editRestart,
+		"replace-restart": s.replaceRestart,
+		"maintain":        s.maintain,
+		"xid":             s.xid,
+		"recover":         s.recoverGPU,
+		"":                s.check,
 	})
 	s.drain(t)
 }

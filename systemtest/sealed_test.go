@@ -23,13 +23,15 @@ import (
 )
 
 // unsealedEdits enables, in sequences that do not model the admission
-// policy, the owner edits that move, remove, replace or forge a running
-// pod's record, and Xid injection. The device plugin survives them (the
-// recorded view; deviceplugin's TestRecordedDeviceSurvivesAnEditedRecord
-// and TestForgedIdentityOnUnhealthyGPUIsRefused), but the model's own
-// residual and liveness rules do not yet describe every outcome they
-// allow: see the package documentation, "Without the policy". Until they
-// do, these sequences strip identities only.
+// policy, the owner edits that move a running pod's record onto a slot
+// another pod claims, replace it with a copy of another running pod's or
+// forge its identity, and Xid injection. The device plugin survives them
+// (the recorded view; deviceplugin's
+// TestRecordedDeviceSurvivesAnEditedRecord and
+// TestForgedIdentityOnUnhealthyGPUIsRefused), but the model's liveness
+// rule does not yet describe every refusal they allow: see the package
+// documentation, "Without the policy". Until it does, these sequences
+// strip identities, and move records to free slots or remove them, only.
 const unsealedEdits = false
 
 // ownerManager is the field manager of every write the model makes as a
@@ -139,9 +141,9 @@ func (s *dpSystem) judged(t *rapid.T, what string, touches bool, err error) bool
 // editKinds are the owner's edits of a running pod's record that the
 // sequence may draw; see unsealedEdits.
 func (s *dpSystem) editKinds() []string {
-	kinds := []string{"strip"}
+	kinds := []string{"strip", "move", "remove"}
 	if s.sealed || unsealedEdits {
-		kinds = append(kinds, "forge identity", "move", "move onto a claimed slot", "remove", "copy another's")
+		kinds = append(kinds, "forge identity", "move onto a claimed slot", "copy another's")
 	}
 	return kinds
 }
@@ -152,8 +154,13 @@ func (s *dpSystem) editKinds() []string {
 // it with a copy of another running pod's record. The pod's containers
 // keep running on the device they were handed; with the policy modelled
 // every such write is refused.
-func (s *dpSystem) edit(t *rapid.T) {
+func (s *dpSystem) edit(t *rapid.T) { s.editRecord(t) }
+
+// editRecord is edit; it returns the edit made, or "" when the modelled
+// policy refused it.
+func (s *dpSystem) editRecord(t *rapid.T) string {
 	p := s.pick(t, "running pod", (*dpPod).running)
+	s.noteRecorded()
 	pod := s.get(t, p.name)
 	allocs, err := kube.PodAllocations(pod)
 	if err != nil || len(allocs) != 1 {
@@ -187,7 +194,7 @@ func (s *dpSystem) edit(t *rapid.T) {
 		pod.Annotations[reservation.AnnotationKey] = record(a)
 	}
 	if !s.ownerUpdate(t, pod) {
-		return
+		return ""
 	}
 	s.stats.edits++
 	switch how {
@@ -203,6 +210,10 @@ func (s *dpSystem) edit(t *rapid.T) {
 	if !p.edited { // a stripped identity, too, is gone with a lost checkpoint
 		p.edited, p.editEpoch = true, s.epoch
 	}
+	if p.recordedEpoch < s.epoch {
+		p.unrecordedEdit = true
+	}
+	return how
 }
 
 // movedTo returns a's entry at slot, keeping its runtime identity if any.
@@ -395,6 +406,9 @@ func dpPaths(st *dpStats) []coveredPath {
 		{"owner writes refused by the admission policy", st.sealRefused},
 		{"Xid 79 on the GPU", st.xids},
 		{"pods created with a made-up runtime identity", st.fabricated},
+		{"a running pod's record moved or removed by its owner, then a restart with the checkpoint kept", st.editRestarts},
+		{"a running pod deleted and its record, MIG UUID included, copied while the plugin is down, then a restart with the checkpoint kept", st.replacedKeptMIG},
+		{"with the checkpoint lost, an ended pod's device adopted for a forged copy of its record (the counted residual endedReused)", st.endedReused},
 	}
 	if unsealedEdits {
 		paths = append(paths, coveredPath{"a running pod's record moved onto a slot another pod claims", st.conflictMoves},

@@ -1,3 +1,3 @@
 # file: deviceplugin/plugin.go
 # guard: an intact checkpoint is read at start (mutant: treated as lost)
-s/^\tckpt, exists, err := ReadCheckpoint(cfg\.Checkpoint)$/\tckpt, exists, err := ReadCheckpoint(cfg.Checkpoint)\n\tckpt, exists = Checkpoint{}, false/
+s/^\tckpt, exists, err := ReadCheckpoint(path)$/\tckpt, exists, err := ReadCheckpoint(path)\n\tckpt, exists = Checkpoint{}, false/

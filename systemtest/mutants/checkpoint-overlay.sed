@@ -1,3 +1,3 @@
 # file: deviceplugin/record.go
-# guard: the checkpoint's recorded hand-outs are applied after a restart (overlay)
-s/^\t\tcase ok && d\.GPUUUID == a\.GPUUUID && d\.Profile == a\.Profile && d\.Placement == a\.Placement:$/\t\tcase false \&\& ok \&\& d.GPUUUID == a.GPUUUID \&\& d.Profile == a.Profile \&\& d.Placement == a.Placement:/
+# guard: the checkpoint's recorded hand-outs are applied to the pods' records (the recorded view; mutant: the view ignores them)
+s/^\trecorded := r\.devicesOf(types\.UID(pod\.UID))$/\trecorded := r.devicesOf(types.UID(pod.UID))\n\trecorded = nil/
