@@ -934,6 +934,8 @@ func TestBindReadKeepsStrippedPodsSlots(t *testing.T) {
 	whole.Status.Phase = corev1.PodRunning
 	running, err := e.client.CoreV1().Pods("default").UpdateStatus(e.ctx, whole, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	// Admitted: the node lock is lifted once the view has seen it.
+	e.waitFor(t, func() bool { return !e.pl.View().Unrealized("uid-whole") })
 	delete(running.Annotations, reservation.AnnotationKey)
 	_, err = e.client.CoreV1().Pods("default").Update(e.ctx, running, metav1.UpdateOptions{})
 	require.NoError(t, err)
