@@ -21,7 +21,8 @@
 // containers of a deleting pod reported terminated), the device plugin
 // (reconcile, leak collection, restarts between any two steps followed by
 // startup adoption, deaths in the middle of a hardware call, two Allocates
-// and a reconcile served concurrently) and an
+// and a reconcile served together, a retried Allocate of a multi-device
+// container whose devices a restart stranded) and an
 // adversary (forged annotations that copy another pod's placement or MIG
 // UUID, truncated JSON, partial runtime identity, garbage, placements the
 // scheduler never chose, a second pod duplicating a placement, pods bound
@@ -227,7 +228,13 @@
 // pods' records rewritten to another placement, and onto one another
 // active pod's record names (it loses the conflict; the scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted
-// containers until the record is restored); restarts; multi-device pods.
+// containers until the record is restored); restarts; multi-device pods;
+// strandedRetry's Allocates (a running pod's record breaks, the plugin
+// restarts without adopting its devices, the record is repaired, a
+// process runs on the last device of a multi-device container, and the
+// kubelet calls Allocate for that container again: the call may take over
+// the first devices and fail on the busy one, and its rollback must leave
+// what it took over, the rollback-adopted guard).
 // TestSystem's honest Allocates refused with ErrConflict or ErrOccupied
 // fail unless something holds the placement (holderOf: another listed
 // pod's record, an undecidable record, an instance the pod was not
@@ -242,14 +249,22 @@
 //
 // # Replaying a failure
 //
-// TestSystem runs in one goroutine on a fake clock, except the burst and
-// raceAllocate steps, which call the manager from several goroutines at
-// once; its failures replay from rapid's fail file unless the sequence
-// ran such a step that created an instance: which call creates first
-// decides the GI IDs and MIG UUIDs later steps see (and which call an
-// armed fault hits), so the sequence may take another course on replay.
-// With guard rollback-adopted removed, seed 2's failure replays and seed
-// 1's, after eight bursts, does not. TestDevicePlugin
+// TestSystem runs in one goroutine on a fake clock. Its burst and
+// raceAllocate steps serve several manager calls as a device plugin
+// serves them at once; without the race detector they run one after
+// another, in an order the sequence draws (a fixed-length shuffle of
+// rapid.IntRange draws: rapid.Permutation's nested repeat made fail files
+// stop short of the failure), so every TestSystem failure replays from
+// rapid's fail file and shrinks. Under the race detector, or with
+// -model.concurrent, they run from their own goroutines at the same time,
+// so the detector and the invariants watch real interleavings; which call
+// reaches the hardware first then decides MIG UUIDs, which call an armed
+// fault hits and what a concurrent reconcile sees, and such a failure may
+// not replay (rollback-adopted's failure on seed 1 before this rule was
+// such a one: a reconcile and an Allocate interleaved inside a burst).
+// The order is drawn in both modes, so a fail file written in one replays
+// in the other when the failure does not depend on the interleaving.
+// TestDevicePlugin
 // runs the real plugin, whose informer, maintenance loop and health watch
 // are goroutines; the model steps a fake clock and, before each step that
 // depends on the plugin's view, waits for an observable effect (the
@@ -303,8 +318,9 @@
 //
 // # Concurrency
 //
-// Each sequence runs in one goroutine, except the burst action, which calls
-// the manager from three goroutines and waits for them; the test starts no
-// goroutine that outlives it (checked with go.uber.org/goleak). Run it with
-// -race.
+// Each sequence runs in one goroutine, except, under the race detector or
+// with -model.concurrent, the burst and raceAllocate actions, which call
+// the manager from two or three goroutines and wait for them (see
+// "Replaying a failure"); the test starts no goroutine that outlives it
+// (checked with go.uber.org/goleak). CI runs it with -race too.
 package systemtest

@@ -7,3 +7,7 @@ package systemtest_test
 // informer several times slower. CI runs the full count without it (see
 // the package documentation, "Running").
 const devicePluginChecks = 100
+
+// raceEnabled is -model.concurrent's default: under the race detector
+// TestSystem serves a burst's calls at once.
+const raceEnabled = true

@@ -3,6 +3,7 @@ package systemtest_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -49,6 +50,7 @@ func TestSystem(t *testing.T) {
 			"stopProcess":    s.stopProcess,
 			"settle":         s.settle,
 			"burst":          s.burst,
+			"strandedRetry":  s.strandedRetry,
 			"":               s.check,
 		})
 		s.drain(rt)
@@ -60,6 +62,7 @@ func TestSystem(t *testing.T) {
 			{"a running pod's record rewritten onto another active pod's placement", st.conflictRewrites},
 			{"plugin restarts", st.restarts},
 			{"multi-device pods", st.multiDevice},
+			{"a multi-device container's Allocate retried after a restart stranded its devices", st.strandedRetries},
 		})
 		// The residual is counted, not claimed: about 1 in 100 sequences.
 		t.Logf("the counted residual (a copy of an ended pod's device after a restart) reached %d times", st.residual)
@@ -73,6 +76,8 @@ type runStats struct {
 	// (moveRewrites) or onto one another active pod's record names
 	// (conflictRewrites).
 	moveRewrites, conflictRewrites int
+	// strandedRetries counts strandedRetry's Allocates.
+	strandedRetries int
 	// refusals counts honest Allocates refused with ErrConflict or
 	// ErrOccupied, by the class holderOf gave.
 	refusals map[string]int
@@ -728,13 +733,13 @@ func (s *system) burst(t *rapid.T) {
 	rsnap := s.listing(t, "burst reconcile", false)
 	before := s.node.Snapshot()
 	var rerr error
-	var wg sync.WaitGroup
+	run := make([]func(), 0, len(chosen)+1)
 	for k := range chosen {
 		req := realize.AllocateRequest{Pod: calls[k].pod, ContainerIndex: containers[k], Snapshot: calls[k].snap}
-		wg.Go(func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
+		run = append(run, func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
 	}
-	wg.Go(func() { _, rerr = s.mgr.Reconcile(s.ctx, rsnap) })
-	wg.Wait()
+	run = append(run, func() { _, rerr = s.mgr.Reconcile(s.ctx, rsnap) })
+	serve(t, "burst order", run)
 	if s.hw.dead.Load() {
 		s.startPlugin(t, false)
 		return
@@ -749,6 +754,44 @@ func (s *system) burst(t *rapid.T) {
 	for k, p := range chosen {
 		s.allocated(t, p, containers[k], false, calls[k])
 	}
+}
+
+// concurrentFlag chooses how burst and raceAllocate serve their calls; see
+// serve.
+var concurrentFlag = flag.Bool("model.concurrent", raceEnabled,
+	"TestSystem: serve a burst's calls at once (default under the race detector) instead of one after another in a drawn order")
+
+// serve runs the calls a device plugin serves at once. With
+// -model.concurrent (the default under the race detector) they run from
+// their own goroutines at the same time, so the detector and the
+// invariants watch real interleavings; which call reaches the hardware
+// first then decides MIG UUIDs, which call an armed fault hits and what a
+// concurrent reconcile sees, so such a failure may not replay. Otherwise
+// they run one after another in an order the sequence draws: the outcome
+// depends only on the draws, and every failure replays from its fail file.
+// The order is drawn in both modes, so a fail file replays in either.
+func serve(t *rapid.T, label string, calls []func()) {
+	// A Fisher-Yates shuffle of fixed length: every burst draws the same
+	// number of values, whatever the order.
+	order := make([]int, len(calls))
+	for i := range order {
+		order[i] = i
+	}
+	for i := range len(order) - 1 {
+		j := rapid.IntRange(i, len(order)-1).Draw(t, label)
+		order[i], order[j] = order[j], order[i]
+	}
+	if !*concurrentFlag {
+		for _, i := range order {
+			calls[i]()
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, i := range order {
+		wg.Go(calls[i])
+	}
+	wg.Wait()
 }
 
 // createdOnly reports whether every complete instance in before is still
@@ -973,12 +1016,12 @@ func (s *system) raceAllocate(t *rapid.T) {
 		calls[k] = allocateCall{pod: *p.pod, snap: s.listing(t, "race allocate", false), armed: armed}
 		calls[k].before, _ = reservation.DecodeString(p.annotation())
 	}
-	var wg sync.WaitGroup
+	run := make([]func(), 0, len(calls))
 	for k := range calls {
 		req := realize.AllocateRequest{Pod: calls[k].pod, ContainerIndex: container, Snapshot: calls[k].snap}
-		wg.Go(func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
+		run = append(run, func() { calls[k].res, calls[k].err = s.mgr.Allocate(s.ctx, req) })
 	}
-	wg.Wait()
+	serve(t, "race order", run)
 	if s.hw.dead.Load() {
 		s.startPlugin(t, false)
 		return
@@ -990,8 +1033,10 @@ func (s *system) raceAllocate(t *rapid.T) {
 
 func (s *system) stopProcesses(t *rapid.T, uid string) {
 	stopped := false
-	for pid, pr := range s.procs {
-		if pr.uid == uid {
+	// In PID order: the fake lists processes in the order they remain,
+	// and map order would make a sequence's course differ between runs.
+	for _, pid := range slices.Sorted(maps.Keys(s.procs)) {
+		if pr := s.procs[pid]; pr.uid == uid {
 			if err := s.node.StopProcess(pid); err != nil {
 				t.Fatalf("StopProcess(%d): %v", pid, err)
 			}
@@ -1058,6 +1103,58 @@ func (s *system) collectLeaks(t *rapid.T) {
 	if !reservation.Desired(snap).Authorized && (len(rep.Collected) > 0 || len(s.node.Snapshot()) < len(before)) {
 		t.Fatalf("unauthorised leak collection destroyed: %v", rep.Collected)
 	}
+}
+
+// strandedRetry makes the path a multi-device Allocate's rollback guards
+// (it destroys only what it created) happen often: a running pod's record
+// breaks, the plugin restarts and cannot adopt the pod's devices, the
+// record is repaired, a process runs on the last device of one of its
+// multi-device containers, and the kubelet calls Allocate for that
+// container again. The Allocate may take over the first devices and then
+// fail on the busy one; its rollback must leave the devices it took over
+// to the pod that holds them.
+func (s *system) strandedRetry(t *rapid.T) {
+	p := s.pick(t, "pod with a multi-device container", func(p *simPod) bool {
+		return p.active && !p.gone && p.attack == "" && p.saved == "" && !p.moved && len(multiDeviceContainers(p)) > 0
+	})
+	c := rapid.SampledFrom(multiDeviceContainers(p)).Draw(t, "container")
+	v := p.annotation()
+	p.saved = v
+	s.setAnnotation(p, v[:rapid.IntRange(1, len(v)-1).Draw(t, "cut")])
+	s.startPlugin(t, false)
+	s.restore(p)
+	last := devKey{c: c, d: -1}
+	for k := range p.received {
+		if k.c == c && k.d > last.d {
+			last = k
+		}
+	}
+	if in, ok := s.liveByMIG()[p.received[last]]; ok {
+		pid, err := s.node.StartProcess(in.GPU, p.received[last])
+		if err != nil {
+			t.Fatalf("StartProcess(%d, %s): %v", in.GPU, p.received[last], err)
+		}
+		s.procs[pid] = proc{uid: p.uid(), mig: p.received[last]}
+	}
+	s.stats.strandedRetries++
+	s.doAllocate(t, p, c, false)
+}
+
+// multiDeviceContainers returns p's containers that received two devices
+// or more, in order.
+func multiDeviceContainers(p *simPod) []int {
+	n := map[int]int{}
+	for k := range p.received {
+		n[k.c]++
+	}
+	var cs []int
+	for c, k := range n {
+		if k > 1 {
+			cs = append(cs, c)
+		}
+	}
+	slices.Sort(cs)
+	return cs
 }
 
 func (s *system) restart(t *rapid.T) {
