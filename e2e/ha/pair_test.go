@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -299,21 +300,22 @@ func (g *podGate) wrap(rt http.RoundTripper) http.RoundTripper {
 		if g.marker == nil {
 			return resp, err
 		}
-		resp.Body = &gatedBody{body: resp.Body, gate: g, closed: make(chan struct{}), watch: r.URL.Query().Get("watch") == "true"}
+		q := r.URL.Query()
+		resp.Body = &gatedBody{body: resp.Body, gate: g, closed: make(chan struct{}),
+			watch: q.Get("watch") == "true", listing: q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true"}
 		return resp, nil
 	})
 }
 
-// pass returns once data, the next chunk of a pod watch (watch) or
-// listing, may be handed on, or with io.ErrClosedPipe when closed is
-// closed first. A listing is never held, but the marker in it closes the
-// gate too (the replica listed after the marker was written). tail is the
-// end of the previous chunk, so that a marker split between chunks is
-// found.
-func (g *podGate) pass(watch bool, tail, data []byte, closed <-chan struct{}) error {
+// pass returns once data, the next chunk of a pod watch or listing, may
+// be handed on, or with io.ErrClosedPipe when closed is closed first. A
+// listing (listing) is never held, but the marker in it closes the gate
+// too (the replica listed after the marker was written). tail is the end
+// of the previous chunk, so that a marker split between chunks is found.
+func (g *podGate) pass(listing bool, tail, data []byte, closed <-chan struct{}) error {
 	for {
 		g.mu.Lock()
-		if !g.held || !watch {
+		if !g.held || listing {
 			if !g.held && bytes.Contains(append(slices.Clip(tail), data...), g.marker) {
 				g.held = true
 				close(g.changed)
@@ -343,10 +345,17 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // gatedBody reads a pod watch (watch) or listing response and hands each
 // chunk on once its gate passes it. Close unblocks a Read waiting at the
 // gate.
+//
+// A watch that asked for its initial events (client-go's streaming list,
+// on by default since 1.35) is a listing until the bookmark that ends
+// them has passed: holding it would keep the replica's informer from
+// ever syncing, so a replica that started after the marker was written
+// would never schedule at all.
 type gatedBody struct {
 	body    io.ReadCloser
 	gate    *podGate
 	watch   bool
+	listing bool // a listing, or a watch still sending its initial events
 	closed  chan struct{}
 	once    sync.Once
 	buf     [32 << 10]byte
@@ -361,16 +370,23 @@ func (b *gatedBody) Read(p []byte) (int, error) {
 			return 0, b.err
 		}
 		n, err := b.body.Read(b.buf[:])
-		if gerr := b.gate.pass(b.watch, b.tail, b.buf[:n], b.closed); gerr != nil {
+		if gerr := b.gate.pass(b.listing, b.tail, b.buf[:n], b.closed); gerr != nil {
 			return 0, gerr
 		}
+		if b.listing && b.watch && bytes.Contains(append(slices.Clip(b.tail), b.buf[:n]...), initialEventsEnd) {
+			b.listing = false
+		}
 		b.pending, b.err = b.buf[:n], err
-		b.tail = append(b.tail[:0], b.buf[max(0, n-len(b.gate.marker)):n]...)
+		b.tail = append(b.tail[:0], b.buf[max(0, n-max(len(b.gate.marker), len(initialEventsEnd))):n]...)
 	}
 	n := copy(p, b.pending)
 	b.pending = b.pending[n:]
 	return n, nil
 }
+
+// initialEventsEnd is the annotation on the bookmark that ends a watch's
+// initial events.
+var initialEventsEnd = []byte(metav1.InitialEventsAnnotationKey)
 
 func (b *gatedBody) Close() error {
 	b.once.Do(func() { close(b.closed) })
