@@ -97,13 +97,7 @@ var _ fwk.PreFilterExtensions = (*Plugin)(nil)
 // node's terminating pods gone, so that no pod of lower priority takes the
 // slots preemption freed for it.
 func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pi fwk.PodInfo, ni fwk.NodeInfo) *fwk.Status {
-	s := readState(cs)
-	pod, node := pi.GetPod(), ni.Node()
-	if s == nil || !s.mig || pod == nil || node == nil {
-		return nil
-	}
-	uid := string(pod.UID)
-	o := p.overlayFor(s, node.Name)
+	pod, uid, o := p.extended(cs, pi, ni)
 	if o == nil {
 		return nil
 	}
@@ -131,13 +125,7 @@ func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pi 
 // RemovePod frees pi's MIG devices in the cycle-local occupancy of the
 // node: the slots the ledger records for it, or those AddPod gave it.
 func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pi fwk.PodInfo, ni fwk.NodeInfo) *fwk.Status {
-	s := readState(cs)
-	pod, node := pi.GetPod(), ni.Node()
-	if s == nil || !s.mig || pod == nil || node == nil {
-		return nil
-	}
-	uid := string(pod.UID)
-	o := p.overlayFor(s, node.Name)
+	pod, uid, o := p.extended(cs, pi, ni)
 	if o == nil {
 		return nil
 	}
@@ -159,6 +147,18 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 	}
 	o.others[uid] = pod
 	return nil
+}
+
+// extended returns the pod AddPod or RemovePod is given, its UID and the
+// overlay of its node; the overlay is nil when the cycle is not a MIG
+// pod's or the ledger does not know the node.
+func (p *Plugin) extended(cs fwk.CycleState, pi fwk.PodInfo, ni fwk.NodeInfo) (*corev1.Pod, string, *overlay) {
+	s := readState(cs)
+	pod, node := pi.GetPod(), ni.Node()
+	if s == nil || !s.mig || pod == nil || node == nil {
+		return nil, "", nil
+	}
+	return pod, string(pod.UID), p.overlayFor(s, node.Name)
 }
 
 // overlayFor returns node's overlay in s, made from the ledger on first
