@@ -123,7 +123,7 @@ func (r *nodeRecord) handOut(uid types.UID, devices []realize.Device) error {
 }
 
 // sync follows the manager after a maintenance pass: the instances it
-// manages are recorded (adoption), and the devices of pods a complete
+// adopted are recorded, those recorded already updated, and the devices of pods a complete
 // listing no longer holds, which it no longer manages, are forgotten.
 //
 // managed is read under the record's lock: an Allocate stores its
@@ -138,10 +138,18 @@ func (r *nodeRecord) sync(managed func() []realize.ManagedInstance, snap reserva
 	for _, in := range managed() {
 		ref := managedRef{types.UID(in.Owner.PodUID), in.Owner.ContainerIndex, in.Owner.DeviceIndex}
 		live[ref] = true
+		prev, ok := r.devices[ref]
+		if !ok && in.Origin == realize.OriginCreated {
+			// What this process creates is recorded by handOut, once its
+			// Allocate succeeded: recorded here, an instance that the
+			// failing Allocate of a multi-device container then rolls
+			// back would leave its container handed, never pending again.
+			continue
+		}
 		h := HandedDevice{PodUID: in.Owner.PodUID, ContainerIndex: in.Owner.ContainerIndex, DeviceIndex: in.Owner.DeviceIndex,
 			GPUUUID: in.GPUUUID, Profile: in.Key.Profile, Placement: in.Key.Placement, Runtime: in.Runtime,
 			Adopted: in.Origin == realize.OriginAdopted}
-		if prev, ok := r.devices[ref]; !ok || prev.PreviousBoot || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
+		if !ok || prev.PreviousBoot || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
 			r.put(ref, h)
 			changed = true
 		}
