@@ -578,9 +578,7 @@ func (s *dpSystem) forge(t *rapid.T) {
 	if s.pending() != nil {
 		t.Skip("a pod is pending")
 	}
-	victim := s.pick(t, "victim", func(p *dpPod) bool {
-		return p.mig != "" && !s.deleted(p)
-	})
+	victim := s.pick(t, "victim", s.copyable)
 	value, slot := s.copied(t, victim)
 	s.forgeRecord(t, value, slot)
 }
@@ -610,7 +608,7 @@ func (s *dpSystem) optOut(t *rapid.T) {
 	if s.pending() != nil {
 		t.Skip("a pod is pending")
 	}
-	victim := s.pick(t, "victim", func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) })
+	victim := s.pick(t, "victim", s.copyable)
 	value, slot := s.copied(t, victim)
 	s.n++
 	name := fmt.Sprintf("o%d", s.n)
@@ -646,7 +644,7 @@ func (s *dpSystem) gpuFree(t *rapid.T) {
 	case "legacy":
 		pod.Annotations[reservation.LegacyDevicesAnnotationKey] = s.gpu + "[1-3],NVIDIA,4864,0:;"
 	case "copy":
-		victim := s.pick(t, "victim", func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) })
+		victim := s.pick(t, "victim", s.copyable)
 		pod.Annotations[reservation.AnnotationKey], _ = s.copied(t, victim)
 	}
 	if _, ok := s.ownerCreate(t, pod); !ok {
@@ -702,7 +700,7 @@ func (s *dpSystem) restartWith(t *rapid.T, down, how string) {
 	case "replace":
 		s.replace(t, how == "kept")
 	case "forge":
-		if s.pending() == nil && slices.ContainsFunc(s.pods, func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) }) {
+		if s.pending() == nil && slices.ContainsFunc(s.pods, s.copyable) {
 			s.forge(t)
 			s.stats.whileDown++
 		}
@@ -754,10 +752,10 @@ func (s *dpSystem) replaceRestart(t *rapid.T) {
 // checkpoint lost this is the counted residual (endedReused); with it
 // kept, the plugin must not hand the forger the device.
 func (s *dpSystem) replace(t *rapid.T, kept bool) {
-	if s.pending() != nil || !slices.ContainsFunc(s.pods, (*dpPod).running) {
+	if s.pending() != nil || !slices.ContainsFunc(s.pods, s.copyableRunning) {
 		return
 	}
-	victim := s.pick(t, "replaced pod", (*dpPod).running)
+	victim := s.pick(t, "replaced pod", s.copyableRunning)
 	value, slot := s.copied(t, victim)
 	s.endPod(t, victim, "deleted")
 	if s.forgeRecord(t, value, slot) {
