@@ -38,3 +38,14 @@ func PassRecordsHandOut(dir string, in realize.ManagedInstance) bool {
 	r.sync(func() []realize.ManagedInstance { return []realize.ManagedInstance{in} }, snap)
 	return r.handed(types.UID(in.Owner.PodUID), in.Owner.ContainerIndex)
 }
+
+// OverlayInherited runs, for tests, the recorded view of an inherited
+// pod (the plugin started without a checkpoint) whose recorded devices
+// are recorded, on a fresh record under dir, and returns the view's
+// record.
+func OverlayInherited(dir string, pod reservation.Pod, recorded []HandedDevice) string {
+	r := newNodeRecord(filepath.Join(dir, "checkpoint.json"), Checkpoint{Devices: recorded}, false, "boot", slog.New(slog.DiscardHandler))
+	r.inherited[types.UID(pod.UID)] = true
+	r.overlay(&pod)
+	return pod.Annotations[reservation.AnnotationKey]
+}

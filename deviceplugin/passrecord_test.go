@@ -38,3 +38,27 @@ func TestPassRecordsNoCreatedInstanceBeforeItsHandOut(t *testing.T) {
 		})
 	}
 }
+
+// A restart that lost the checkpoint adopts one device of a running pod's
+// two-device container and not the other (an ended pod's record names its
+// MIG UUID too). The recorded view must keep the record's entry for the
+// device not adopted: without it the container's entries were its one
+// recorded device, nothing wanted the other instance, and leak collection
+// destroyed it under the running pod (the device-plugin model of package
+// systemtest found this).
+func TestRecordedViewKeepsAContainersDevicesNotAdopted(t *testing.T) {
+	gpu := "GPU-0"
+	entry := func(d int, start uint32, mig string, gi uint32) reservation.Allocation {
+		a := reservation.Allocation{ContainerIndex: 0, DeviceIndex: d, GPUUUID: gpu, Profile: "1g.5gb",
+			Placement: capability.Placement{Start: start, Size: 1}}
+		return a.WithRuntime(reservation.RuntimeIdentity{MIGUUID: mig, GPUInstanceID: gi})
+	}
+	first, second := entry(0, 5, "MIG-A", 8), entry(1, 1, "MIG-B", 12)
+	pod := reservation.Pod{UID: "uid-p", Namespace: "default", Name: "p", Phase: "Running", DeviceRequests: []int{2},
+		Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{first, second})}}
+	adopted := deviceplugin.HandedDevice{PodUID: "uid-p", ContainerIndex: 0, DeviceIndex: 1, GPUUUID: gpu, Profile: "1g.5gb",
+		Placement: second.Placement, Runtime: reservation.RuntimeIdentity{MIGUUID: "MIG-B", GPUInstanceID: 12}, Adopted: true}
+	view, err := reservation.DecodeString(deviceplugin.OverlayInherited(t.TempDir(), pod, []deviceplugin.HandedDevice{adopted}))
+	assert.NoError(t, err)
+	assert.ElementsMatch(t, []reservation.Allocation{first, second}, view)
+}

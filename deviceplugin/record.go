@@ -205,7 +205,9 @@ func (r *nodeRecord) handed(uid types.UID, c int) bool {
 
 // overlay rewrites pod into the recorded view (see the package
 // documentation, "The recorded view"). An inherited pod's entries that
-// the plugin handed nothing keep the identities the record names.
+// the plugin handed nothing keep the identities the record names, also
+// the entries of a container's requested devices that none of its
+// recorded devices stands for.
 func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	value := pod.Annotations[reservation.AnnotationKey]
 	r.mu.Lock()
@@ -227,11 +229,16 @@ func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	onlyRecorded := len(recorded) > 0
 	for _, a := range allocs {
 		devs, ok := recorded[a.ContainerIndex]
-		switch {
-		case ok && !emitted[a.ContainerIndex]:
+		if ok && !emitted[a.ContainerIndex] {
 			view = append(view, devs...)
 			emitted[a.ContainerIndex] = true
-		case ok: // the container's entries are its recorded devices
+		}
+		switch {
+		case ok && (hasDevice(devs, a.DeviceIndex) || !requested(pod, a)):
+			// The container's entries are its recorded devices. A device
+			// it requests that none recorded (a restart that lost the
+			// checkpoint adopted the container's other devices only)
+			// keeps its entry, as for a container with none.
 		case inherited:
 			view, onlyRecorded = append(view, a), false
 		default:
@@ -254,6 +261,17 @@ func (r *nodeRecord) overlay(pod *reservation.Pod) {
 		ann[reservation.AnnotationKey] = v
 		pod.Annotations = ann
 	}
+}
+
+// hasDevice reports whether devs holds device index d.
+func hasDevice(devs []reservation.Allocation, d int) bool {
+	return slices.ContainsFunc(devs, func(a reservation.Allocation) bool { return a.DeviceIndex == d })
+}
+
+// requested reports whether a's container requests a's device: its index
+// is below the container's device count.
+func requested(pod *reservation.Pod, a reservation.Allocation) bool {
+	return a.ContainerIndex >= 0 && a.ContainerIndex < len(pod.DeviceRequests) && a.DeviceIndex < pod.DeviceRequests[a.ContainerIndex]
 }
 
 // recordedClaim makes pod, every entry of which is a device the plugin
