@@ -289,26 +289,3 @@ func (s *dpSystem) countLogged() {
 	s.stats.rollbacks += strings.Count(log, `msg="rolled back instance"`)
 	s.stats.allocAdoptions += strings.Count(log, `msg="adopted instance on allocate"`)
 }
-
-// copyable reports whether forgers, opt-out and GPU-free pods may copy
-// p's record: p was handed a device, is still in the API, and was handed
-// one device only.
-//
-// Copies of a multi-device pod's record are not drawn yet. Without the
-// admission policy, an opt-out pod whose record copied a running
-// two-device pod's first entry, MIG UUID included, was refused and failed;
-// after a restart that lost the checkpoint the plugin did not adopt that
-// entry (an ended pod's record names its MIG UUID), no longer counted the
-// pod's entries as wanted, and a leak collection destroyed the running
-// pod's first instance, although the pod's record in the API still named
-// it at its placement (seed 1, the eighth sequence, replays from its fail
-// file). Copies of one-device pods' records, drawn the same way, never
-// led there. Until the cause is known and fixed or stated as a residual
-// with a predicate, copying multi-device records would make the model
-// fail in most runs.
-func (s *dpSystem) copyable(p *dpPod) bool {
-	return p.mig != "" && len(p.handed) == 1 && !s.deleted(p)
-}
-
-// copyableRunning reports whether p runs and its record may be copied.
-func (s *dpSystem) copyableRunning(p *dpPod) bool { return p.running() && len(p.handed) == 1 }

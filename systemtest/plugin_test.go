@@ -578,7 +578,9 @@ func (s *dpSystem) forge(t *rapid.T) {
 	if s.pending() != nil {
 		t.Skip("a pod is pending")
 	}
-	victim := s.pick(t, "victim", s.copyable)
+	victim := s.pick(t, "victim", func(p *dpPod) bool {
+		return p.mig != "" && !s.deleted(p)
+	})
 	value, slot := s.copied(t, victim)
 	s.forgeRecord(t, value, slot)
 }
@@ -608,7 +610,7 @@ func (s *dpSystem) optOut(t *rapid.T) {
 	if s.pending() != nil {
 		t.Skip("a pod is pending")
 	}
-	victim := s.pick(t, "victim", s.copyable)
+	victim := s.pick(t, "victim", func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) })
 	value, slot := s.copied(t, victim)
 	s.n++
 	name := fmt.Sprintf("o%d", s.n)
@@ -644,7 +646,7 @@ func (s *dpSystem) gpuFree(t *rapid.T) {
 	case "legacy":
 		pod.Annotations[reservation.LegacyDevicesAnnotationKey] = s.gpu + "[1-3],NVIDIA,4864,0:;"
 	case "copy":
-		victim := s.pick(t, "victim", s.copyable)
+		victim := s.pick(t, "victim", func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) })
 		pod.Annotations[reservation.AnnotationKey], _ = s.copied(t, victim)
 	}
 	if _, ok := s.ownerCreate(t, pod); !ok {
@@ -700,7 +702,7 @@ func (s *dpSystem) restartWith(t *rapid.T, down, how string) {
 	case "replace":
 		s.replace(t, how == "kept")
 	case "forge":
-		if s.pending() == nil && slices.ContainsFunc(s.pods, s.copyable) {
+		if s.pending() == nil && slices.ContainsFunc(s.pods, func(p *dpPod) bool { return p.mig != "" && !s.deleted(p) }) {
 			s.forge(t)
 			s.stats.whileDown++
 		}
@@ -752,10 +754,10 @@ func (s *dpSystem) replaceRestart(t *rapid.T) {
 // checkpoint lost this is the counted residual (endedReused); with it
 // kept, the plugin must not hand the forger the device.
 func (s *dpSystem) replace(t *rapid.T, kept bool) {
-	if s.pending() != nil || !slices.ContainsFunc(s.pods, s.copyableRunning) {
+	if s.pending() != nil || !slices.ContainsFunc(s.pods, (*dpPod).running) {
 		return
 	}
-	victim := s.pick(t, "replaced pod", s.copyableRunning)
+	victim := s.pick(t, "replaced pod", (*dpPod).running)
 	value, slot := s.copied(t, victim)
 	s.endPod(t, victim, "deleted")
 	if s.forgeRecord(t, value, slot) {
