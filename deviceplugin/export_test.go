@@ -1,6 +1,15 @@
 package deviceplugin
 
-import "time"
+import (
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dynmig/dynmig/realize"
+	"github.com/dynmig/dynmig/reservation"
+)
 
 // SetRecordInterval sets how often the health loop reads the node's
 // health record while it names a GPU, for tests, as SetPruneInterval.
@@ -17,4 +26,26 @@ func SetPruneInterval(d time.Duration) (restore func()) {
 	old := pruneInterval
 	pruneInterval = d
 	return func() { pruneInterval = old }
+}
+
+// PassRecordsHandOut runs, for tests, the checkpoint's side of a
+// maintenance pass that finds in managed while in's pod is listed, on a
+// fresh checkpoint under dir, and reports whether in's container is then
+// recorded as handed a device.
+func PassRecordsHandOut(dir string, in realize.ManagedInstance) bool {
+	r := newNodeRecord(filepath.Join(dir, "checkpoint.json"), Checkpoint{}, true, "boot", slog.New(slog.DiscardHandler))
+	snap := reservation.Snapshot{Complete: true, Pods: []reservation.Pod{{UID: in.Owner.PodUID}}}
+	r.sync(func() []realize.ManagedInstance { return []realize.ManagedInstance{in} }, snap)
+	return r.handed(types.UID(in.Owner.PodUID), in.Owner.ContainerIndex)
+}
+
+// OverlayInherited runs, for tests, the recorded view of an inherited
+// pod (the plugin started without a checkpoint) whose recorded devices
+// are recorded, on a fresh record under dir, and returns the view's
+// record.
+func OverlayInherited(dir string, pod reservation.Pod, recorded []HandedDevice) string {
+	r := newNodeRecord(filepath.Join(dir, "checkpoint.json"), Checkpoint{Devices: recorded}, false, "boot", slog.New(slog.DiscardHandler))
+	r.inherited[types.UID(pod.UID)] = true
+	r.overlay(&pod)
+	return pod.Annotations[reservation.AnnotationKey]
 }

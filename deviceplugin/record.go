@@ -123,7 +123,7 @@ func (r *nodeRecord) handOut(uid types.UID, devices []realize.Device) error {
 }
 
 // sync follows the manager after a maintenance pass: the instances it
-// manages are recorded (adoption), and the devices of pods a complete
+// adopted are recorded, those recorded already updated, and the devices of pods a complete
 // listing no longer holds, which it no longer manages, are forgotten.
 //
 // managed is read under the record's lock: an Allocate stores its
@@ -138,10 +138,18 @@ func (r *nodeRecord) sync(managed func() []realize.ManagedInstance, snap reserva
 	for _, in := range managed() {
 		ref := managedRef{types.UID(in.Owner.PodUID), in.Owner.ContainerIndex, in.Owner.DeviceIndex}
 		live[ref] = true
+		prev, ok := r.devices[ref]
+		if !ok && in.Origin == realize.OriginCreated {
+			// What this process creates is recorded by handOut, once its
+			// Allocate succeeded: recorded here, an instance that the
+			// failing Allocate of a multi-device container then rolls
+			// back would leave its container handed, never pending again.
+			continue
+		}
 		h := HandedDevice{PodUID: in.Owner.PodUID, ContainerIndex: in.Owner.ContainerIndex, DeviceIndex: in.Owner.DeviceIndex,
 			GPUUUID: in.GPUUUID, Profile: in.Key.Profile, Placement: in.Key.Placement, Runtime: in.Runtime,
 			Adopted: in.Origin == realize.OriginAdopted}
-		if prev, ok := r.devices[ref]; !ok || prev.PreviousBoot || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
+		if !ok || prev.PreviousBoot || prev.Runtime != h.Runtime || prev.Placement != h.Placement || prev.GPUUUID != h.GPUUUID {
 			r.put(ref, h)
 			changed = true
 		}
@@ -197,7 +205,9 @@ func (r *nodeRecord) handed(uid types.UID, c int) bool {
 
 // overlay rewrites pod into the recorded view (see the package
 // documentation, "The recorded view"). An inherited pod's entries that
-// the plugin handed nothing keep the identities the record names.
+// the plugin handed nothing keep the identities the record names, also
+// the entries of a container's requested devices that none of its
+// recorded devices stands for.
 func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	value := pod.Annotations[reservation.AnnotationKey]
 	r.mu.Lock()
@@ -219,11 +229,16 @@ func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	onlyRecorded := len(recorded) > 0
 	for _, a := range allocs {
 		devs, ok := recorded[a.ContainerIndex]
-		switch {
-		case ok && !emitted[a.ContainerIndex]:
+		if ok && !emitted[a.ContainerIndex] {
 			view = append(view, devs...)
 			emitted[a.ContainerIndex] = true
-		case ok: // the container's entries are its recorded devices
+		}
+		switch {
+		case ok && (hasDevice(devs, a.DeviceIndex) || !requested(pod, a)):
+			// The container's entries are its recorded devices. A device
+			// it requests that none recorded (a restart that lost the
+			// checkpoint adopted the container's other devices only)
+			// keeps its entry, as for a container with none.
 		case inherited:
 			view, onlyRecorded = append(view, a), false
 		default:
@@ -246,6 +261,17 @@ func (r *nodeRecord) overlay(pod *reservation.Pod) {
 		ann[reservation.AnnotationKey] = v
 		pod.Annotations = ann
 	}
+}
+
+// hasDevice reports whether devs holds device index d.
+func hasDevice(devs []reservation.Allocation, d int) bool {
+	return slices.ContainsFunc(devs, func(a reservation.Allocation) bool { return a.DeviceIndex == d })
+}
+
+// requested reports whether a's container requests a's device: its index
+// is below the container's device count.
+func requested(pod *reservation.Pod, a reservation.Allocation) bool {
+	return a.ContainerIndex >= 0 && a.ContainerIndex < len(pod.DeviceRequests) && a.DeviceIndex < pod.DeviceRequests[a.ContainerIndex]
 }
 
 // recordedClaim makes pod, every entry of which is a device the plugin

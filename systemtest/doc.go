@@ -68,15 +68,24 @@
 // maintenance passes, Allocate and checkpoint) over a kubetest API server
 // and fakehal, on a fake clock whose maintenance passes the model
 // triggers. Its actors: the scheduler binds pods through pods/binding with
-// the record in the Binding and the version it read as precondition; the
+// the record in the Binding and the version it read as precondition (an
+// honest pod has one or two containers, each requesting one or two MIG
+// devices, every device on its own free slot, and the record names them
+// by container and device index); the
 // pod's owner replaces the record before the binding (the binding is
 // refused and retried) or after it, or strips the runtime identity from
 // its running pod's record; forgers create pods with spec.nodeName preset
 // and a copy of another pod's record (placement, and MIG UUID when
-// drawn); pods request nvidia.com/gpu without MIG opt-in, bound by another
+// drawn; a multi-device pod's first entry); pods request nvidia.com/gpu without MIG opt-in, bound by another
 // scheduler with a copied record; GPU-free pods carry undecodable,
 // invalid, legacy or copied records; the kubelet admits one pod at a time
-// (Allocate, then status) and rejects a pod whose Allocate failed; pods
+// (Allocate once per container, in container order, as its device manager
+// does, then status), retries an honest pod's failed Allocate, and rejects
+// a pod once one container's Allocate still fails; an NVML fault may fail
+// the create of a later device of a multi-device container (the manager
+// rolls back what the call created; the retry must hand every device);
+// the plugin may restart, its checkpoint kept or lost, between two
+// containers' Allocates of one pod; pods
 // end (Succeeded, Failed, deleted); the plugin restarts between any two
 // steps, pods may end or be forged while it is down (or a running pod is
 // deleted and a forger copies its record), and it starts with its
@@ -151,20 +160,24 @@
 // were (the operator then deletes it); no MIG device is handed to a pod
 // while another running pod holds it; an ended pod's device is handed to,
 // or managed (adopted) for, another pod only once the checkpoint that
-// recorded the handout is lost (the residual below); a handed device is the one the pod's record then
-// names, at the scheduler's placement for a pod the scheduler bound; no
-// running pod's device is destroyed, whoever bound it and whether or not
-// the checkpoint survived; the hardware is legal after every step; once
+// recorded the handout is lost (the residual below); a container is
+// handed exactly as many devices as it asked for, none twice, and each is
+// the one the pod's record then names for that container and device
+// index, at the scheduler's placement for a pod the scheduler bound; a
+// failed Allocate leaves no instance it created; no running pod's device
+// (any of them) is destroyed, whoever bound it and whether or not the
+// checkpoint survived; the hardware is legal after every step; once
 // every pod ended and was deleted, the plugin reclaims every instance (an
 // instance adopted during the drain only once a listing is the manager's
 // AbsentPodGrace past its adoption, so the drain lets that much time pass
 // before each pass) and its checkpoint names no pod and no device.
 // No new instance appears on the GPU while it is unhealthy. Liveness: a
-// pod the scheduler bound whose Allocate is still refused after the
-// kubelet's retries (which pass AbsentPodGrace and run maintenance) fails
-// the model unless its refusal has an allowed class: the GPU is unhealthy
-// (refusedUnhealthy), or another pod still in the API holds its slot: its
-// record names the slot or cannot be decided (refusedHeld; the rule
+// pod the scheduler bound whose Allocate for a container is still refused
+// after the kubelet's retries (which pass AbsentPodGrace and run
+// maintenance) fails the model unless its refusal has an allowed class:
+// the GPU is unhealthy (refusedUnhealthy), or another pod still in the API
+// holds one of that container's slots: its record names the slot or
+// cannot be decided (refusedHeld; the rule
 // pauses such slots until those pods are gone, which the final drain
 // checks).
 //
@@ -197,7 +210,7 @@
 // API server replays every event. Such lost deletions made deleted pods
 // linger in the checkpoint in runs of the model before it waited.
 //
-// Three defects the model found are fixed: a maintenance pass whose
+// Five defects the model found are fixed: a maintenance pass whose
 // listing predated a pod's Allocate ran after the clock passed the
 // manager's AbsentPodGrace and destroyed the running pod's new instance
 // (regression test: realize's TestReconcileJudgesAbsenceAtListingTime);
@@ -208,9 +221,22 @@
 // maintenance pass read the manager's instances just before taking the
 // checkpoint's lock, so a hand-out in between was forgotten and, while the
 // cache lagged the listing the Allocate chose from, the device was handed
-// again to another pod. The last is a race no public-API test can time:
+// again to another pod. That one is a race no public-API test can time:
 // the model guards it (deviceplugin's TestLaggingCacheNeverHandsADeviceTwice
-// covers the rest of its scenario).
+// covers the rest of its scenario). With multi-device pods: a maintenance
+// pass that ran while an Allocate realized a multi-device container
+// recorded its first, just created, instance in the checkpoint as handed;
+// the Allocate then failed on a later device and rolled the instance
+// back, but the container stayed recorded as handed, so every retry of the
+// kubelet found no pending pod (deviceplugin's
+// TestPassRecordsNoCreatedInstanceBeforeItsHandOut; the model's failure
+// depends on when the pass runs and does not replay); and, after a restart
+// that lost the checkpoint, a running pod's two-device container had one
+// device adopted and not the other (an opt-out pod's ended record named
+// its MIG UUID too), the recorded view then dropped the entry of the
+// device not adopted, and leak collection destroyed that instance under
+// the running pod (deviceplugin's
+// TestRecordedViewKeepsAContainersDevicesNotAdopted; replays).
 //
 // # Coverage and mutation check
 //
@@ -224,7 +250,17 @@
 // policy refused; Xid 79; made-up identities; a running pod's record
 // moved or removed, then a restart with the checkpoint kept; a deleted
 // pod's record copied with its MIG UUID while the plugin is down, then a
-// restart with the checkpoint kept; the residual endedReused. TestSystem claims: running
+// restart with the checkpoint kept; the residual endedReused; honest pods
+// admitted with more than one device, and with more than one container; a
+// multi-device container's Allocate that failed part-way (an NVML fault on
+// a later device's create), rolled back, and whose retry handed every
+// device; a plugin restart between two containers' Allocates of one pod.
+// It also logs, unclaimed, the instances failed Allocates rolled back and
+// those an Allocate took over rather than created (rollbacks,
+// allocAdoptions, from the plugin's log): the plugin takes an instance
+// over only for a container whose record names it and that it never
+// handed, so rollback-adopted's guard is not reachable through the
+// device plugin (BENCHMARKS.md). TestSystem claims: running
 // pods' records rewritten to another placement, and onto one another
 // active pod's record names (it loses the conflict; the scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted

@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"pgregory.net/rapid"
 
@@ -52,10 +51,18 @@ type dpPod struct {
 	kind  string
 	slot  uint32 // the placement [slot, slot+1) the scheduler chose (honest, swapped) or the record claims
 	swap  uint32 // the slot a swapped pod's record claims instead
-	mig   string // the MIG device the plugin handed it, once admitted
+	mig   string // the first MIG device the plugin handed it, once admitted
 	epoch int    // the checkpoint epoch in which it was handed mig
-	done  bool   // admitted, refused or never admitted (GPU-free)
-	ended bool
+	// layout are the slots the scheduler chose for each device of each
+	// container, in container order, slot the first (honest, swapped);
+	// nil for one container with one device at slot.
+	layout [][]uint32
+	// handed are the MIG devices the plugin handed it, in container and
+	// device order, also those of the containers of a pod the kubelet
+	// then rejected.
+	handed []handedDev
+	done   bool // admitted, refused or never admitted (GPU-free)
+	ended  bool
 	// extra are the slots its owner's edits made its record claim since
 	// it runs (the scheduler counts them until the pod ends).
 	extra []uint32
@@ -100,11 +107,13 @@ func (s *dpSystem) noteRecorded() {
 	if err != nil {
 		return // a corrupted checkpoint records nothing
 	}
-	for _, d := range c.Devices {
-		for _, p := range s.pods {
-			if p.mig != "" && d.PodUID == "uid-"+p.name && d.Runtime.MIGUUID == p.mig {
-				p.recordedEpoch = s.epoch
-			}
+	for _, p := range s.pods {
+		if len(p.handed) > 0 && !slices.ContainsFunc(p.handed, func(h handedDev) bool {
+			return !slices.ContainsFunc(c.Devices, func(d deviceplugin.HandedDevice) bool {
+				return d.PodUID == "uid-"+p.name && d.Runtime.MIGUUID == h.mig
+			})
+		}) {
+			p.recordedEpoch = s.epoch
 		}
 	}
 }
@@ -131,6 +140,7 @@ type dpStats struct {
 	editRestarts, replacedKeptMIG int
 	// Running pods that lost their device to the residual lostAfterEdit.
 	lostAfterEdit int
+	mdevStats
 }
 
 // dpSystem drives a real deviceplugin.Plugin over a kubetest API server
@@ -369,7 +379,7 @@ func (s *dpSystem) pending() *dpPod {
 // claim, and the slot it chose for a pod until that pod ends.
 func (s *dpSystem) claimed(slot uint32) bool {
 	return slices.ContainsFunc(s.pods, func(p *dpPod) bool {
-		return !p.ended && p.kind != gpuFree && (p.slot == slot || p.kind == swapped && p.swap == slot || slices.Contains(p.extra, slot))
+		return !p.ended && p.kind != gpuFree && (slices.Contains(slotsOf(p), slot) || p.kind == swapped && p.swap == slot || slices.Contains(p.extra, slot))
 	})
 }
 
@@ -401,11 +411,12 @@ func (s *dpSystem) arrive(t *rapid.T) {
 	if len(free) == 0 || s.pending() != nil { // one unrealized pod per node, as the scheduler's node lock keeps it
 		t.Skip("no free slot, or a pod is pending")
 	}
-	slot := rapid.SampledFrom(free).Draw(t, "slot")
+	layout := drawLayout(t, free)
+	slot := layout[0][0]
 	s.n++
 	name := fmt.Sprintf("p%d", s.n)
-	one := int64(1)
-	pod := s.newPod(name, &one)
+	pod := s.newPod(name, nil)
+	withContainers(pod, layout)
 	pod.Annotations[kube.VGPUModeAnnotation] = kube.VGPUModeMIG
 	pod.Spec.SchedulerName = deviceplugin.DefaultSchedulerName
 	read := s.create(t, pod) // no record: the policy lets it through
@@ -421,7 +432,7 @@ func (s *dpSystem) arrive(t *rapid.T) {
 	bind := func(rv string) error {
 		return s.client.CoreV1().Pods("default").Bind(context.Background(), &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: pod.UID, ResourceVersion: rv,
-				Annotations: map[string]string{reservation.AnnotationKey: record(s.entry(slot))}},
+				Annotations: map[string]string{reservation.AnnotationKey: s.layoutRecord(layout)}},
 			Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{})
 	}
 	if err := bind(read.ResourceVersion); err != nil {
@@ -442,39 +453,27 @@ func (s *dpSystem) arrive(t *rapid.T) {
 			s.stats.swaps++
 		}
 	}
-	s.pods = append(s.pods, &dpPod{name: name, kind: kind, slot: slot, swap: swapSlot})
+	s.pods = append(s.pods, &dpPod{name: name, kind: kind, slot: slot, swap: swapSlot, layout: layout})
 }
 
-// admit: the kubelet's Allocate for the next pod, then its status.
+// admit: the kubelet admits the next pod: Allocate for each container in
+// container order (admitContainers), then its status. A failed Allocate
+// of any container rejects the pod.
 func (s *dpSystem) admit(t *rapid.T) {
 	p := s.pending()
 	if p == nil {
 		t.Skip("nothing pending")
 	}
 	s.synced(t)
-	if s.strippedKept[p.slot] {
+	if slices.ContainsFunc(slotsOf(p), func(slot uint32) bool { return s.strippedKept[slot] }) {
 		s.stats.stripRestartClaims++
 	}
 	if s.copiesEndedDevice(t, p) {
 		s.stats.endedCopyClaims++
 	}
-	before := s.liveMIGs()
-	req := &v1beta1.AllocateRequest{ContainerRequests: []*v1beta1.ContainerAllocateRequest{{DevicesIds: []string{"id"}}}}
-	resp, err := s.plugin.Allocate(context.Background(), req)
-	// A slot freed by a pod that just ended may still hold its instance
-	// until a maintenance pass reclaims it: the kubelet retries.
-	// The kubelet retries; an instance whose pod vanished from the
-	// listing without being seen deleting is kept for the manager's
-	// AbsentPodGrace, which the fake clock passes.
-	for try := 0; err != nil && p.kind == honest && try < 3; try++ {
-		s.barrier(t)
-		s.clk.Step(dpGrace)
-		s.pass(t)
-		resp, err = s.plugin.Allocate(context.Background(), req)
-	}
-	if err != nil {
+	if c, err := s.admitContainers(t, p, s.liveMIGs()); err != nil {
 		if p.kind == honest {
-			s.refusedHonest(t, p, err)
+			s.refusedHonest(t, p, c, err)
 		}
 		// The kubelet rejects the pod. The next Allocate waits until the
 		// plugin saw that, as the kubelet admits one pod at a time.
@@ -485,42 +484,22 @@ func (s *dpSystem) admit(t *rapid.T) {
 		return
 	}
 	s.stats.allocs++
-	mig := resp.ContainerResponses[0].Envs[deviceplugin.VisibleDevicesEnv]
-	if s.unhealthy && !before[mig] {
-		t.Fatalf("%s (%s) was handed %s, a new instance on the unhealthy GPU; %s", p.name, p.kind, mig, s.diagnose())
+	if p.kind == honest && len(p.handed) > 1 {
+		s.stats.multiDevice++
 	}
-	for _, o := range s.pods {
-		if o.mig != mig {
-			continue
-		}
-		if o.running() {
-			t.Fatalf("%s (%s) was handed %s, which %s holds; %s", p.name, p.kind, mig, o.name, s.diagnose())
-		}
-		// An ended pod's device handed to a pod whose record copies
-		// it: the residual, only once the checkpoint that recorded the
-		// handout is lost.
-		if o.epoch == s.epoch {
-			t.Fatalf("%s (%s) was handed %s, which ended %s was handed and the checkpoint recorded; %s", p.name, p.kind, mig, o.name, s.diagnose())
-		}
-		s.stats.endedReused++
+	if p.kind == honest && len(layoutOf(p)) > 1 {
+		s.stats.multiContainer++
 	}
-	allocs, err := kube.PodAllocations(s.get(t, p.name))
-	if err != nil || len(allocs) != 1 {
-		t.Fatalf("%s's record: %v %v", p.name, allocs, err)
-	}
-	id, ok := allocs[0].Runtime()
-	if !ok || id.MIGUUID != mig {
-		t.Fatalf("%s was handed %s but its record names %v", p.name, mig, allocs[0])
-	}
-	if at := s.placementOf(mig); p.kind == honest && at != s.entry(p.slot).Placement {
-		t.Fatalf("%s was scheduled at slot %d but handed %s at %v", p.name, p.slot, mig, at)
-	}
-	p.mig, p.epoch, p.recordedEpoch, p.done = mig, s.epoch, s.epoch, true
+	p.done = true
+	names := s.get(t, p.name).Spec.Containers
 	s.updateStatus(t, p.name, func(st *corev1.PodStatus) {
 		st.Phase = corev1.PodRunning
 		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
-		st.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + p.name,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		st.ContainerStatuses = nil
+		for c, cont := range names {
+			st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{Name: cont.Name,
+				ContainerID: fmt.Sprintf("containerd://%s-%d", p.name, c), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+		}
 	})
 }
 
@@ -531,17 +510,23 @@ func (s *dpSystem) admit(t *rapid.T) {
 // or a pod still in the API holds its slot: another pod's record names
 // it, or a record on the node cannot be decided (class refusedHeld; the
 // rule pauses such slots until those pods are gone, which the drain
-// checks).
-func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, err error) {
+// checks). For a pod of several devices, c is the container whose
+// Allocate was refused and one of its slots must be held.
+func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, c int, err error) {
 	if s.unhealthy && status.Code(err) == codes.FailedPrecondition {
 		s.stats.refusedUnhealthy++
 		return
 	}
-	if _, held := s.recordHolder(t, p); held {
-		s.stats.refusedHeld++
-		return
+	slots := layoutOf(p)[c]
+	for _, slot := range slots {
+		at := *p
+		at.slot = slot
+		if _, held := s.recordHolder(t, &at); held {
+			s.stats.refusedHeld++
+			return
+		}
 	}
-	t.Fatalf("honest %s refused at slot %d, which no other pod's record holds: %v; %s", p.name, p.slot, err, s.diagnose())
+	t.Fatalf("honest %s container %d refused at slots %v, which no other pod's record holds: %v; %s", p.name, c, slots, err, s.diagnose())
 }
 
 // copiesEndedDevice reports whether p's record names the MIG UUID an
@@ -554,7 +539,7 @@ func (s *dpSystem) copiesEndedDevice(t *rapid.T, p *dpPod) bool {
 	}
 	return slices.ContainsFunc(allocs, func(a reservation.Allocation) bool {
 		return a.MIGUUID != "" && slices.ContainsFunc(s.pods, func(o *dpPod) bool {
-			return o != p && o.ended && o.mig == a.MIGUUID && o.epoch == s.epoch
+			return o != p && o.ended && slices.Contains(o.handed, handedDev{mig: a.MIGUUID, epoch: s.epoch})
 		})
 	})
 }
@@ -575,7 +560,7 @@ func (s *dpSystem) placementOf(mig string) capability.Placement {
 func (s *dpSystem) copied(t *rapid.T, victim *dpPod) (string, uint32) {
 	a := s.entry(victim.slot)
 	if victim.mig != "" && rapid.Bool().Draw(t, "copy the MIG UUID") {
-		if allocs, err := kube.PodAllocations(s.get(t, victim.name)); err == nil && len(allocs) == 1 {
+		if allocs, err := kube.PodAllocations(s.get(t, victim.name)); err == nil && len(allocs) > 0 && allocs[0].MIGUUID == victim.mig {
 			if id, ok := allocs[0].Runtime(); ok {
 				a = a.WithRuntime(id)
 			}
@@ -875,13 +860,14 @@ func (s *dpSystem) check(t *rapid.T) {
 		}
 	}
 	for _, p := range s.pods {
-		if p.running() && !live[p.mig] && s.lostAfterEdit(p) {
+		i := slices.IndexFunc(p.handed, func(h handedDev) bool { return !live[h.mig] })
+		if p.running() && i >= 0 && s.lostAfterEdit(p) {
 			p.lostToEdit = true
 			s.stats.lostAfterEdit++
 			continue
 		}
-		if p.running() && !live[p.mig] {
-			t.Fatalf("running pod %s (%s) lost its device %s; %s", p.name, p.kind, p.mig, s.diagnose())
+		if p.running() && i >= 0 {
+			t.Fatalf("running pod %s (%s) lost its device %s; %s", p.name, p.kind, p.handed[i].mig, s.diagnose())
 		}
 	}
 	if err := s.hw.Check(); err != nil {
@@ -904,14 +890,15 @@ func (s *dpSystem) checkEndedAdoptions(t *rapid.T) {
 	}
 	for _, in := range s.plugin.Manager().Managed() {
 		for _, o := range s.pods {
-			if !o.ended || o.mig == "" || o.mig != in.Runtime.MIGUUID || in.Owner.PodUID == "uid-"+o.name {
+			i := slices.IndexFunc(o.handed, func(h handedDev) bool { return h.mig == in.Runtime.MIGUUID })
+			if !o.ended || i < 0 || in.Owner.PodUID == "uid-"+o.name {
 				continue
 			}
-			if o.epoch == s.epoch {
+			if o.handed[i].epoch == s.epoch {
 				t.Fatalf("%s's device %s is managed for %s although the checkpoint that recorded its hand-out is intact; %s",
-					o.name, o.mig, in.Owner.PodUID, s.diagnose())
+					o.name, in.Runtime.MIGUUID, in.Owner.PodUID, s.diagnose())
 			}
-			if key := in.Owner.PodUID + " " + o.mig; !s.reused[key] {
+			if key := in.Owner.PodUID + " " + in.Runtime.MIGUUID; !s.reused[key] {
 				s.reused[key] = true
 				s.stats.endedReused++
 			}
@@ -977,7 +964,7 @@ func TestDevicePlugin(t *testing.T) {
 	withChecks(t, checks, func() { rapid.Check(t, func(t *rapid.T) { runDevicePlugin(t, stats) }) })
 	t.Logf("%+v", *stats)
 	if !t.Failed() {
-		checkCoverage(t, stats.sequences, dpPaths(stats))
+		checkCoverage(t, stats.sequences, append(dpPaths(stats), mdevPaths(stats)...))
 	}
 }
 
@@ -1024,4 +1011,5 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 		"":                s.check,
 	})
 	s.drain(t)
+	s.countLogged()
 }
