@@ -205,9 +205,10 @@
 // pod's record copied with its MIG UUID while the plugin is down, then a
 // restart with the checkpoint kept; the residual endedReused; and,
 // without the policy, a record moved onto a claimed slot, replaced with a
-// copy of another running pod's, or given a forged identity, Xid 79,
-// made-up identities on the unhealthy GPU, and the class
-// refusedUnauthorised. TestSystem claims: running
+// copy of another running pod's, or given a forged identity, Xid 79, and
+// made-up identities on the unhealthy GPU. The refusal classes are
+// counted and logged, not claimed (refusedUnauthorised was reached 0
+// times in 300 sequences). TestSystem claims: running
 // pods' records rewritten to another placement, and onto one another
 // active pod's record names (it loses the conflict; the scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted

@@ -408,7 +408,6 @@ func dpPaths(st *dpStats) []coveredPath {
 		{"a running pod's runtime identity forged by its owner", st.forgedEdits},
 		{"Xid 79 without the policy", st.unsealedXids},
 		{"pods created with a made-up runtime identity on the unhealthy GPU", st.fabricatedUnhealthy},
-		{"an honest pod refused while destruction is paused by listed pods' records (refusedUnauthorised)", st.refusedUnauthorised},
 	}
 	return paths
 }
