@@ -3,6 +3,8 @@ package deviceplugin_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -60,4 +62,47 @@ func TestLastReconcileNamesThePodThatPausesDestruction(t *testing.T) {
 		return rep.Authorized && len(rep.Reasons) == 0
 	}, eventually, time.Millisecond)
 	require.Eventually(t, func() bool { return len(hw.Snapshot()) == 0 }, eventually, time.Millisecond)
+}
+
+// A pod that requests a device carries a record that does not decode:
+// nothing it might own can be told from a leak, so the plugin destroys
+// nothing on the node, and LastReconcile names the pod that pauses it.
+func ExamplePlugin_LastReconcile() {
+	hw := fakehal.MustNew(fakehal.Options{})
+	broken := boundPod("broken", reservation.Allocation{})
+	broken.Annotations[reservation.AnnotationKey] = `[{"containerIndex":`
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, broken)
+	dir, err := os.MkdirTemp("", "plugin")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	p, err := deviceplugin.New(deviceplugin.Config{Node: "n1", Client: client, Hardware: hw, SocketDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-p.Ready(): // the first maintenance pass ran before the plugin served
+	case err := <-done:
+		fmt.Println(err)
+		return
+	}
+
+	rep, _ := p.LastReconcile()
+	fmt.Println("authorised:", rep.Authorized)
+	for _, reason := range rep.Reasons {
+		var pe *reservation.PodError
+		if errors.As(reason, &pe) {
+			fmt.Println("paused by:", pe.Pod.Namespace+"/"+pe.Pod.Name)
+		}
+	}
+	// Output:
+	// authorised: false
+	// paused by: default/broken
 }
