@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +156,8 @@ type Plugin struct {
 	health healthTracker // GPU health from the backend (health.go)
 
 	cdi *cdiSpecs // the instances' CDI specs; nil without a CDI strategy (cdispec.go)
+
+	lastReconcile atomic.Pointer[realize.ReconcileReport] // see LastReconcile
 }
 
 type target struct {
@@ -363,6 +366,34 @@ func (p *Plugin) Reconciles() uint64 {
 	return total
 }
 
+// LastReconcile returns the reconcile report of the latest maintenance
+// pass that ran to its end, and false before the first one did. It is
+// safe to call concurrently with everything else; the report is a copy.
+//
+// A report that is not Authorized means the pass's listing paused
+// destruction: the pass released and collected nothing, and an Allocate
+// whose listing is unauthorised for the same reasons takes over no
+// instance the manager does not manage (a *realize.ConflictError). Its
+// Reasons say why: a *reservation.PodError names a pod whose record is
+// invalid, a *reservation.ConflictError the two pods whose records
+// overlap, and reservation.ErrIncompleteSnapshot a listing that was not
+// complete. Destruction resumes with the first pass after those pods are
+// gone or their records repaired.
+func (p *Plugin) LastReconcile() (realize.ReconcileReport, bool) {
+	r := p.lastReconcile.Load()
+	if r == nil {
+		return realize.ReconcileReport{}, false
+	}
+	out := *r
+	out.Reasons = slices.Clone(r.Reasons)
+	out.Released = slices.Clone(r.Released)
+	out.Kept = slices.Clone(r.Kept)
+	out.Vanished = slices.Clone(r.Vanished)
+	out.Deferred = slices.Clone(r.Deferred)
+	out.Retained = slices.Clone(r.Retained)
+	return out, true
+}
+
 // Run starts the plugin and blocks until ctx is done: it runs the pod
 // source, waits for a complete listing, checks MIG ownership, discovers and
 // publishes capability, adopts live instances, starts reconciliation,
@@ -446,8 +477,7 @@ func (p *Plugin) discoverAndPublish(ctx context.Context, wg *sync.WaitGroup) err
 // until adoption settles, reconcile and collect leaks.
 func (p *Plugin) firstPass(ctx context.Context) error {
 	snap := p.snapshot()
-	rep, err := p.manager.Maintain(ctx, snap)
-	p.record.sync(p.manager.Managed, snap)
+	rep, err := p.maintain(ctx, snap)
 	if err := p.syncSpecs(ctx); err != nil { // before serving: no instance without its spec
 		return err
 	}
@@ -539,8 +569,7 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 	if err := p.guard.Check(ctx); err != nil {
 		return err
 	}
-	rep, err := p.manager.Maintain(ctx, snap)
-	p.record.sync(p.manager.Managed, snap)
+	rep, err := p.maintain(ctx, snap)
 	if serr := p.syncSpecs(ctx); serr != nil {
 		p.log.WarnContext(ctx, "could not reconcile the CDI specs", "err", serr)
 	}
@@ -566,6 +595,18 @@ func (p *Plugin) reconcile(ctx context.Context, snap reservation.Snapshot) error
 		p.log.WarnContext(ctx, "could not check the kubelet's device assignments", "err", verr)
 	}
 	return err
+}
+
+// maintain runs the manager's Maintain over snap, keeps its reconcile
+// report for LastReconcile and brings the checkpoint's observations up to
+// date with snap.
+func (p *Plugin) maintain(ctx context.Context, snap reservation.Snapshot) (realize.MaintainReport, error) {
+	rep, err := p.manager.Maintain(ctx, snap)
+	if ctx.Err() == nil { // a pass cut short may not have reconciled
+		p.lastReconcile.Store(&rep.Reconcile)
+	}
+	p.record.sync(p.manager.Managed, snap)
+	return rep, err
 }
 
 func leaksCollected(l *realize.LeakReport) int {

@@ -97,7 +97,10 @@ for m in "${mutants[@]}"; do
   for model in $MODELS; do
     for seed in $SEEDS; do
       log="$tree/$model-$seed.log"
-      (cd "$tree" && go test -count=1 ./systemtest -run "^$model\$" \
+      # rapid stops drawing, and passes, once the test's deadline nears:
+      # without a long -timeout a slow run would check fewer sequences
+      # than asked.
+      (cd "$tree" && go test -count=1 -timeout 6h ./systemtest -run "^$model\$" \
         -rapid.seed="$seed" -rapid.checks="$(checks_for "$model")" >"$log" 2>&1) || true
       # A failed invariant counts, also one rapid could not replay
       # ("flaky"); a coverage failure (a path never reached) does not.

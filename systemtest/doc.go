@@ -109,51 +109,28 @@
 // plugin's runtime patch pass. The model checks that every owner write is
 // refused exactly when the policy says so.
 //
-// Without the policy. Sequences without the policy strip identities,
-// move records to free slots and remove them; moving a record onto a
-// slot another pod claims, replacing it with a copy of another running
-// pod's, forging its identity, and Xid injection are drawn only with the
-// constant unsealedEdits true. The device plugin's own tests cover those
-// edits (the recorded view), but with the constant true and
-// -model.policy=off the model fails on a rule of its own, not on a plugin
-// defect (a first one, below, is now part of lostAfterEdit):
-//
-//   - A running pod loses its device although no checkpoint was lost
-//     since its owner's edit: the checkpoint that recorded the hand-out
-//     was lost before the edit, and the restarted plugin had not adopted
-//     the device again (another pod's record copied its MIG UUID, so the
-//     adoption was ambiguous). The owner's strip or removal then took the
-//     device's last trace, and leak collection destroyed the instance
-//     once no listed record named it. Nothing the plugin reads says the
-//     device is the pod's. lostAfterEdit allows exactly this: an edit
-//     made while the model had not seen, since the last loss, the
-//     checkpoint record the pod's device (dpPod.recordedEpoch, read after
-//     every step and before every edit).
-//   - An honest pod is refused (reservation conflict: unmanaged GI
-//     occupies the key; taking it over needs an authorised snapshot) at a
-//     slot no listed pod's record holds. The instance is, by the trace,
-//     that of an honest pod that ended; the checkpoint recording it was
-//     then lost (truncated at a restart) and the pod is gone from the
-//     API, so the manager does not manage it;
-//     destroying it, by leak collection or by taking it over, needs an
-//     authorised snapshot, and every snapshot is unauthorised while
-//     running pods' records conflict elsewhere on the GPU (in the trace,
-//     most likely: an opt-out pod copied a running pod's record, MIG UUID
-//     included, after that pod's owner moved it onto a slot a third pod
-//     claims; the plugin logged two reasons). The plugin is right to keep the
-//     instance: an unauthorised snapshot pauses all destruction, by
-//     design. The liveness rule is too strict: the refusal must be a
-//     class of its own, allowed exactly while the manager's last
-//     reconcile report is unauthorised with reasons that name listed
-//     pods (realize.ReconcileReport.Reasons: a *reservation.PodError or
-//     *reservation.ConflictError), and the drain then checks the slot is
-//     freed once those pods are gone. The model does not yet read that
-//     report, so the constant stays false.
+// Without the policy the owner's record edits and Xid injection are
+// drawn as with it, and go through: strips, moves to a free slot or onto
+// one another pod claims, removals, copies of another running pod's
+// record and forged identities. Such edits make records conflict, and a
+// conflict between listed pods' records withholds authorisation from
+// every snapshot, which pauses all destruction on the node, taking over
+// an instance the manager does not manage included. An honest pod whose
+// slot holds such an instance (an ended pod's, whose checkpoint was
+// lost) is then refused although no listed record holds the slot: the
+// class refusedUnauthorised allows exactly that refusal (a conflict,
+// codes.Internal) while the plugin's last reconcile report
+// (deviceplugin.Plugin.LastReconcile) is unauthorised and every reason
+// names pods still in the API (a *reservation.PodError or a
+// *reservation.ConflictError). Once every pod is gone the drain checks
+// that the pause ended (the last report is authorised) and every
+// instance was reclaimed.
 //
 // Coverage also fails in a forced variant of 300 sequences or more: with
-// -model.policy=off no owner write is refused and no Xid injected; with
-// -model.policy=on no made-up identity or forged copy is created and no
-// record moved, yet those paths are claimed.
+// -model.policy=off no owner write is refused; with -model.policy=on no
+// made-up identity or forged copy is created, no record moved, replaced
+// or forged, and no Xid injected without the policy, yet those paths are
+// claimed.
 //
 // Invariants: a corrupted checkpoint makes deviceplugin.New fail with a
 // *deviceplugin.CheckpointError, leaving the file and the hardware as they
@@ -176,10 +153,12 @@
 // after the kubelet's retries (which pass AbsentPodGrace and run
 // maintenance) fails the model unless its refusal has an allowed class:
 // the GPU is unhealthy (refusedUnhealthy), or another pod still in the API
-// holds one of that container's slots: its record names the slot or
-// cannot be decided (refusedHeld; the rule
+// holds one of that container's slots: its record names the slot, cannot
+// be decided, or, the pod not released, names the instance at the slot by
+// MIG UUID (refusedHeld; the rule
 // pauses such slots until those pods are gone, which the final drain
-// checks).
+// checks), or destruction is paused by listed pods' records
+// (refusedUnauthorised, above).
 //
 // A second residual exists only without the policy (lostAfterEdit): a
 // running pod whose owner stripped, moved, removed, replaced or forged its
@@ -254,13 +233,17 @@
 // admitted with more than one device, and with more than one container; a
 // multi-device container's Allocate that failed part-way (an NVML fault on
 // a later device's create), rolled back, and whose retry handed every
-// device; a plugin restart between two containers' Allocates of one pod.
-// It also logs, unclaimed, the instances failed Allocates rolled back and
-// those an Allocate took over rather than created (rollbacks,
-// allocAdoptions, from the plugin's log): the plugin takes an instance
-// over only for a container whose record names it and that it never
-// handed, so rollback-adopted's guard is not reachable through the
-// device plugin (BENCHMARKS.md). TestSystem claims: running
+// device; a plugin restart between two containers' Allocates of one pod;
+// and, without the policy, a record moved onto a claimed slot, replaced
+// with a copy of another running pod's, or given a forged identity, Xid
+// 79, and made-up identities on the unhealthy GPU. It also logs, unclaimed,
+// the refusal classes (refusedUnauthorised was reached 0 times in 300
+// sequences), the instances failed Allocates rolled back and those an
+// Allocate took over rather than created (rollbacks, allocAdoptions, from
+// the plugin's log): the plugin takes an instance over only for a
+// container whose record names it and that it never handed, so
+// rollback-adopted's guard is not reachable through the device plugin
+// (BENCHMARKS.md). TestSystem claims: running
 // pods' records rewritten to another placement, and onto one another
 // active pod's record names (it loses the conflict; the scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted

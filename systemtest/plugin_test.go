@@ -124,13 +124,18 @@ type dpStats struct {
 	// The owner's record edits of running pods that went through, and
 	// those the modelled admission policy refused.
 	edits, conflictMoves, sealRefused int
+	// Edits only sequences without the policy make: a running pod's
+	// record replaced with a copy of another running pod's, its runtime
+	// identity forged; Xid 79 injected in such a sequence.
+	copiedEdits, forgedEdits, unsealedXids int
 	// Pods created with a made-up runtime identity, and those created
 	// while the GPU was unhealthy; Xid 79 injected.
 	fabricated, fabricatedUnhealthy, xids int
 	// Honest pods refused after the kubelet's retries, by class (see
 	// refusedHonest): the GPU unhealthy, or another listed pod's record
-	// holds the slot or cannot be decided.
-	refusedUnhealthy, refusedHeld int
+	// holds the slot or cannot be decided, or destruction is paused by
+	// listed pods' records.
+	refusedUnhealthy, refusedHeld, refusedUnauthorised int
 	// Paths of issue 40's table (see dpPaths).
 	endedReused, stripRestartClaims, replacedWhileDown, endedCopyClaims int
 	// Issue 40's checkpoint paths: a running pod's record edited and the
@@ -506,12 +511,14 @@ func (s *dpSystem) admit(t *rapid.T) {
 // refusedHonest checks that an honest pod's Allocate, refused after the
 // kubelet's retries, was refused for an allowed reason. Liveness: once
 // its retries passed AbsentPodGrace and maintenance ran, an honest pod
-// gets its device unless the GPU is unhealthy (class refusedUnhealthy)
-// or a pod still in the API holds its slot: another pod's record names
-// it, or a record on the node cannot be decided (class refusedHeld; the
-// rule pauses such slots until those pods are gone, which the drain
-// checks). For a pod of several devices, c is the container whose
-// Allocate was refused and one of its slots must be held.
+// gets its device unless the GPU is unhealthy (class refusedUnhealthy),
+// a pod still in the API holds its slot: another pod's record names it,
+// or a record on the node cannot be decided (class refusedHeld; the rule
+// pauses such slots until those pods are gone, which the drain checks),
+// or the refusal is a conflict while destruction is paused by listed
+// pods' records (class refusedUnauthorised, see pausedByListedPods). For
+// a pod of several devices, c is the container whose Allocate was
+// refused and one of its slots must be held.
 func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, c int, err error) {
 	if s.unhealthy && status.Code(err) == codes.FailedPrecondition {
 		s.stats.refusedUnhealthy++
@@ -526,7 +533,53 @@ func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, c int, err error) {
 			return
 		}
 	}
+	if status.Code(err) == codes.Internal && s.pausedByListedPods(t) {
+		s.stats.refusedUnauthorised++
+		return
+	}
 	t.Fatalf("honest %s container %d refused at slots %v, which no other pod's record holds: %v; %s", p.name, c, slots, err, s.diagnose())
+}
+
+// pausedByListedPods reports whether the plugin's last maintenance pass
+// (the one the kubelet's last retry followed) was unauthorised, and every
+// reason names pods still in the API: a *reservation.PodError (an
+// invalid record) or a *reservation.ConflictError (two records that
+// overlap). Destruction is then paused, and with it taking over an
+// instance the manager does not manage (an ended pod's whose checkpoint
+// was lost), which refuses an honest pod at a slot no record holds with
+// a realize.ConflictError (codes.Internal). The pause lasts until those
+// pods are gone or repaired; the drain checks that it ends and every
+// instance is reclaimed then. An incomplete listing is no such reason.
+func (s *dpSystem) pausedByListedPods(t *rapid.T) bool {
+	rep, ran := s.plugin.LastReconcile()
+	if !ran || rep.Authorized || len(rep.Reasons) == 0 {
+		return false
+	}
+	list, err := s.client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, o := range list.Items {
+		listed[string(o.UID)] = true
+	}
+	for _, r := range rep.Reasons {
+		var ce *reservation.ConflictError
+		var pe *reservation.PodError
+		switch {
+		case errors.As(r, &ce):
+			if !listed[ce.First.PodUID] || !listed[ce.Second.PodUID] {
+				return false
+			}
+		case errors.As(r, &pe):
+			if !listed[pe.Pod.UID] {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // copiesEndedDevice reports whether p's record names the MIG UUID an
@@ -940,6 +993,9 @@ func (s *dpSystem) drain(t *rapid.T) {
 	// The plugin writes the checkpoint as its cache follows the API.
 	for try := 0; ; try++ {
 		s.pass(t)
+		if rep, _ := s.plugin.LastReconcile(); !rep.Authorized { // the pause of refusedUnauthorised ended
+			t.Fatalf("destruction still paused after every pod is gone: %v; %s", rep.Reasons, s.diagnose())
+		}
 		c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
 		if err != nil {
 			t.Fatal(err)

@@ -22,18 +22,6 @@ import (
 	"github.com/dynmig/dynmig/reservation"
 )
 
-// unsealedEdits enables, in sequences that do not model the admission
-// policy, the owner edits that move a running pod's record onto a slot
-// another pod claims, replace it with a copy of another running pod's or
-// forge its identity, and Xid injection. The device plugin survives them
-// (the recorded view; deviceplugin's
-// TestRecordedDeviceSurvivesAnEditedRecord and
-// TestForgedIdentityOnUnhealthyGPUIsRefused), but the model's liveness
-// rule does not yet describe every refusal they allow: see the package
-// documentation, "Without the policy". Until it does, these sequences
-// strip identities, and move records to free slots or remove them, only.
-const unsealedEdits = false
-
 // ownerManager is the field manager of every write the model makes as a
 // pod's owner (its creator, or anyone who may update it), which the
 // modelled admission policy judges; the scheduler's binding and the
@@ -42,8 +30,8 @@ const ownerManager = "pod-owner"
 
 // policyFlag chooses which sequences of TestDevicePlugin model the
 // admission policy: "both" (drawn per sequence, the default), "on" or
-// "off" (for example to check, with unsealedEdits set, that the
-// no-policy model finds issue 35's defects).
+// "off" (for example to check that the no-policy model finds issue 35's
+// defects).
 var policyFlag = flag.String("model.policy", "both", `TestDevicePlugin: model the record's admission policy in "both" (drawn), "on" or "off" sequences`)
 
 // drawSealed draws whether a sequence models the admission policy.
@@ -138,15 +126,9 @@ func (s *dpSystem) judged(t *rapid.T, what string, touches bool, err error) bool
 	return true
 }
 
-// editKinds are the owner's edits of a running pod's record that the
-// sequence may draw; see unsealedEdits.
-func (s *dpSystem) editKinds() []string {
-	kinds := []string{"strip", "move", "remove"}
-	if s.sealed || unsealedEdits {
-		kinds = append(kinds, "forge identity", "move onto a claimed slot", "copy another's")
-	}
-	return kinds
-}
+// editKinds are the owner's edits of a running pod's record; with the
+// policy modelled every one is refused.
+var editKinds = []string{"strip", "move", "remove", "forge identity", "move onto a claimed slot", "copy another's"}
 
 // edit: the owner of a running pod rewrites its record: strips or forges
 // its runtime identity, moves it to a free slot or to one another pod
@@ -168,7 +150,7 @@ func (s *dpSystem) editRecord(t *rapid.T) string {
 	}
 	a := allocs[0]
 	var to uint32
-	how := rapid.SampledFrom(s.editKinds()).Draw(t, "edit")
+	how := rapid.SampledFrom(editKinds).Draw(t, "edit")
 	switch how {
 	case "strip":
 		a = a.Scheduled()
@@ -203,9 +185,14 @@ func (s *dpSystem) editRecord(t *rapid.T) string {
 		p.stripped = true
 	case "move", "move onto a claimed slot", "copy another's":
 		p.extra = append(p.extra, to)
-		if how != "move" {
+		switch how {
+		case "move onto a claimed slot":
 			s.stats.conflictMoves++
+		case "copy another's":
+			s.stats.copiedEdits++
 		}
+	case "forge identity":
+		s.stats.forgedEdits++
 	}
 	if !p.edited { // a stripped identity, too, is gone with a lost checkpoint
 		p.edited, p.editEpoch = true, s.epoch
@@ -270,11 +257,6 @@ func (s *dpSystem) fabricate(t *rapid.T) {
 // the plugin took it out of service and recorded that on the node, so a
 // restart keeps it out.
 func (s *dpSystem) xid(t *rapid.T) {
-	if !s.sealed && !unsealedEdits {
-		// A record that copies or makes up a runtime identity gets a new
-		// instance on an unhealthy GPU until issue 35's fix.
-		t.Skip("without the policy, forged identities on an unhealthy GPU wait for unsealedEdits")
-	}
 	if s.unhealthy {
 		t.Skip("the GPU is unhealthy already")
 	}
@@ -283,6 +265,9 @@ func (s *dpSystem) xid(t *rapid.T) {
 	}
 	s.unhealthy = true
 	s.stats.xids++
+	if !s.sealed {
+		s.stats.unsealedXids++
+	}
 	s.awaitHealth(t)
 }
 
@@ -346,8 +331,9 @@ func requestsGPU(pod *corev1.Pod) bool {
 }
 
 // recordHolder returns a pod other than p, still in the API, that requests
-// a device and whose record holds p's slot or cannot be decided (it does
-// not decode or validate): either pauses the slot (the package
+// a device and whose record holds p's slot, cannot be decided (it does
+// not decode or validate), or, while the pod is not released, names the
+// instance at p's slot by MIG UUID: each pauses the slot (the package
 // documentation, "Device plugin model"). A pod that requests no device
 // holds nothing (the trust rule), except that the plugin takes over no
 // instance whose MIG UUID its record names.
@@ -381,6 +367,13 @@ func (s *dpSystem) recordHolder(t *rapid.T, p *dpPod) (string, bool) {
 		if err != nil {
 			return o.Name + " (undecidable record)", true
 		}
+		if released := o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed; !released &&
+			slices.ContainsFunc(allocs, func(a reservation.Allocation) bool { return atSlot[a.MIGUUID] }) {
+			// An unreleased pod's record that names the instance at the
+			// slot by MIG UUID, wherever it places it: the manager takes
+			// over no instance an active or withheld entry names.
+			return o.Name + " (names the instance at the slot)", true
+		}
 		if slices.ContainsFunc(allocs, func(a reservation.Allocation) bool {
 			return a.GPUUUID == s.gpu && a.Placement.Overlaps(want)
 		}) {
@@ -409,10 +402,12 @@ func dpPaths(st *dpStats) []coveredPath {
 		{"a running pod's record moved or removed by its owner, then a restart with the checkpoint kept", st.editRestarts},
 		{"a running pod deleted and its record, MIG UUID included, copied while the plugin is down, then a restart with the checkpoint kept", st.replacedKeptMIG},
 		{"with the checkpoint lost, an ended pod's device adopted for a forged copy of its record (the counted residual endedReused)", st.endedReused},
-	}
-	if unsealedEdits {
-		paths = append(paths, coveredPath{"a running pod's record moved onto a slot another pod claims", st.conflictMoves},
-			coveredPath{"pods created with a made-up runtime identity on the unhealthy GPU", st.fabricatedUnhealthy})
+		// Without the policy (the owner's writes that it refuses go through).
+		{"a running pod's record moved by its owner onto a slot another pod claims", st.conflictMoves},
+		{"a running pod's record replaced by its owner with a copy of another running pod's", st.copiedEdits},
+		{"a running pod's runtime identity forged by its owner", st.forgedEdits},
+		{"Xid 79 without the policy", st.unsealedXids},
+		{"pods created with a made-up runtime identity on the unhealthy GPU", st.fabricatedUnhealthy},
 	}
 	return paths
 }
