@@ -238,12 +238,12 @@
 // with a copy of another running pod's, or given a forged identity, Xid
 // 79, and made-up identities on the unhealthy GPU. It also logs, unclaimed,
 // the refusal classes (refusedUnauthorised was reached 0 times in 300
-// sequences), the instances failed Allocates rolled back and those an
-// Allocate took over rather than created (rollbacks, allocAdoptions, from
-// the plugin's log): the plugin takes an instance over only for a
-// container whose record names it and that it never handed, so
-// rollback-adopted's guard is not reachable through the device plugin
-// (BENCHMARKS.md). TestSystem claims: running
+// sequences, and in 3,938 without the policy; BENCHMARKS.md), the
+// instances failed Allocates rolled back and those an Allocate took over
+// rather than created (rollbacks, allocAdoptions, from the plugin's log):
+// the plugin takes an instance over only for a container whose record
+// names it and that it never handed, so rollback-adopted's guard is not
+// reachable through the device plugin (BENCHMARKS.md). TestSystem claims: running
 // pods' records rewritten to another placement, and onto one another
 // active pod's record names (it loses the conflict; the scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted
