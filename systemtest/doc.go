@@ -243,9 +243,10 @@
 // rather than created (rollbacks, allocAdoptions, from the plugin's log):
 // the plugin takes an instance over only for a container whose record
 // names it and that it never handed, so rollback-adopted's guard is not
-// reachable through the device plugin (BENCHMARKS.md). TestSystem claims: running
-// pods' records rewritten to another placement, and onto one another
-// active pod's record names (it loses the conflict; the scheduler keeps
+// reachable through the device plugin (BENCHMARKS.md). TestSystem
+// claims: running pods' records rewritten to another placement, and onto
+// one another active pod's record names (it loses the conflict; the
+// scheduler keeps
 // the slots it bound, and the kubelet calls no Allocate for the admitted
 // containers until the record is restored); restarts; multi-device pods;
 // strandedRetry's Allocates (a running pod's record breaks, the plugin
