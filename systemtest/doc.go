@@ -246,8 +246,7 @@
 // reachable through the device plugin (BENCHMARKS.md). TestSystem
 // claims: running pods' records rewritten to another placement, and onto
 // one another active pod's record names (it loses the conflict; the
-// scheduler keeps
-// the slots it bound, and the kubelet calls no Allocate for the admitted
+// scheduler keeps the slots it bound, and the kubelet calls no Allocate for the admitted
 // containers until the record is restored); restarts; multi-device pods;
 // strandedRetry's Allocates (a running pod's record breaks, the plugin
 // restarts without adopting its devices, the record is repaired, a
