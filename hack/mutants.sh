@@ -3,7 +3,9 @@
 #
 # Each systemtest/mutants/*.sed disables one guard: its "# file:" line
 # names the file it edits, its "# guard:" line what it removes, and its sed
-# commands the edit. For every mutant this script copies the working tree
+# commands the edit. A mutant with a "# test: DIR PATTERN" line is checked
+# by the tests of package DIR matching PATTERN instead of the models (the
+# framework plugin's preemption guards, which the models do not reach). For every mutant this script copies the working tree
 # (tracked and untracked files that git does not ignore) to a scratch
 # directory, applies the edit there (never to your tree), checks that it
 # changed the file and still builds, and runs each model with fixed seeds.
@@ -75,6 +77,25 @@ replay() {
   fi
 }
 
+# run_test NAME TREE DIR PATTERN runs, for a mutant whose guard lives
+# outside the models' reach (a "# test: DIR PATTERN" line, such as the
+# framework plugin's preemption guards in its own module), the tests of
+# package DIR matching PATTERN once: they are deterministic, so there is
+# no seed and nothing to replay.
+run_test() {
+  local log="$RESULTS/$1-test.log"
+  if ! (cd "$2/$3" && go vet . >/dev/null 2>&1); then
+    printf '%-22s %-10s %s\n' "$1" "BROKEN" "the mutant does not build"
+    return
+  fi
+  (cd "$2/$3" && go test -count=1 -run "$4" . >"$log" 2>&1) || true
+  if grep -q -- '^--- FAIL' "$log"; then
+    printf '%-22s %-10s %s\n' "$1" "caught" "$(grep -m1 -- '^--- FAIL' "$log" | sed 's/^--- FAIL: //') in $3"
+  else
+    printf '%-22s %-10s %s\n' "$1" "NOT CAUGHT" "$(sed -n 's/^# guard: //p' "systemtest/mutants/$1.sed")"
+  fi
+}
+
 printf '%-22s %-10s %s\n' mutant result detail
 for m in "${mutants[@]}"; do
   name=$(basename "$m" .sed)
@@ -89,6 +110,12 @@ for m in "${mutants[@]}"; do
     continue
   fi
   rm "$tree/$file.orig"
+  test=$(sed -n 's/^# test: //p' "$m")
+  if [ -n "$test" ]; then
+    run_test "$name" "$tree" "${test%% *}" "${test#* }"
+    rm -rf "$tree"
+    continue
+  fi
   if ! (cd "$tree" && go vet ./systemtest >/dev/null 2>&1); then
     printf '%-22s %-10s %s\n' "$name" "BROKEN" "the mutant does not build"
     continue
