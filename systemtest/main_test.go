@@ -55,3 +55,21 @@ func withChecks(t *testing.T, n int, f func()) {
 	}()
 	f()
 }
+
+// ranAll fails t, when it passed, if rapid ran fewer sequences than it was
+// asked for (ran): rapid stops drawing, and passes, once the test's
+// deadline (go test's -timeout) is near, so a slow run would claim more
+// than it checked. Call it where the count rapid was asked for is in
+// force (inside withChecks's f).
+func ranAll(t *testing.T, ran int) {
+	want, err := strconv.Atoi(flag.Lookup("rapid.checks").Value.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Short() {
+		want /= 5 // as rapid does
+	}
+	if !t.Failed() && ran < want {
+		t.Errorf("rapid ran %d of the %d sequences asked for: it stops early when the test's deadline nears; give go test a longer -timeout", ran, want)
+	}
+}

@@ -1017,7 +1017,10 @@ func TestDevicePlugin(t *testing.T) {
 	if testing.Short() {
 		checks /= 5
 	}
-	withChecks(t, checks, func() { rapid.Check(t, func(t *rapid.T) { runDevicePlugin(t, stats) }) })
+	withChecks(t, checks, func() {
+		rapid.Check(t, func(t *rapid.T) { runDevicePlugin(t, stats) })
+		ranAll(t, stats.sequences)
+	})
 	t.Logf("%+v", *stats)
 	if !t.Failed() {
 		checkCoverage(t, stats.sequences, append(dpPaths(stats), mdevPaths(stats)...))

@@ -6,7 +6,7 @@ package systemtest_test
 // race detector, which makes the real plugin's goroutines, gRPC server and
 // informer several times slower. CI runs the full count without it (see
 // the package documentation, "Running").
-const devicePluginChecks = 100
+const devicePluginChecks = 50
 
 // raceEnabled is -model.concurrent's default: under the race detector
 // TestSystem serves a burst's calls at once.

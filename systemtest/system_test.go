@@ -56,6 +56,7 @@ func TestSystem(t *testing.T) {
 		s.drain(rt)
 		st.residual += s.residual
 	})
+	ranAll(t, st.sequences)
 	if !t.Failed() {
 		checkCoverage(t, st.sequences, []coveredPath{
 			{"a running pod's record rewritten to another placement", st.moveRewrites},
