@@ -301,14 +301,15 @@
 //
 // # Running
 //
-// go test ./systemtest runs 2,000 sequences of TestSystem and 200 of
+// go test ./systemtest runs 2,000 sequences of TestSystem and 300 of
 // TestDevicePlugin, of 50 steps on average (TestMain sets
 // -rapid.checks=2000 and -rapid.steps=50 unless the flags or
-// RAPID_CHECKS and RAPID_STEPS are given; TestDevicePlugin asks for 200
+// RAPID_CHECKS and RAPID_STEPS are given; TestDevicePlugin asks for 300
 // unless the count is given, 50 under the race detector); -short runs a
 // fifth of them. The device-plugin model waits, at every step, for the
 // real plugin's goroutines, informer and checkpoint writes: about 2.8 s a
-// sequence on two cores, 200 sequences in about 10 minutes. rapid stops
+// sequence on two cores, 300 sequences in about 14 minutes (the
+// count from which a claimed path reached zero times fails). rapid stops
 // drawing, and passes, when go test's deadline nears; both models then
 // fail (ranAll), so give a long -timeout. CI runs both: the README's go
 // test -race ./... and then go test -count=1 -timeout 40m ./systemtest. Both models log what their sequences exercised

@@ -3,7 +3,7 @@
 package systemtest_test
 
 // devicePluginChecks is TestDevicePlugin's default sequence count.
-const devicePluginChecks = 200
+const devicePluginChecks = 300
 
 // raceEnabled is -model.concurrent's default: without the race detector
 // TestSystem serves a burst's calls one after another in a drawn order, so
