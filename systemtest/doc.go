@@ -308,12 +308,12 @@
 // unless the count is given, 50 under the race detector); -short runs a
 // fifth of them. The device-plugin model waits, at every step, for the
 // real plugin's goroutines, informer and checkpoint writes: about 2.8 s a
-// sequence on two cores, 300 sequences in about 14 minutes (the
-// count from which a claimed path reached zero times fails). rapid stops
+// sequence on two cores, 300 sequences in about 14 minutes (the count
+// from which a claimed path reached zero times fails). rapid stops
 // drawing, and passes, when go test's deadline nears; both models then
 // fail (ranAll), so give a long -timeout. CI runs both: the README's go
-// test -race ./... and then go test -count=1 -timeout 40m ./systemtest. Both models log what their sequences exercised
-// (allocations, restarts, checkpoints kept, lost and corrupted, faults,
+// test -race ./... and then go test -count=1 -timeout 40m ./systemtest.
+// Both models log what their sequences exercised (allocations, restarts, checkpoints kept, lost and corrupted, faults,
 // forgeries, the counted residual) with go test -v. A longer campaign:
 //
 //	go test ./systemtest -run TestSystem -rapid.checks=50000 -timeout 2h
