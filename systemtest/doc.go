@@ -313,8 +313,9 @@
 // drawing, and passes, when go test's deadline nears; both models then
 // fail (ranAll), so give a long -timeout. CI runs both: the README's go
 // test -race ./... and then go test -count=1 -timeout 40m ./systemtest.
-// Both models log what their sequences exercised (allocations, restarts, checkpoints kept, lost and corrupted, faults,
-// forgeries, the counted residual) with go test -v. A longer campaign:
+// Both models log what their sequences exercised (allocations,
+// restarts, checkpoints kept, lost and corrupted, faults, forgeries, the
+// counted residual) with go test -v. A longer campaign:
 //
 //	go test ./systemtest -run TestSystem -rapid.checks=50000 -timeout 2h
 //	go test ./systemtest -run TestDevicePlugin -rapid.checks=10000 -timeout 2h
