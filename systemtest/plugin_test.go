@@ -518,13 +518,16 @@ func (s *dpSystem) admit(t *rapid.T) {
 // or the refusal is a conflict while destruction is paused by listed
 // pods' records (class refusedUnauthorised, see pausedByListedPods). For
 // a pod of several devices, c is the container whose Allocate was
-// refused and one of its slots must be held.
+// refused, and one of the pod's slots, of any container, must be held:
+// the plugin decides on the pod as a whole, so a record that holds an
+// earlier container's slot (its identity then unconfirmed after a
+// restart that lost the checkpoint) refuses the later container too.
 func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, c int, err error) {
 	if s.unhealthy && status.Code(err) == codes.FailedPrecondition {
 		s.stats.refusedUnhealthy++
 		return
 	}
-	slots := layoutOf(p)[c]
+	slots := slices.Concat(layoutOf(p)...)
 	for _, slot := range slots {
 		at := *p
 		at.slot = slot
