@@ -47,7 +47,11 @@
 //     pods that accept a cached answer (resourceVersion "0") return stale
 //     pods and new watches hold their events back, until
 //     [Server.CatchUpWatchCache]. Consistent lists (resourceVersion "")
-//     are always current.
+//     are always current;
+//   - [Server.HoldWatches] holds back the events of every pod watch,
+//     running or new, until [Server.ReleaseWatches], as watches lag behind
+//     writes under load: a consistent list then shows what no watch has
+//     delivered yet.
 //
 // [NewClientset] is a server that removes a deleted pod at once, as the
 // plain fake does, for tests that do not play the kubelet's part.
@@ -68,9 +72,9 @@
 // # Concurrency
 //
 // A server is safe for concurrent use, as the fake's tracker is; the fake
-// runs one reactor at a time. A watch started while the watch cache lags
-// has a goroutine that ends when the watch is stopped, or, after the cache
-// caught up, once the watch has ended and delivered every event. No other
-// goroutine is started. Reactors a test prepends later run before these,
+// runs one reactor at a time. Each pod watch has a goroutine that relays
+// its events; it ends when the watch is stopped, or, once nothing holds
+// the events back, when the watch has ended and delivered every event. No
+// other goroutine is started. Reactors a test prepends later run before these,
 // so fault injection still works.
 package kubetest

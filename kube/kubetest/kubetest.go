@@ -64,6 +64,7 @@ type Server struct {
 	rv       uint64          // the last resourceVersion given to a pod
 	cached   *corev1.PodList // the watch cache's view of pods; nil while it is current
 	caughtUp chan struct{}   // closed when the lagging watch cache catches up
+	holding  chan struct{}   // closed when held watches are released; nil while events flow
 }
 
 // New returns a server holding objs. Pods among them keep the
@@ -434,15 +435,13 @@ func (s *Server) listPods(a k8stesting.Action) (bool, runtime.Object, error) {
 	return true, out, nil
 }
 
-// watchPods holds back the events of a pod watch started while the watch
-// cache lags.
+// watchPods relays the events of every pod watch through a heldWatch, so
+// that [Server.HoldWatches] can hold them back; a watch started while the
+// watch cache lags also holds its events until the cache catches up.
 func (s *Server) watchPods(a k8stesting.Action) (bool, watch.Interface, error) {
 	s.mu.Lock()
 	caughtUp := s.caughtUp
 	s.mu.Unlock()
-	if caughtUp == nil {
-		return false, nil, nil
-	}
 	var opts metav1.ListOptions
 	if wa, ok := a.(k8stesting.WatchActionImpl); ok {
 		opts = wa.ListOptions
@@ -451,44 +450,87 @@ func (s *Server) watchPods(a k8stesting.Action) (bool, watch.Interface, error) {
 	if err != nil {
 		return true, nil, err
 	}
-	return true, newHeldWatch(w, caughtUp), nil
+	return true, newHeldWatch(w, func() <-chan struct{} {
+		select {
+		case <-caughtUp:
+		default:
+			if caughtUp != nil {
+				return caughtUp
+			}
+		}
+		return s.hold()
+	}), nil
 }
 
-// heldWatch passes on the events of a watch only once released. Its
-// goroutine ends when the watch is stopped, or once released when the
+// HoldWatches holds back the events of every pod watch, those running and
+// those started later, as a real API server's watches lag under load,
+// until [Server.ReleaseWatches]. Lists stay current, so a consistent list
+// may show what no watch delivered yet. Calling it while watches are held
+// changes nothing.
+func (s *Server) HoldWatches() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holding == nil {
+		s.holding = make(chan struct{})
+	}
+}
+
+// ReleaseWatches delivers, in order, the events [Server.HoldWatches] held
+// back, and lets later events flow.
+func (s *Server) ReleaseWatches() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holding != nil {
+		close(s.holding)
+		s.holding = nil
+	}
+}
+
+// hold returns the channel closed when held watches are released, or nil
+// while events flow.
+func (s *Server) hold() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holding
+}
+
+// heldWatch relays the events of a watch, holding them back while hold
+// returns a channel (until it is closed); hold returns nil while events
+// flow. It keeps receiving while it holds, so the watch it wraps never
+// fills up. Its goroutine ends when the watch is stopped, or when the
 // watch it wraps has ended and every event is delivered.
 type heldWatch struct {
 	inner watch.Interface
+	hold  func() <-chan struct{}
 	out   chan watch.Event
 	stop  chan struct{}
 	once  sync.Once
 }
 
-func newHeldWatch(inner watch.Interface, release <-chan struct{}) *heldWatch {
-	h := &heldWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
-	go h.run(release)
+func newHeldWatch(inner watch.Interface, hold func() <-chan struct{}) *heldWatch {
+	h := &heldWatch{inner: inner, hold: hold, out: make(chan watch.Event), stop: make(chan struct{})}
+	go h.run()
 	return h
 }
 
-func (h *heldWatch) run(release <-chan struct{}) {
+func (h *heldWatch) run() {
 	defer close(h.out)
 	in := h.inner.ResultChan()
 	var pending []watch.Event
-	released := false
 	for {
-		if released && in == nil && len(pending) == 0 {
+		held := h.hold()
+		if held == nil && in == nil && len(pending) == 0 {
 			return
 		}
 		var send chan watch.Event
 		var next watch.Event
-		if released && len(pending) > 0 {
+		if held == nil && len(pending) > 0 {
 			send, next = h.out, pending[0]
 		}
 		select {
 		case <-h.stop:
 			return
-		case <-release:
-			released, release = true, nil
+		case <-held: // released: look again
 		case ev, ok := <-in:
 			if !ok {
 				in = nil

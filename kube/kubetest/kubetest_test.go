@@ -403,6 +403,57 @@ func TestLaggingWatchCacheHoldsWatches(t *testing.T) {
 	})
 }
 
+// Held watches, running or started while held, deliver nothing until
+// released, then everything in order; a consistent list is current
+// meanwhile.
+func TestHoldWatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv := kubetest.New(kubetest.Options{})
+		running, err := srv.CoreV1().Pods("ns").Watch(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		defer running.Stop()
+		_, err = srv.CoreV1().Pods("ns").Create(ctx, pod(""), metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, watch.Added, (<-running.ResultChan()).Type, "before the hold")
+
+		srv.HoldWatches()
+		started, err := srv.CoreV1().Pods("ns").Watch(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		defer started.Stop()
+		require.NoError(t, srv.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{}))
+		_, err = srv.CoreV1().Pods("ns").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "q"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		synctest.Wait()
+		for _, w := range []watch.Interface{running, started} {
+			select {
+			case ev := <-w.ResultChan():
+				t.Fatalf("got %s while held", ev.Type)
+			default:
+			}
+		}
+		list, err := srv.CoreV1().Pods("ns").List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		require.Len(t, list.Items, 1)
+		assert.Equal(t, "q", list.Items[0].Name, "a consistent list is current")
+
+		srv.ReleaseWatches()
+		// p, not bound, is removed at once; the watch started while held
+		// first lists p, as the fake's watches without a resourceVersion do.
+		for w, want := range map[watch.Interface][]string{
+			running: {"DELETED p", "ADDED q"},
+			started: {"ADDED p", "DELETED p", "ADDED q"},
+		} {
+			var got []string
+			for range want {
+				ev := <-w.ResultChan()
+				got = append(got, string(ev.Type)+" "+ev.Object.(*corev1.Pod).Name)
+			}
+			assert.Equal(t, want, got)
+		}
+	})
+}
+
 // A patch computed from a stale copy of a pod fails instead of overwriting
 // what another writer stored meanwhile.
 func ExampleNewClientset() {
