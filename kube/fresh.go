@@ -241,6 +241,35 @@ type podStore struct {
 	onChange func(old, cur *corev1.Pod)
 	onDelete func(last *corev1.Pod) // a pod deleted, or missing from a listing
 	records  *records
+	changes  changeSignal
+}
+
+// changeSignal tells waiters that the store changed: the channel of
+// [changeSignal.next] is closed by the first [changeSignal.fire] after it
+// was taken.
+type changeSignal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// next returns a channel closed at the next change.
+func (c *changeSignal) next() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ch == nil {
+		c.ch = make(chan struct{})
+	}
+	return c.ch
+}
+
+// fire wakes every waiter of the channel [changeSignal.next] gave out.
+func (c *changeSignal) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ch != nil {
+		close(c.ch)
+		c.ch = nil
+	}
 }
 
 var _ cache.ReflectorStore = (*podStore)(nil)
@@ -512,6 +541,7 @@ func (s *podStore) Update(obj any) error {
 	}
 	cur, _ := obj.(*corev1.Pod)
 	s.records.update(cur)
+	s.changes.fire()
 	s.notify(old, cur)
 	return nil
 }
@@ -524,6 +554,7 @@ func (s *podStore) Delete(obj any) error {
 	p, _ := obj.(*corev1.Pod)
 	s.records.forget(p)
 	s.deleted(p)
+	s.changes.fire()
 	s.notify(p, nil)
 	return nil
 }
@@ -549,6 +580,7 @@ func (s *podStore) Replace(items []any, rv string) error {
 	s.records.replace(items)
 	s.deletedDuringGap(before, items)
 	s.fresh.listed()
+	s.changes.fire()
 	if s.onChange == nil {
 		return nil
 	}

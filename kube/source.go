@@ -362,6 +362,30 @@ func (s *NodePodSource) Pods() []*corev1.Pod {
 	return pods
 }
 
+// WaitForPod blocks until the cache holds pod (the pod of its namespace
+// and name with its UID) scheduled to the node, or ctx is done, and
+// reports whether the cache holds it.
+//
+// A pod found by a direct listing may be missing from a cache that lags
+// by the events in flight. Once the cache holds a pod bound to the node,
+// it also holds every earlier event of the node's pods, so it is at
+// least as current as the API server was when the pod was bound: a
+// preemptor is bound only after its victims ended, and then the cache
+// has their ends.
+func (s *NodePodSource) WaitForPod(ctx context.Context, pod *corev1.Pod) bool {
+	for {
+		changed := s.store.changes.next() // before the look: no change is missed
+		if p, ok := s.Pod(pod.Namespace, pod.Name); ok && p.UID == pod.UID {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
 // Pod returns the cached pod namespace/name when it is scheduled to the
 // node. The pod is shared with the cache and must not be modified.
 func (s *NodePodSource) Pod(namespace, name string) (*corev1.Pod, bool) {

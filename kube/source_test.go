@@ -433,6 +433,47 @@ func TestNodePodSourceLaggingWatchCache(t *testing.T) {
 	})
 }
 
+// WaitForPod waits until the watch delivers a pod a direct listing
+// already shows, and by then the cache holds the events before it: a
+// pod that ended earlier is no longer running in the snapshot.
+func TestNodePodSourceWaitForPod(t *testing.T) {
+	informerTest(t, func(t *testing.T) {
+		srv := kubetest.New(kubetest.Options{}, podOn("a", "victim", "n1", nil))
+		src := kube.NewNodePodSource(srv, "n1", kube.NodePodSourceOptions{})
+		startSource(t, src)
+		ctx := context.Background()
+		waitCtx, cancel := context.WithTimeout(ctx, time.Hour) // bubble time
+		defer cancel()
+		require.True(t, src.WaitForSync(waitCtx))
+		synctest.Wait() // the watch is running
+
+		srv.HoldWatches()
+		ended := podOn("a", "victim", "n1", nil)
+		ended.Status.Phase = corev1.PodSucceeded
+		_, err := srv.CoreV1().Pods("a").UpdateStatus(ctx, ended, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		late, err := srv.CoreV1().Pods("a").Create(ctx, podOn("a", "late", "n1", nil), metav1.CreateOptions{})
+		require.NoError(t, err)
+
+		short, cancelShort := context.WithTimeout(ctx, time.Second)
+		defer cancelShort()
+		assert.False(t, src.WaitForPod(short, late), "the watch holds the pod back")
+		victim := snapshotPod(t, src, "victim")
+		assert.False(t, victim.Released(time.Now()), "nor has the cache the victim's end")
+
+		go srv.ReleaseWatches()
+		require.True(t, src.WaitForPod(waitCtx, late))
+		victim = snapshotPod(t, src, "victim")
+		assert.True(t, victim.Released(time.Now()), "the event before the pod is in")
+
+		other := late.DeepCopy()
+		other.UID = "uid-another-pod-of-that-name"
+		short, cancelShort = context.WithTimeout(ctx, time.Second)
+		defer cancelShort()
+		assert.False(t, src.WaitForPod(short, other), "another pod of the name")
+	})
+}
+
 // A deletion the source learns of only by relisting (the watch was down
 // when it happened) still signals OnInactive.
 func TestNodePodSourceOnInactiveAfterRelist(t *testing.T) {
