@@ -41,6 +41,14 @@
 //     the pod, which is safe, rather than a guess handing one pod's device
 //     to another.
 //
+// The plugin looks for candidates in its pod cache first, then in a direct
+// listing of the node's pods (the kubelet may admit a pod the cache does
+// not hold yet). A pod found only by the listing is realized once the
+// cache holds it too (at most [Config.CacheCatchUp]): the cache then has
+// every event before the pod's bind, so a preemptor bound after its
+// victims ended is realized with their ends known and their instances
+// reclaimed first.
+//
 // Only entries that pass reservation's trust rule are realized: the
 // container must request exactly as many devices as its entries.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dynmig/dynmig/capability"
@@ -106,4 +109,78 @@ func quietPasses(t *testing.T, p *deviceplugin.Plugin) uint64 {
 		return quiet
 	}, eventually, 100*time.Millisecond)
 	return last
+}
+
+// lagAfterListing holds srv's watches back and returns a channel closed
+// when a direct listing of the node's pods (Allocate's fallback) follows.
+func lagAfterListing(srv *kubetest.Server) <-chan struct{} {
+	listed := make(chan struct{})
+	var once sync.Once
+	srv.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(listed) })
+		return false, nil, nil
+	})
+	srv.HoldWatches()
+	return listed
+}
+
+// A preemptor bound after its victim ended is realized on the victim's
+// slots even when the plugin's watch lags: Allocate finds the preemptor by
+// a direct listing and waits for its cache to hold it, and with it the
+// victim's end, before it realizes.
+func TestAllocateWaitsForTheCacheToHoldAListedPod(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	a := reservation.Allocation{GPUUUID: gpuOf(t, hw, 0).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
+	srv := kubetest.New(kubetest.Options{}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("victim", a))
+	r := start(t, srv.Clientset, hw, func(c *deviceplugin.Config) {
+		c.ReconcileInterval = time.Hour // no periodic pass during the test
+		c.CacheCatchUp = time.Hour      // the test releases the watch
+	})
+	ctx := context.Background()
+	_, err := allocate(ctx, r.client, "id")
+	require.NoError(t, err)
+	require.Len(t, hw.Snapshot(), 1)
+
+	listed := lagAfterListing(srv)
+	setStatus(t, srv.Clientset, "victim", func(s *corev1.PodStatus) { s.Phase = corev1.PodFailed })
+	_, err = srv.CoreV1().Pods("default").Create(ctx, boundPod("preemptor", a), metav1.CreateOptions{})
+	require.NoError(t, err)
+	go func() {
+		<-listed
+		time.Sleep(50 * time.Millisecond) // an Allocate that does not wait fails meanwhile
+		srv.ReleaseWatches()
+	}()
+
+	resp, err := allocate(ctx, r.client, "id")
+	require.NoError(t, err)
+	got := hw.Snapshot()
+	require.Len(t, got, 1)
+	assert.Equal(t, got[0].ComputeInstances[0].MIGUUID, resp.ContainerResponses[0].Envs[deviceplugin.VisibleDevicesEnv])
+}
+
+// Allocate waits for a lagging cache at most Config.CacheCatchUp, then
+// goes on with the cache it has: the victim's instance is kept, and the
+// preemptor's realization is refused, not forced.
+func TestAllocateWaitsForALaggingCacheAtMostCacheCatchUp(t *testing.T) {
+	hw := fakehal.MustNew(fakehal.Options{})
+	a := reservation.Allocation{GPUUUID: gpuOf(t, hw, 0).UUID, Profile: "1g.5gb", Placement: capability.Placement{Start: 6, Size: 1}}
+	srv := kubetest.New(kubetest.Options{}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, boundPod("victim", a))
+	r := start(t, srv.Clientset, hw, func(c *deviceplugin.Config) {
+		c.ReconcileInterval = time.Hour
+		c.CacheCatchUp = 20 * time.Millisecond
+	})
+	ctx := context.Background()
+	_, err := allocate(ctx, r.client, "id")
+	require.NoError(t, err)
+	before := hw.Snapshot()
+
+	lagAfterListing(srv)
+	t.Cleanup(srv.ReleaseWatches)
+	setStatus(t, srv.Clientset, "victim", func(s *corev1.PodStatus) { s.Phase = corev1.PodFailed })
+	_, err = srv.CoreV1().Pods("default").Create(ctx, boundPod("preemptor", a), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	_, err = allocate(ctx, r.client, "id")
+	require.Error(t, err)
+	assert.Equal(t, before, hw.Snapshot(), "the victim's instance is kept")
 }

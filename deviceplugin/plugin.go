@@ -99,6 +99,10 @@ type Config struct {
 	// still exists: a restarting kubelet removes every plugin socket, and
 	// the plugin then serves a new one and registers again. 0 means 5 s.
 	SocketCheckInterval time.Duration
+	// CacheCatchUp bounds how long Allocate waits for the plugin's pod
+	// cache to catch up with a pod only a direct listing found (see the
+	// package documentation, "Which pod is being admitted?"); 0 means 5 s.
+	CacheCatchUp time.Duration
 	// Clock drives the reconcile and socket-check timers; nil is the real
 	// clock.
 	Clock clock.Clock
@@ -271,6 +275,9 @@ func withDefaults(cfg Config) (Config, *slog.Logger) {
 	}
 	if cfg.Allowlist == nil {
 		cfg.Allowlist = capability.DefaultAllowlist()
+	}
+	if cfg.CacheCatchUp <= 0 {
+		cfg.CacheCatchUp = 5 * time.Second
 	}
 	if cfg.SocketCheckInterval <= 0 {
 		cfg.SocketCheckInterval = 5 * time.Second
@@ -709,6 +716,9 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	pod, ci := c.pod, c.container
 	identityWritten := false
 	defer func() { p.settleClaim(target{pod.UID, ci}, identityWritten, err) }()
+	if c.listed && p.awaitCache(ctx, pod) {
+		c.view = p.view(pod) // with the cache's first observation of its record
+	}
 	if err := p.refuseUnhealthy(c.view, ci); err != nil {
 		return nil, err
 	}
@@ -746,6 +756,22 @@ func (p *Plugin) allocateContainer(ctx context.Context, ids []string) (_ []strin
 	p.holdIDs(ids, pod, ci, res.Devices) // for GPU health (healthpods.go)
 	p.log.Info("allocated", "pod", pod.Namespace+"/"+pod.Name, "container", ci, "mig", uuids, "device_ids", ids)
 	return uuids, nil
+}
+
+// awaitCache waits, at most Config.CacheCatchUp, until the pod cache holds
+// pod, which a direct listing found: the snapshot Allocate then realizes
+// against has every event before pod's bind, such as the ends of the
+// victims a preemptor was bound after. Past the bound Allocate goes on
+// with the cache it has (a lagging cache only keeps instances) and
+// awaitCache reports false.
+func (p *Plugin) awaitCache(ctx context.Context, pod *corev1.Pod) bool {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CacheCatchUp)
+	defer cancel()
+	if p.source.WaitForPod(ctx, pod) {
+		return true
+	}
+	p.log.Warn("the pod cache lags: allocating with it", "pod", pod.Namespace+"/"+pod.Name, "waited", p.cfg.CacheCatchUp)
+	return false
 }
 
 // settleClaim records how far Allocate got with container t: realized,
@@ -807,7 +833,9 @@ func (p *Plugin) resolve(ctx context.Context, n int) (candidate, error) {
 			pods = append(pods, &list.Items[i])
 		}
 	}
-	if c, ok, err := p.choose(pods, n); err != nil || ok {
+	c, ok, err := p.choose(pods, n)
+	if err != nil || ok {
+		c.listed = true
 		return c, err
 	}
 	return candidate{}, fmt.Errorf("%w: node %q, %d devices", ErrNoPendingPod, p.cfg.Node, n)

@@ -46,6 +46,7 @@ type candidate struct {
 	container int
 	reserved  bool // its record holds exactly n valid entries for it
 	unsure    bool // its record says realized, but nothing server-set confirms it
+	listed    bool // found by a direct listing: the cache may lag behind it
 }
 
 // choose applies the package's admission rule to pods, for a request of n
