@@ -15,8 +15,10 @@ import (
 	"github.com/dynmig/dynmig/kube"
 )
 
-// lockTimeout is the shortened lock timeout of TestLockEndRetries.
-const lockTimeout = 3 * time.Second
+// lockTimeout is the shortened lock timeout of TestLockEndRetries: long
+// enough that even a loaded machine reports the waiter unschedulable
+// before the lock ends (a waiter bound first would never be).
+const lockTimeout = 10 * time.Second
 
 // TestLockEndRetries runs the real kube-scheduler with DynMIG, its lock
 // timeout shortened, on a quiet cluster (no node heartbeats, no other
