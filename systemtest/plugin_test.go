@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	clocktesting "k8s.io/utils/clock/testing"
 	"pgregory.net/rapid"
 
 	"github.com/dynmig/dynmig/capability"
@@ -154,7 +153,7 @@ type dpStats struct {
 type dpSystem struct {
 	client kubernetes.Interface
 	hw     *fakehal.Node
-	clk    *clocktesting.FakeClock
+	clk    *tickClock
 	gpu    string
 	dir    string
 	ckpt   string
@@ -256,18 +255,18 @@ func (s *dpSystem) stop(t *rapid.T) {
 }
 
 // pass returns once a maintenance pass that started after the call has
-// completed: it steps the fake clock past the plugin's interval until the
-// pass count grew by two.
+// completed: each time the plugin's maintenance runner waits for its next
+// tick it steps the fake clock past the plugin's interval, until the pass
+// count grew by two.
 func (s *dpSystem) pass(t *rapid.T) {
 	n := s.plugin.Reconciles()
 	deadline := time.Now().Add(bound)
 	for s.plugin.Reconciles() < n+2 {
-		if time.Now().After(deadline) {
+		if !s.clk.awaitRunner(deadline) {
 			t.Fatalf("no maintenance pass")
 		}
-		s.clk.Step(2 * dpInterval)
-		for i := 0; i < 100 && s.plugin.Reconciles() < n+2; i++ {
-			time.Sleep(20 * time.Microsecond)
+		if s.plugin.Reconciles() < n+2 {
+			s.clk.Step(2 * dpInterval)
 		}
 	}
 }
@@ -1048,7 +1047,7 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	s := &dpSystem{client: server.Clientset, server: server,
 		hw: hw, gpu: d.UUID, dir: dir, ckpt: filepath.Join(dir, "checkpoint.json"), stats: stats,
-		clk: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), created: time.Unix(1_700_000_000, 0),
+		clk: newTickClock(time.Unix(1_700_000_000, 0), dpInterval), created: time.Unix(1_700_000_000, 0),
 		strippedKept: map[uint32]bool{}, reused: map[string]bool{}}
 	s.sealed = drawSealed(t)
 	if s.sealed {
