@@ -164,7 +164,9 @@ type dpSystem struct {
 	epoch  int // incremented whenever the checkpoint is lost
 	stats  *dpStats
 	writes int // pod writes since the plugin's cache last caught up (barrier)
-	server *kubetest.Server
+	// lastBarrier is the pod of the last barrier, deleted after it.
+	lastBarrier string
+	server      *kubetest.Server
 	// sealed: this sequence models the admission policy (sealRecords).
 	sealed bool
 	// unhealthy: the GPU reported Xid 79 and has not recovered.
@@ -281,21 +283,30 @@ func (s *dpSystem) barrier(t *rapid.T) {
 	pod := s.newPod(name, nil)
 	pod.Spec.NodeName = "n1"
 	s.create(t, pod)
-	deadline := time.Now().Add(bound)
-	for {
-		c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
-		if err == nil && slices.ContainsFunc(c.Pods, func(p deviceplugin.PodObservation) bool { return p.UID == "uid-"+name }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the plugin never observed %s: %v", name, err)
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
+	s.awaitObserved(t, name, true)
 	if err := s.client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	s.lastBarrier = name
 	s.writes = 0
+}
+
+// awaitObserved waits until the checkpoint records a first observation of
+// pod name (observed true) or no longer does (false): the plugin writes
+// it when its cache first sees the pod, and drops it when its cache sees
+// the pod leave the node.
+func (s *dpSystem) awaitObserved(t *rapid.T, name string, observed bool) {
+	deadline := time.Now().Add(bound)
+	for {
+		c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
+		if err == nil && slices.ContainsFunc(c.Pods, func(p deviceplugin.PodObservation) bool { return p.UID == "uid-"+name }) == observed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the checkpoint never recorded %s observed %v: %v", name, observed, err)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // synced makes the plugin's pod cache hold every write made so far, so
@@ -992,10 +1003,13 @@ func (s *dpSystem) drain(t *rapid.T) {
 	if in := s.hw.Snapshot(); len(in) > 0 {
 		t.Fatalf("instances left after every pod ended: %v; %s", in, s.diagnose())
 	}
-	// The plugin writes the checkpoint as its cache follows the API. A
-	// pod deleted while released stays in its snapshots, and so its
-	// devices in the checkpoint, for kube.EndedPodMemory after the
-	// deletion: step past it at once rather than 2 s a pass.
+	// The plugin writes the checkpoint as its cache follows the API: wait
+	// until its cache saw the last write, the deletion of the barrier's
+	// pod (one watch delivers events in order). A pod deleted while
+	// released stays in its snapshots, and so its devices in the
+	// checkpoint, for kube.EndedPodMemory after the deletion: step past
+	// it at once rather than 2 s a pass.
+	s.awaitObserved(t, s.lastBarrier, false)
 	s.clk.Step(kube.EndedPodMemory)
 	for try := 0; ; try++ {
 		s.pass(t)
