@@ -309,17 +309,16 @@
 // the real plugin's goroutines, informer and checkpoint writes (polling in
 // 20 µs naps), but never for a fixed time: it steps its fake clock the
 // moment the plugin's maintenance runner waits for its next tick
-// (tickClock), keeps the
-// checkpoint on a memory file system where there is one (/dev/shm: the
-// plugin fsyncs every write), and ends a sequence by stepping past
-// kube.EndedPodMemory rather than towards it. A sequence takes about
-// 0.1 s on two loaded cores, 2,000 in about 3 to 5 minutes; a run of 300
-// or more fails when a claimed path was reached zero times. rapid stops
-// drawing, and passes, when go test's deadline nears; both models then
-// fail (ranAll), so give a long -timeout. CI runs both: the README's go
-// test -race ./... and then go test -count=1 -timeout 40m ./systemtest
-// -rapid.seed=12 (a fixed seed, so that a red CI replays; the mutation
-// check and longer campaigns draw others).
+// (tickClock), keeps the checkpoint on a memory file system where there
+// is one (/dev/shm: the plugin fsyncs every write), and ends a sequence
+// by stepping past kube.EndedPodMemory rather than towards it. A sequence
+// takes about 0.1 s on two loaded cores, 2,000 in about 2 to 5 minutes;
+// a run of 300 or more fails when a claimed path was reached zero times.
+// rapid stops drawing, and passes, when go test's deadline nears; both
+// models then fail (ranAll), so give a long -timeout. CI runs both: the
+// README's go test -race ./... and then go test -count=1 -timeout 40m
+// ./systemtest -rapid.seed=12 (a fixed seed, so that a red CI replays;
+// the mutation check and longer campaigns draw others).
 // Both models log what their sequences exercised (allocations,
 // restarts, checkpoints kept, lost and corrupted, faults, forgeries, the
 // counted residual) with go test -v. A longer campaign:
