@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	clocktesting "k8s.io/utils/clock/testing"
 	"pgregory.net/rapid"
 
 	"github.com/dynmig/dynmig/capability"
@@ -154,7 +153,7 @@ type dpStats struct {
 type dpSystem struct {
 	client kubernetes.Interface
 	hw     *fakehal.Node
-	clk    *clocktesting.FakeClock
+	clk    *tickClock
 	gpu    string
 	dir    string
 	ckpt   string
@@ -165,7 +164,9 @@ type dpSystem struct {
 	epoch  int // incremented whenever the checkpoint is lost
 	stats  *dpStats
 	writes int // pod writes since the plugin's cache last caught up (barrier)
-	server *kubetest.Server
+	// lastBarrier is the pod of the last barrier, deleted after it.
+	lastBarrier string
+	server      *kubetest.Server
 	// sealed: this sequence models the admission policy (sealRecords).
 	sealed bool
 	// unhealthy: the GPU reported Xid 79 and has not recovered.
@@ -256,18 +257,18 @@ func (s *dpSystem) stop(t *rapid.T) {
 }
 
 // pass returns once a maintenance pass that started after the call has
-// completed: it steps the fake clock past the plugin's interval until the
-// pass count grew by two.
+// completed: each time the plugin's maintenance runner waits for its next
+// tick it steps the fake clock past the plugin's interval, until the pass
+// count grew by two.
 func (s *dpSystem) pass(t *rapid.T) {
 	n := s.plugin.Reconciles()
 	deadline := time.Now().Add(bound)
 	for s.plugin.Reconciles() < n+2 {
-		if time.Now().After(deadline) {
+		if !s.clk.awaitRunner(deadline) {
 			t.Fatalf("no maintenance pass")
 		}
-		s.clk.Step(2 * dpInterval)
-		for i := 0; i < 100 && s.plugin.Reconciles() < n+2; i++ {
-			time.Sleep(20 * time.Microsecond)
+		if s.plugin.Reconciles() < n+2 {
+			s.clk.Step(2 * dpInterval)
 		}
 	}
 }
@@ -282,21 +283,30 @@ func (s *dpSystem) barrier(t *rapid.T) {
 	pod := s.newPod(name, nil)
 	pod.Spec.NodeName = "n1"
 	s.create(t, pod)
-	deadline := time.Now().Add(bound)
-	for {
-		c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
-		if err == nil && slices.ContainsFunc(c.Pods, func(p deviceplugin.PodObservation) bool { return p.UID == "uid-"+name }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the plugin never observed %s: %v", name, err)
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
+	s.awaitObserved(t, name, true)
 	if err := s.client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	s.lastBarrier = name
 	s.writes = 0
+}
+
+// awaitObserved waits until the checkpoint records a first observation of
+// pod name (observed true) or no longer does (false): the plugin writes
+// it when its cache first sees the pod, and drops it when its cache sees
+// the pod leave the node.
+func (s *dpSystem) awaitObserved(t *rapid.T, name string, observed bool) {
+	deadline := time.Now().Add(bound)
+	for {
+		c, _, err := deviceplugin.ReadCheckpoint(s.ckpt)
+		if err == nil && slices.ContainsFunc(c.Pods, func(p deviceplugin.PodObservation) bool { return p.UID == "uid-"+name }) == observed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the checkpoint never recorded %s observed %v: %v", name, observed, err)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // synced makes the plugin's pod cache hold every write made so far, so
@@ -993,7 +1003,14 @@ func (s *dpSystem) drain(t *rapid.T) {
 	if in := s.hw.Snapshot(); len(in) > 0 {
 		t.Fatalf("instances left after every pod ended: %v; %s", in, s.diagnose())
 	}
-	// The plugin writes the checkpoint as its cache follows the API.
+	// The plugin writes the checkpoint as its cache follows the API: wait
+	// until its cache saw the last write, the deletion of the barrier's
+	// pod (one watch delivers events in order). A pod deleted while
+	// released stays in its snapshots, and so its devices in the
+	// checkpoint, for kube.EndedPodMemory after the deletion: step past
+	// it at once rather than 2 s a pass.
+	s.awaitObserved(t, s.lastBarrier, false)
+	s.clk.Step(kube.EndedPodMemory)
 	for try := 0; ; try++ {
 		s.pass(t)
 		if rep, _ := s.plugin.LastReconcile(); !rep.Authorized { // the pause of refusedUnauthorised ended
@@ -1030,10 +1047,24 @@ func TestDevicePlugin(t *testing.T) {
 	}
 }
 
+// sequenceDir makes a sequence's directory, for the plugin's socket and
+// checkpoint, on a memory file system where there is one (Linux's
+// /dev/shm), else under os.TempDir: the plugin writes its checkpoint with
+// fsync on every change, which on a disk costs a sequence more real time
+// than anything else it does.
+func sequenceDir() (string, error) {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if dir, err := os.MkdirTemp("/dev/shm", "dynmig-dp-"); err == nil {
+			return dir, nil
+		}
+	}
+	return os.MkdirTemp("", "dynmig-dp-")
+}
+
 // runDevicePlugin is one sequence of the device-plugin model.
 func runDevicePlugin(t *rapid.T, stats *dpStats) {
 	stats.sequences++
-	dir, err := os.MkdirTemp("", "dynmig-dp-")
+	dir, err := sequenceDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1044,7 +1075,7 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	s := &dpSystem{client: server.Clientset, server: server,
 		hw: hw, gpu: d.UUID, dir: dir, ckpt: filepath.Join(dir, "checkpoint.json"), stats: stats,
-		clk: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), created: time.Unix(1_700_000_000, 0),
+		clk: newTickClock(time.Unix(1_700_000_000, 0), dpInterval), created: time.Unix(1_700_000_000, 0),
 		strippedKept: map[uint32]bool{}, reused: map[string]bool{}}
 	s.sealed = drawSealed(t)
 	if s.sealed {
