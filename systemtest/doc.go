@@ -90,10 +90,13 @@
 // steps, pods may end or be forged while it is down (or a running pod is
 // deleted and a forger copies its record), and it starts with its
 // checkpoint kept, lost (deleted), or corrupted (garbage, truncated at a
-// random length, or version 2), and two steps restart it with the
+// random length, or version 2), and three steps restart it with the
 // checkpoint kept right after what only the checkpoint answers: an
-// owner's edit of a running pod's record, and a running pod deleted and
-// its record copied while the plugin is down; maintenance passes run as
+// owner's edit of a running pod's record; a running pod deleted and
+// its record copied while the plugin is down; and a running pod's record
+// copied by a forger and then moved or removed by its owner (its
+// recorded device must still win the conflict with the copy: the guard
+// recordedClaim); maintenance passes run as
 // a step; the
 // GPU reports Xid 79 and recovers (the model waits until the plugin and
 // the node's health record agree); owners edit their running pods'
@@ -236,7 +239,9 @@
 // device; a plugin restart between two containers' Allocates of one pod;
 // and, without the policy, a record moved onto a claimed slot, replaced
 // with a copy of another running pod's, or given a forged identity, Xid
-// 79, and made-up identities on the unhealthy GPU. It also logs, unclaimed,
+// 79, made-up identities on the unhealthy GPU, and a running pod's record
+// copied, then moved or removed, then a restart with the checkpoint kept.
+// It also logs, unclaimed,
 // the refusal classes (refusedUnauthorised was reached 0 times in 300
 // sequences, and in 3,938 without the policy; BENCHMARKS.md), the
 // instances failed Allocates rolled back and those an Allocate took over

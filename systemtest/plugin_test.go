@@ -128,6 +128,9 @@ type dpStats struct {
 	// record replaced with a copy of another running pod's, its runtime
 	// identity forged; Xid 79 injected in such a sequence.
 	copiedEdits, forgedEdits, unsealedXids int
+	// A running pod's record copied by a forger, then moved or removed by
+	// its owner, then a restart with the checkpoint kept (copyEditRestart).
+	copyEditRestarts int
 	// Pods created with a made-up runtime identity, and those created
 	// while the GPU was unhealthy; Xid 79 injected.
 	fabricated, fabricatedUnhealthy, xids int
@@ -1065,12 +1068,13 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 		"restart":   s.restart,
 		// The checkpoint's guards (issue 40): restarts with it kept right
 		// after what only it can answer.
-		"edit-restart":    s.editRestart,
-		"replace-restart": s.replaceRestart,
-		"maintain":        s.maintain,
-		"xid":             s.xid,
-		"recover":         s.recoverGPU,
-		"":                s.check,
+		"edit-restart":      s.editRestart,
+		"replace-restart":   s.replaceRestart,
+		"copy-edit-restart": s.copyEditRestart,
+		"maintain":          s.maintain,
+		"xid":               s.xid,
+		"recover":           s.recoverGPU,
+		"":                  s.check,
 	})
 	s.drain(t)
 	s.countLogged()
