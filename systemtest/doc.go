@@ -96,7 +96,9 @@
 // its record copied while the plugin is down; and a running pod's record
 // copied by a forger and then moved or removed by its owner (its
 // recorded device must still win the conflict with the copy: the guard
-// recordedClaim); maintenance passes run as
+// recordedClaim: the plugin sees the copy a maintenance pass before the
+// edit, so that without the guard the copy's claim is the earlier one and
+// wins); maintenance passes run as
 // a step; the
 // GPU reports Xid 79 and recovers (the model waits until the plugin and
 // the node's health record agree); owners edit their running pods'
@@ -140,7 +142,11 @@
 // were (the operator then deletes it); no MIG device is handed to a pod
 // while another running pod holds it; an ended pod's device is handed to,
 // or managed (adopted) for, another pod only once the checkpoint that
-// recorded the handout is lost (the residual below); a container is
+// recorded the handout is lost (the residual below); while the plugin's
+// last maintenance pass was authorised, every device of an admitted
+// running pod that the intact checkpoint recorded is managed for that pod
+// (checkRecordedManaged: its recorded entries win every conflict, so a
+// restart adopts it for the pod whatever its record says now); a container is
 // handed exactly as many devices as it asked for, none twice, and each is
 // the one the pod's record then names for that container and device
 // index, at the scheduler's placement for a pod the scheduler bound; a
@@ -192,7 +198,7 @@
 // API server replays every event. Such lost deletions made deleted pods
 // linger in the checkpoint in runs of the model before it waited.
 //
-// Five defects the model found are fixed: a maintenance pass whose
+// Six defects the model found are fixed: a maintenance pass whose
 // listing predated a pod's Allocate ran after the clock passed the
 // manager's AbsentPodGrace and destroyed the running pod's new instance
 // (regression test: realize's TestReconcileJudgesAbsenceAtListingTime);
@@ -218,7 +224,19 @@
 // its MIG UUID too), the recorded view then dropped the entry of the
 // device not adopted, and leak collection destroyed that instance under
 // the running pod (deviceplugin's
-// TestRecordedViewKeepsAContainersDevicesNotAdopted; replays).
+// TestRecordedViewKeepsAContainersDevicesNotAdopted; replays). Without
+// the policy, with the copy-edit-restart step: a pod the plugin inherited
+// (listed when it started without a checkpoint) kept its record's runtime
+// identities trusted whatever its owner wrote there later, so an owner
+// who copied another running pod's record, MIG UUID included, into it
+// got that pod's instance adopted for it by a restart with the checkpoint
+// kept once the other pod was deleted, although the checkpoint recorded
+// the instance as the other pod's (checkEndedAdoptions); the plugin now
+// trusts only the identities an inherited pod's record named while it
+// inherited the pod, kept in the checkpoint (deviceplugin's
+// TestInheritedPodNeverAdoptsAnotherPodsRecordedDevice and
+// TestInheritedPodKeepsOnlyTheIdentitiesItsRecordNamedThen; the model's
+// fail file did not replay on a later tree).
 //
 // # Coverage and mutation check
 //

@@ -212,8 +212,8 @@ func (s *dpSystem) editPod(t *rapid.T, p *dpPod, how string) string {
 // pod's owner then moves its record to a free slot or removes it, and the
 // plugin restarts with its checkpoint kept. The checkpoint records the
 // device as the running pod's, so its recorded entries must still win the
-// conflict with the copy (the guard recordedClaim): the pod keeps its
-// device and the forger is handed none.
+// conflict with the copy (the guard recordedClaim): the restart adopts
+// the device for the pod, which keeps it, and the forger is handed none.
 func (s *dpSystem) copyEditRestart(t *rapid.T) {
 	if s.pending() != nil {
 		t.Skip("a pod is pending")
@@ -221,6 +221,12 @@ func (s *dpSystem) copyEditRestart(t *rapid.T) {
 	p := s.pick(t, "running pod", (*dpPod).running)
 	value, slot := s.copied(t, p)
 	if s.forgeRecord(t, value, slot) {
+		// The plugin first sees the copy, then, a pass later, the edit:
+		// without recordedClaim the copy's claim is the earlier one and
+		// wins (reservation.Desired), and checkRecordedManaged sees the
+		// pod's device left unadopted by the restart.
+		s.barrier(t)
+		s.pass(t)
 		if s.editPod(t, p, rapid.SampledFrom([]string{"move", "remove"}).Draw(t, "edit")) != "" {
 			s.stats.copyEditRestarts++
 		}
