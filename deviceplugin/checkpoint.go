@@ -27,8 +27,8 @@ const (
 )
 
 // checkpointVersion is the only version DecodeCheckpoint accepts. The
-// boot ID and the previous-boot mark are optional fields of it, added
-// later: a file without them (an earlier plugin's) still loads, and an
+// boot ID, the previous-boot mark and the inherited entries are optional
+// fields of it, added later: a file without them (an earlier plugin's) still loads, and an
 // earlier plugin refuses a file with them (unknown fields) rather than
 // guess.
 const checkpointVersion = 1
@@ -56,9 +56,16 @@ type PodObservation struct {
 	// Inherited marks a pod the plugin first observed before it served
 	// its first Allocate after starting without a checkpoint: what its
 	// record says was realized may have been realized by an earlier
-	// plugin whose checkpoint is lost, so its runtime identities are read
-	// from its record.
+	// plugin whose checkpoint is lost, so the runtime identities its
+	// record names then are trusted (InheritedEntries).
 	Inherited bool
+	// InheritedEntries are the entries of an inherited pod's record that
+	// named a runtime identity while the plugin inherited the pod: the
+	// only identities of its record the recorded view reads, so that one
+	// its owner writes later names nothing (see the package
+	// documentation, "The recorded view"). A file without them (an
+	// earlier plugin's) trusts none of its inherited pods' identities.
+	InheritedEntries []reservation.Allocation
 }
 
 // HandedDevice is one MIG device the plugin handed to (or adopted for) one
@@ -146,6 +153,8 @@ type podJSON struct {
 	Scheduled bool      `json:"scheduled"`
 	Started   bool      `json:"started,omitempty"`
 	Inherited bool      `json:"inherited"`
+	// InheritedEntries is an annotation value (reservation.Encode).
+	InheritedEntries string `json:"inheritedEntries,omitempty"`
 }
 
 type deviceJSON struct {
@@ -167,8 +176,12 @@ type deviceJSON struct {
 func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 	out := checkpointJSON{Version: checkpointVersion, BootID: c.BootID, Pods: []podJSON{}, Devices: []deviceJSON{}}
 	for _, p := range c.Pods {
-		out.Pods = append(out.Pods, podJSON{UID: p.UID, Claim: p.Claim, FirstSeen: p.At.UTC(), Scheduled: p.Scheduled,
-			Started: p.Started, Inherited: p.Inherited})
+		pj := podJSON{UID: p.UID, Claim: p.Claim, FirstSeen: p.At.UTC(), Scheduled: p.Scheduled,
+			Started: p.Started, Inherited: p.Inherited}
+		if len(p.InheritedEntries) > 0 {
+			pj.InheritedEntries = reservation.EncodeString(p.InheritedEntries)
+		}
+		out.Pods = append(out.Pods, pj)
 	}
 	for _, d := range c.Devices {
 		out.Devices = append(out.Devices, deviceJSON{PodUID: d.PodUID, ContainerIndex: d.ContainerIndex, DeviceIndex: d.DeviceIndex,
@@ -192,7 +205,8 @@ func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 // DecodeCheckpoint parses a checkpoint file's content strictly: unknown
 // fields, trailing data, a version other than 1, an empty or repeated pod
 // UID, a claim kube.ValidClaim refuses, a missing first observation time,
-// a device without owner, with negative or repeated indexes, whose
+// inherited entries of a pod not inherited, that do not decode or that
+// name no whole runtime identity, a device without owner, with negative or repeated indexes, whose
 // reservation and identity reservation.Validate refuses, or that names a
 // MIG UUID or GPU instance another device of the same boot names, or
 // overlaps another device's placement on its GPU, are each a
@@ -211,17 +225,12 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 	out := Checkpoint{BootID: in.BootID}
 	seen := map[string]bool{}
 	for i, p := range in.Pods {
-		switch {
-		case p.UID == "" || seen[p.UID]:
-			return bad(i, -1, errors.New("empty or repeated pod UID"))
-		case !kube.ValidClaim(p.Claim):
-			return bad(i, -1, errors.New("claim is not one the pod source makes"))
-		case p.FirstSeen.IsZero():
-			return bad(i, -1, errors.New("no first observation time"))
+		o, err := decodePod(p, seen)
+		if err != nil {
+			return bad(i, -1, err)
 		}
 		seen[p.UID] = true
-		out.Pods = append(out.Pods, PodObservation{UID: p.UID, Inherited: p.Inherited,
-			Observation: kube.Observation{Claim: p.Claim, At: p.FirstSeen, Scheduled: p.Scheduled, Started: p.Started}})
+		out.Pods = append(out.Pods, o)
 	}
 	owners := map[managedRef]bool{}
 	migs := map[string]bool{}
@@ -254,6 +263,46 @@ func DecodeCheckpoint(path string, data []byte) (Checkpoint, error) {
 		out.Devices = append(out.Devices, h)
 	}
 	return out, nil
+}
+
+// decodePod returns p as decoded, or why DecodeCheckpoint refuses it;
+// seen holds the UIDs of the pods decoded before it.
+func decodePod(p podJSON, seen map[string]bool) (PodObservation, error) {
+	switch {
+	case p.UID == "" || seen[p.UID]:
+		return PodObservation{}, errors.New("empty or repeated pod UID")
+	case !kube.ValidClaim(p.Claim):
+		return PodObservation{}, errors.New("claim is not one the pod source makes")
+	case p.FirstSeen.IsZero():
+		return PodObservation{}, errors.New("no first observation time")
+	}
+	entries, err := decodeInheritedEntries(p)
+	if err != nil {
+		return PodObservation{}, err
+	}
+	return PodObservation{UID: p.UID, Inherited: p.Inherited, InheritedEntries: entries,
+		Observation: kube.Observation{Claim: p.Claim, At: p.FirstSeen, Scheduled: p.Scheduled, Started: p.Started}}, nil
+}
+
+// decodeInheritedEntries returns p's inherited entries: those of an
+// inherited pod, each naming a whole runtime identity.
+func decodeInheritedEntries(p podJSON) ([]reservation.Allocation, error) {
+	if p.InheritedEntries == "" {
+		return nil, nil
+	}
+	if !p.Inherited {
+		return nil, errors.New("inherited entries of a pod not inherited")
+	}
+	entries, err := reservation.DecodeString(p.InheritedEntries)
+	if err != nil {
+		return nil, fmt.Errorf("inherited entries: %w", err)
+	}
+	for k, a := range entries {
+		if _, ok := a.Runtime(); !ok {
+			return nil, fmt.Errorf("inherited entry %d names no whole runtime identity", k)
+		}
+	}
+	return slices.Clone(entries), nil
 }
 
 // ReadCheckpoint reads the checkpoint at path. A missing file is reported

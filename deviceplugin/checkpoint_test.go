@@ -34,11 +34,19 @@ func sampleCheckpoint() deviceplugin.Checkpoint {
 	return deviceplugin.Checkpoint{
 		Pods: []deviceplugin.PodObservation{
 			{UID: "a", Observation: kube.Observation{Claim: claim, At: time.Unix(1000, 5).UTC(), Scheduled: true}},
-			{UID: "b", Observation: kube.Observation{At: time.Unix(1001, 0).UTC(), Started: true}, Inherited: true},
+			{UID: "b", Observation: kube.Observation{At: time.Unix(1001, 0).UTC(), Started: true}, Inherited: true,
+				InheritedEntries: []reservation.Allocation{inheritedEntry()}},
 		},
 		Devices: []deviceplugin.HandedDevice{{PodUID: "a", GPUUUID: ckGPU, Profile: "1g.5gb",
 			Placement: capability.Placement{Start: 0, Size: 1}, Runtime: reservation.RuntimeIdentity{MIGUUID: ckMIG, GPUInstanceID: 7, ComputeInstanceID: 0}}},
 	}
+}
+
+// inheritedEntry is an entry, runtime identity included, that an inherited
+// pod's record named.
+func inheritedEntry() reservation.Allocation {
+	a := reservation.Allocation{GPUUUID: ckGPU, Profile: "1g.5gb", Placement: capability.Placement{Start: 2, Size: 1}}
+	return a.WithRuntime(reservation.RuntimeIdentity{MIGUUID: "MIG-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee", GPUInstanceID: 9})
 }
 
 func TestCheckpointRoundTrip(t *testing.T) {
@@ -82,6 +90,11 @@ func TestDecodeCheckpointRefuses(t *testing.T) {
 		{"negative index", replace(`"deviceIndex": 0,
       "gpuUUID"`, `"deviceIndex": -1,
       "gpuUUID"`), -1, 0},
+		{"undecodable inherited entries", replace(`"inheritedEntries": "[`, `"inheritedEntries": "[x`), 1, -1},
+		{"inherited entries of a pod not inherited", encodeWith(t, func(c *deviceplugin.Checkpoint) { c.Pods[1].Inherited = false }), 1, -1},
+		{"inherited entry without identity", encodeWith(t, func(c *deviceplugin.Checkpoint) {
+			c.Pods[1].InheritedEntries = []reservation.Allocation{inheritedEntry().Scheduled()}
+		}), 1, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,6 +133,16 @@ func TestDecodeCheckpointRefuses(t *testing.T) {
 			assert.Equal(t, 1, ce.Device)
 		})
 	}
+}
+
+// encodeWith encodes the sample checkpoint as edit changes it.
+func encodeWith(t *testing.T, edit func(*deviceplugin.Checkpoint)) string {
+	t.Helper()
+	c := sampleCheckpoint()
+	edit(&c)
+	data, err := deviceplugin.EncodeCheckpoint(c)
+	require.NoError(t, err)
+	return string(data)
 }
 
 func FuzzDecodeCheckpoint(f *testing.F) {

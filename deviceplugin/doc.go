@@ -82,7 +82,9 @@
 //     kube.NodePodSourceOptions.Observations);
 //   - per container device, the instance the plugin created or adopted
 //     for it: GPU, profile, placement, GPU and compute instance IDs, MIG
-//     UUID. An Allocate records them before the kubelet receives them.
+//     UUID. An Allocate records them before the kubelet receives them;
+//   - per inherited pod, the entries of its record that named a runtime
+//     identity while the plugin inherited it (see "The recorded view").
 //
 // It is rewritten on every change, atomically (a temporary file, fsync,
 // rename, directory fsync) and decoded strictly (versioned, unknown fields
@@ -117,8 +119,14 @@
 // is safe. Only a plugin that starts without a
 // checkpoint (first installation, or the file was removed) falls back to
 // the records: the pods it lists before it serves its first Allocate are
-// inherited, their annotated runtime identities trusted and adopted, and
-// the checkpoint holds them from then on. A running pod among them keeps
+// inherited, the runtime identities their records name then are trusted
+// and adopted, and the checkpoint holds them from then on, the devices
+// adopted and the identities trusted (a later pass or restart adopts by
+// them once what stopped an adoption is gone). An identity an inherited
+// pod's owner writes into its record afterwards names nothing, as for any
+// other pod: it never takes over an instance, not even one whose pod is
+// gone and that the checkpoint therefore no longer records while it
+// waits for leak collection. A running pod among them keeps
 // its claim against a record that arrived with a binding
 // (reservation.Pod.RecordStarted): its containers may use a device the
 // lost checkpoint recorded.

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/realize"
 	"github.com/dynmig/dynmig/reservation"
 )
@@ -48,4 +49,28 @@ func OverlayInherited(dir string, pod reservation.Pod, recorded []HandedDevice) 
 	r.inherited[types.UID(pod.UID)] = true
 	r.overlay(&pod)
 	return pod.Annotations[reservation.AnnotationKey]
+}
+
+// InheritThenRead runs, for tests, the record of a plugin that starts
+// without a checkpoint under dir and inherits pod (observed, and read by
+// its first maintenance pass, before its first Allocate), and returns the
+// recorded view of later's record, the same pod's record read afterwards:
+// by that plugin once it serves, and by one restarted with its checkpoint.
+func InheritThenRead(dir string, pod, later reservation.Pod) (serving, restarted string, err error) {
+	path, log := filepath.Join(dir, "checkpoint.json"), slog.New(slog.DiscardHandler)
+	r := newNodeRecord(path, Checkpoint{}, false, "boot", log)
+	r.setObservations(map[types.UID]kube.Observation{types.UID(pod.UID): {At: time.Unix(1, 0)}})
+	r.overlay(&pod)
+	r.serving()
+	view := later // overlay replaces, never changes, the annotation map
+	r.overlay(&view)
+	serving = view.Annotations[reservation.AnnotationKey]
+	c, _, err := ReadCheckpoint(path)
+	if err != nil {
+		return "", "", err
+	}
+	r = newNodeRecord(path, c, true, "boot", log)
+	view = later
+	r.overlay(&view)
+	return serving, view.Annotations[reservation.AnnotationKey], nil
 }

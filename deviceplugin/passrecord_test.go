@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"
@@ -61,4 +62,44 @@ func TestRecordedViewKeepsAContainersDevicesNotAdopted(t *testing.T) {
 	view, err := reservation.DecodeString(deviceplugin.OverlayInherited(t.TempDir(), pod, []deviceplugin.HandedDevice{adopted}))
 	assert.NoError(t, err)
 	assert.ElementsMatch(t, []reservation.Allocation{first, second}, view)
+}
+
+// A plugin that starts without a checkpoint trusts the runtime identities
+// its inherited pods' records name then, and writes them to its
+// checkpoint: once it serves, and after a restart with the checkpoint
+// kept, an inherited pod's record keeps those identities, and any other
+// its owner writes later (another pod's MIG UUID and GPU instance, copied
+// while no admission policy seals the record) names nothing: its entry
+// keeps its scheduled fields only.
+func TestInheritedPodKeepsOnlyTheIdentitiesItsRecordNamedThen(t *testing.T) {
+	gpu := "GPU-0"
+	entry := func(start uint32, mig string, gi uint32) reservation.Allocation {
+		a := reservation.Allocation{GPUUUID: gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: start, Size: 1}}
+		return a.WithRuntime(reservation.RuntimeIdentity{MIGUUID: mig, GPUInstanceID: gi})
+	}
+	podWith := func(allocs ...reservation.Allocation) reservation.Pod {
+		return reservation.Pod{UID: "uid-p", Namespace: "default", Name: "p", Phase: "Running", DeviceRequests: []int{1},
+			Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString(allocs)}}
+	}
+	own, other := entry(2, "MIG-P", 3), entry(5, "MIG-F", 8)
+	for _, tc := range []struct {
+		name        string
+		then, later reservation.Allocation
+		want        reservation.Allocation
+	}{
+		{"unchanged", own, own, own},
+		{"identity added later", own.Scheduled(), other, other.Scheduled()},
+		{"replaced by another pod's", own, other, other.Scheduled()},
+		{"another identity at its placement", own, entry(2, "MIG-F", 8), own.Scheduled()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			serving, restarted, err := deviceplugin.InheritThenRead(t.TempDir(), podWith(tc.then), podWith(tc.later))
+			require.NoError(t, err)
+			for name, got := range map[string]string{"serving": serving, "restarted": restarted} {
+				view, err := reservation.DecodeString(got)
+				require.NoError(t, err)
+				assert.Equal(t, []reservation.Allocation{tc.want}, view, name)
+			}
+		})
+	}
 }

@@ -25,6 +25,9 @@ type nodeRecord struct {
 	mu        sync.Mutex
 	obs       map[types.UID]kube.Observation
 	inherited map[types.UID]bool
+	// trusted holds each inherited pod's entries that named a runtime
+	// identity while the plugin inherited it (PodObservation.InheritedEntries).
+	trusted map[types.UID][]reservation.Allocation
 	// inheriting: the plugin started without a checkpoint and serves no
 	// Allocate yet, so every pod observed now is inherited.
 	inheriting bool
@@ -36,7 +39,7 @@ type nodeRecord struct {
 // one are marked PreviousBoot (see the package documentation, "Reboots").
 func newNodeRecord(path string, c Checkpoint, exists bool, boot string, log *slog.Logger) *nodeRecord {
 	r := &nodeRecord{path: path, boot: boot, log: log, obs: map[types.UID]kube.Observation{}, inherited: map[types.UID]bool{},
-		inheriting: !exists, devices: map[managedRef]HandedDevice{}}
+		trusted: map[types.UID][]reservation.Allocation{}, inheriting: !exists, devices: map[managedRef]HandedDevice{}}
 	rebooted := c.BootID != "" && c.BootID != boot
 	if rebooted {
 		log.Warn("the node rebooted since the checkpoint was written: its MIG devices are kept as claims, not as live instances",
@@ -46,6 +49,9 @@ func newNodeRecord(path string, c Checkpoint, exists bool, boot string, log *slo
 		r.obs[types.UID(p.UID)] = p.Observation
 		if p.Inherited {
 			r.inherited[types.UID(p.UID)] = true
+		}
+		if len(p.InheritedEntries) > 0 {
+			r.trusted[types.UID(p.UID)] = p.InheritedEntries
 		}
 	}
 	for _, d := range c.Devices {
@@ -85,6 +91,7 @@ func (r *nodeRecord) setObservations(obs map[types.UID]kube.Observation) {
 	for uid := range r.inherited {
 		if _, ok := obs[uid]; !ok {
 			delete(r.inherited, uid)
+			delete(r.trusted, uid)
 		}
 	}
 	if err := r.save(); err != nil {
@@ -205,24 +212,24 @@ func (r *nodeRecord) handed(uid types.UID, c int) bool {
 
 // overlay rewrites pod into the recorded view (see the package
 // documentation, "The recorded view"). An inherited pod's entries that
-// the plugin handed nothing keep the identities the record names, also
-// the entries of a container's requested devices that none of its
-// recorded devices stands for.
+// the plugin handed nothing keep the identities its record named while
+// the plugin inherited it, also the entries of a container's requested
+// devices that none of its recorded devices stands for.
 func (r *nodeRecord) overlay(pod *reservation.Pod) {
 	value := pod.Annotations[reservation.AnnotationKey]
-	r.mu.Lock()
-	recorded := r.devicesOf(types.UID(pod.UID))
-	inherited := r.inherited[types.UID(pod.UID)]
-	r.mu.Unlock()
-	if value == "" && len(recorded) == 0 {
-		return
-	}
 	var allocs []reservation.Allocation
 	if value != "" {
 		var err error
 		if allocs, err = reservation.DecodeString(value); err != nil {
 			return
 		}
+	}
+	r.mu.Lock()
+	recorded := r.devicesOf(types.UID(pod.UID))
+	trusted := r.trust(types.UID(pod.UID), allocs)
+	r.mu.Unlock()
+	if value == "" && len(recorded) == 0 {
+		return
 	}
 	view := make([]reservation.Allocation, 0, len(allocs)+len(recorded))
 	emitted := map[int]bool{}
@@ -239,7 +246,7 @@ func (r *nodeRecord) overlay(pod *reservation.Pod) {
 			// it requests that none recorded (a restart that lost the
 			// checkpoint adopted the container's other devices only)
 			// keeps its entry, as for a container with none.
-		case inherited:
+		case slices.Contains(trusted, a):
 			view, onlyRecorded = append(view, a), false
 		default:
 			view, onlyRecorded = append(view, a.Scheduled()), false
@@ -261,6 +268,37 @@ func (r *nodeRecord) overlay(pod *reservation.Pod) {
 		ann[reservation.AnnotationKey] = v
 		pod.Annotations = ann
 	}
+}
+
+// trust returns the entries of the pod whose identities the recorded view
+// reads: none unless the pod is inherited. While the plugin inherits, they
+// are those of allocs, the pod's record now, that name a runtime identity,
+// and are written to the checkpoint; from its first Allocate on, those it
+// wrote: an identity the pod's owner writes into its record later names
+// nothing, not even an instance the checkpoint no longer records (its pod
+// is gone) that is still to be collected. The caller holds r.mu.
+func (r *nodeRecord) trust(uid types.UID, allocs []reservation.Allocation) []reservation.Allocation {
+	if !r.inherited[uid] || !r.inheriting {
+		return r.trusted[uid]
+	}
+	var named []reservation.Allocation
+	for _, a := range allocs {
+		if _, ok := a.Runtime(); ok {
+			named = append(named, a)
+		}
+	}
+	if slices.Equal(named, r.trusted[uid]) {
+		return named
+	}
+	if named == nil {
+		delete(r.trusted, uid)
+	} else {
+		r.trusted[uid] = named
+	}
+	if err := r.save(); err != nil {
+		r.log.Error("could not write the checkpoint; an inherited pod's identities are not trusted after a restart", "path", r.path, "err", err)
+	}
+	return named
 }
 
 // hasDevice reports whether devs holds device index d.
@@ -310,7 +348,8 @@ func (r *nodeRecord) devicesOf(uid types.UID) map[int][]reservation.Allocation {
 func (r *nodeRecord) save() error {
 	c := Checkpoint{BootID: r.boot}
 	for uid, o := range r.obs {
-		c.Pods = append(c.Pods, PodObservation{UID: string(uid), Observation: o, Inherited: r.inherited[uid]})
+		c.Pods = append(c.Pods, PodObservation{UID: string(uid), Observation: o, Inherited: r.inherited[uid],
+			InheritedEntries: r.trusted[uid]})
 	}
 	for _, d := range r.devices {
 		c.Devices = append(c.Devices, d)

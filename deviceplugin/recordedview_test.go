@@ -146,3 +146,84 @@ func createVictim(t *testing.T, client *fake.Clientset, name string, entry reser
 			Annotations: map[string]string{reservation.AnnotationKey: reservation.EncodeString([]reservation.Allocation{entry})}},
 		Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}))
 }
+
+// Scenario: the plugin starts without a checkpoint, so running pod P,
+// whose record names no instance, is inherited. It then hands F an
+// instance. P's owner (no admission policy seals the record) replaces P's
+// record with a copy of F's, MIG UUID included, and F is deleted: while
+// the plugin is down, or while it runs, with or without a restart
+// (checkpoint kept) after, and then another restart. The checkpoint
+// records the instance as F's: it must never be adopted for P, whose
+// record named it only after the start that trusted P's record. (P's record still claims its placement,
+// so leak collection leaves it until P ends.)
+func TestInheritedPodNeverAdoptsAnotherPodsRecordedDevice(t *testing.T) {
+	for _, when := range []string{"while the plugin is down", "while it runs", "while it runs, then a restart"} {
+		t.Run("F deleted "+when, func(t *testing.T) { inheritedCopy(t, when) })
+	}
+}
+
+// inheritedCopy runs one case of
+// TestInheritedPodNeverAdoptsAnotherPodsRecordedDevice.
+func inheritedCopy(t *testing.T, when string) {
+	ctx := context.Background()
+	hw := fakehal.MustNew(fakehal.Options{})
+	gpu := gpuOf(t, hw, 0).UUID
+	at := func(start uint32) reservation.Allocation {
+		return reservation.Allocation{GPUUUID: gpu, Profile: "1g.5gb", Placement: capability.Placement{Start: start, Size: 1}}
+	}
+	p := boundPod("p", at(2))
+	p.Status.Phase = corev1.PodRunning
+	client := kubetest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, p)
+	ckpt := filepath.Join(t.TempDir(), "checkpoint.json")
+	options := func(c *deviceplugin.Config) {
+		c.Checkpoint = ckpt
+		c.ReconcileInterval = 10 * time.Millisecond
+		c.Manager.LeakInterval = time.Nanosecond // every pass collects leaks
+	}
+	r := start(t, client, hw, options)
+	_, err := client.CoreV1().Pods("default").Create(ctx, boundPod("f", at(3)), metav1.CreateOptions{})
+	require.NoError(t, err)
+	checkpointHas(t, ckpt, "uid-f")
+	migF := admit(t, r)
+	runningStatus(t, client, "f")
+	copied, err := reservation.DecodeString(getPod(t, client, "f").Annotations[reservation.AnnotationKey])
+	require.NoError(t, err)
+	editRecord(t, client, "p", func([]reservation.Allocation) []reservation.Allocation { return copied })
+	passes(t, r, 1)
+
+	if when == "while the plugin is down" {
+		require.NoError(t, r.stop())
+	}
+	require.NoError(t, client.CoreV1().Pods("default").Delete(ctx, "f", metav1.DeleteOptions{}))
+	if when == "while it runs, then a restart" {
+		passes(t, r, 1)
+		require.NoError(t, r.stop())
+	}
+	if when != "while it runs" {
+		r = start(t, client, hw, options)
+	}
+	passes(t, r, 2)
+	notAdoptedForP(t, r, ckpt, migF)
+	// Once F's device is no longer recorded (its pod is gone), its
+	// instance, which P's record claims, is still not P's after another
+	// restart.
+	require.NoError(t, r.stop())
+	r = start(t, client, hw, options)
+	passes(t, r, 2)
+	notAdoptedForP(t, r, ckpt, migF)
+	require.NoError(t, hw.Check())
+}
+
+// notAdoptedForP checks that the plugin manages nothing for pod P and its
+// checkpoint records nothing as P's.
+func notAdoptedForP(t *testing.T, r *running, ckpt, migF string) {
+	t.Helper()
+	for _, in := range r.p.Manager().Managed() {
+		assert.NotEqual(t, "uid-p", in.Owner.PodUID, "P is managed %s (F's is %s)", in.Runtime.MIGUUID, migF)
+	}
+	c, _, err := deviceplugin.ReadCheckpoint(ckpt)
+	require.NoError(t, err)
+	for _, d := range c.Devices {
+		assert.NotEqual(t, "uid-p", d.PodUID, "the checkpoint records %s as P's", d.Runtime.MIGUUID)
+	}
+}

@@ -90,10 +90,15 @@
 // steps, pods may end or be forged while it is down (or a running pod is
 // deleted and a forger copies its record), and it starts with its
 // checkpoint kept, lost (deleted), or corrupted (garbage, truncated at a
-// random length, or version 2), and two steps restart it with the
+// random length, or version 2), and three steps restart it with the
 // checkpoint kept right after what only the checkpoint answers: an
-// owner's edit of a running pod's record, and a running pod deleted and
-// its record copied while the plugin is down; maintenance passes run as
+// owner's edit of a running pod's record; a running pod deleted and
+// its record copied while the plugin is down; and a running pod's record
+// copied by a forger and then moved or removed by its owner (its
+// recorded device must still win the conflict with the copy: the guard
+// recordedClaim: the plugin sees the copy a maintenance pass before the
+// edit, so that without the guard the copy's claim is the earlier one and
+// wins); maintenance passes run as
 // a step; the
 // GPU reports Xid 79 and recovers (the model waits until the plugin and
 // the node's health record agree); owners edit their running pods'
@@ -137,7 +142,11 @@
 // were (the operator then deletes it); no MIG device is handed to a pod
 // while another running pod holds it; an ended pod's device is handed to,
 // or managed (adopted) for, another pod only once the checkpoint that
-// recorded the handout is lost (the residual below); a container is
+// recorded the handout is lost (the residual below); while the plugin's
+// last maintenance pass was authorised, every device of an admitted
+// running pod that the intact checkpoint recorded is managed for that pod
+// (checkRecordedManaged: its recorded entries win every conflict, so a
+// restart adopts it for the pod whatever its record says now); a container is
 // handed exactly as many devices as it asked for, none twice, and each is
 // the one the pod's record then names for that container and device
 // index, at the scheduler's placement for a pod the scheduler bound; a
@@ -189,7 +198,7 @@
 // API server replays every event. Such lost deletions made deleted pods
 // linger in the checkpoint in runs of the model before it waited.
 //
-// Five defects the model found are fixed: a maintenance pass whose
+// Six defects the model found are fixed: a maintenance pass whose
 // listing predated a pod's Allocate ran after the clock passed the
 // manager's AbsentPodGrace and destroyed the running pod's new instance
 // (regression test: realize's TestReconcileJudgesAbsenceAtListingTime);
@@ -215,7 +224,19 @@
 // its MIG UUID too), the recorded view then dropped the entry of the
 // device not adopted, and leak collection destroyed that instance under
 // the running pod (deviceplugin's
-// TestRecordedViewKeepsAContainersDevicesNotAdopted; replays).
+// TestRecordedViewKeepsAContainersDevicesNotAdopted; replays). Without
+// the policy, with the copy-edit-restart step: a pod the plugin inherited
+// (listed when it started without a checkpoint) kept its record's runtime
+// identities trusted whatever its owner wrote there later, so an owner
+// who copied another running pod's record, MIG UUID included, into it
+// got that pod's instance adopted for it by a restart with the checkpoint
+// kept once the other pod was deleted, although the checkpoint recorded
+// the instance as the other pod's (checkEndedAdoptions); the plugin now
+// trusts only the identities an inherited pod's record named while it
+// inherited the pod, kept in the checkpoint (deviceplugin's
+// TestInheritedPodNeverAdoptsAnotherPodsRecordedDevice and
+// TestInheritedPodKeepsOnlyTheIdentitiesItsRecordNamedThen; the model's
+// fail file did not replay on a later tree).
 //
 // # Coverage and mutation check
 //
@@ -236,7 +257,9 @@
 // device; a plugin restart between two containers' Allocates of one pod;
 // and, without the policy, a record moved onto a claimed slot, replaced
 // with a copy of another running pod's, or given a forged identity, Xid
-// 79, and made-up identities on the unhealthy GPU. It also logs, unclaimed,
+// 79, made-up identities on the unhealthy GPU, and a running pod's record
+// copied, then moved or removed, then a restart with the checkpoint kept.
+// It also logs, unclaimed,
 // the refusal classes (refusedUnauthorised was reached 0 times in 300
 // sequences, and in 3,938 without the policy; BENCHMARKS.md), the
 // instances failed Allocates rolled back and those an Allocate took over

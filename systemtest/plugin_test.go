@@ -127,6 +127,9 @@ type dpStats struct {
 	// record replaced with a copy of another running pod's, its runtime
 	// identity forged; Xid 79 injected in such a sequence.
 	copiedEdits, forgedEdits, unsealedXids int
+	// A running pod's record copied by a forger, then moved or removed by
+	// its owner, then a restart with the checkpoint kept (copyEditRestart).
+	copyEditRestarts int
 	// Pods created with a made-up runtime identity, and those created
 	// while the GPU was unhealthy; Xid 79 injected.
 	fabricated, fabricatedUnhealthy, xids int
@@ -940,6 +943,38 @@ func (s *dpSystem) check(t *rapid.T) {
 		t.Fatal(err)
 	}
 	s.checkEndedAdoptions(t)
+	s.checkRecordedManaged(t)
+}
+
+// checkRecordedManaged: while the plugin's last maintenance pass was
+// authorised, every device of an admitted running pod that the intact
+// checkpoint recorded (handed in the current epoch) is managed for that
+// pod. Its recorded entries win every conflict, whatever its record says
+// now (deviceplugin's recordedClaim), so the pass's adoption, after a
+// restart, took the device for it; an unmanaged device is neither
+// reported unhealthy to its pod nor reclaimed as its pod's.
+func (s *dpSystem) checkRecordedManaged(t *rapid.T) {
+	if s.plugin == nil {
+		return
+	}
+	if rep, ran := s.plugin.LastReconcile(); !ran || !rep.Authorized {
+		return
+	}
+	owner := map[string]string{}
+	for _, in := range s.plugin.Manager().Managed() {
+		owner[in.Runtime.MIGUUID] = in.Owner.PodUID
+	}
+	for _, p := range s.pods {
+		if !p.done || !p.running() {
+			continue
+		}
+		for _, h := range p.handed {
+			if h.epoch == s.epoch && owner[h.mig] != "uid-"+p.name {
+				t.Fatalf("%s's device %s, recorded in the intact checkpoint, is managed for %q after an authorised pass; %s",
+					p.name, h.mig, owner[h.mig], s.diagnose())
+			}
+		}
+	}
 }
 
 // checkEndedAdoptions: the plugin manages an ended pod's device for
@@ -1096,12 +1131,13 @@ func runDevicePlugin(t *rapid.T, stats *dpStats) {
 		"restart":   s.restart,
 		// The checkpoint's guards (issue 40): restarts with it kept right
 		// after what only it can answer.
-		"edit-restart":    s.editRestart,
-		"replace-restart": s.replaceRestart,
-		"maintain":        s.maintain,
-		"xid":             s.xid,
-		"recover":         s.recoverGPU,
-		"":                s.check,
+		"edit-restart":      s.editRestart,
+		"replace-restart":   s.replaceRestart,
+		"copy-edit-restart": s.copyEditRestart,
+		"maintain":          s.maintain,
+		"xid":               s.xid,
+		"recover":           s.recoverGPU,
+		"":                  s.check,
 	})
 	s.drain(t)
 	s.countLogged()

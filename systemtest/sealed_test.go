@@ -142,6 +142,11 @@ func (s *dpSystem) edit(t *rapid.T) { s.editRecord(t) }
 // policy refused it.
 func (s *dpSystem) editRecord(t *rapid.T) string {
 	p := s.pick(t, "running pod", (*dpPod).running)
+	return s.editPod(t, p, rapid.SampledFrom(editKinds).Draw(t, "edit"))
+}
+
+// editPod makes the edit how of running pod p's record; see editRecord.
+func (s *dpSystem) editPod(t *rapid.T, p *dpPod, how string) string {
 	s.noteRecorded()
 	pod := s.get(t, p.name)
 	allocs, err := kube.PodAllocations(pod)
@@ -150,7 +155,6 @@ func (s *dpSystem) editRecord(t *rapid.T) string {
 	}
 	a := allocs[0]
 	var to uint32
-	how := rapid.SampledFrom(editKinds).Draw(t, "edit")
 	switch how {
 	case "strip":
 		a = a.Scheduled()
@@ -201,6 +205,33 @@ func (s *dpSystem) editRecord(t *rapid.T) string {
 		p.unrecordedEdit = true
 	}
 	return how
+}
+
+// copyEditRestart: a forger creates a pod with the node preset and a copy
+// of a running pod's record (MIG UUID included when drawn), the running
+// pod's owner then moves its record to a free slot or removes it, and the
+// plugin restarts with its checkpoint kept. The checkpoint records the
+// device as the running pod's, so its recorded entries must still win the
+// conflict with the copy (the guard recordedClaim): the restart adopts
+// the device for the pod, which keeps it, and the forger is handed none.
+func (s *dpSystem) copyEditRestart(t *rapid.T) {
+	if s.pending() != nil {
+		t.Skip("a pod is pending")
+	}
+	p := s.pick(t, "running pod", (*dpPod).running)
+	value, slot := s.copied(t, p)
+	if s.forgeRecord(t, value, slot) {
+		// The plugin first sees the copy, then, a pass later, the edit:
+		// without recordedClaim the copy's claim is the earlier one and
+		// wins (reservation.Desired), and checkRecordedManaged sees the
+		// pod's device left unadopted by the restart.
+		s.barrier(t)
+		s.pass(t)
+		if s.editPod(t, p, rapid.SampledFrom([]string{"move", "remove"}).Draw(t, "edit")) != "" {
+			s.stats.copyEditRestarts++
+		}
+	}
+	s.restartWith(t, "", "kept")
 }
 
 // movedTo returns a's entry at slot, keeping its runtime identity if any.
@@ -408,6 +439,7 @@ func dpPaths(st *dpStats) []coveredPath {
 		{"a running pod's runtime identity forged by its owner", st.forgedEdits},
 		{"Xid 79 without the policy", st.unsealedXids},
 		{"pods created with a made-up runtime identity on the unhealthy GPU", st.fabricatedUnhealthy},
+		{"a copy of a running pod's record created, the pod's record moved or removed, then a restart with the checkpoint kept", st.copyEditRestarts},
 	}
 	return paths
 }
