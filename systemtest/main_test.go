@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/dynmig/dynmig/internal/leaf/testwait"
 )
 
 // Defaults for CI: the issue asks for at least 2,000 sequences; 50 steps on
@@ -34,6 +36,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
+	bound = testwait.Bound()
 	goleak.VerifyTestMain(m)
 }
 

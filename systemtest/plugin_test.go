@@ -28,7 +28,6 @@ import (
 	"github.com/dynmig/dynmig/capability"
 	"github.com/dynmig/dynmig/deviceplugin"
 	"github.com/dynmig/dynmig/fakehal"
-	"github.com/dynmig/dynmig/internal/leaf/testwait"
 	"github.com/dynmig/dynmig/kube"
 	"github.com/dynmig/dynmig/kube/kubetest"
 	"github.com/dynmig/dynmig/realize"
@@ -193,7 +192,9 @@ const (
 	dpGrace    = time.Hour
 )
 
-var bound = testwait.Bound()
+// bound bounds the model's waits for the plugin: shortly before the
+// binary's -timeout (set in TestMain, once the flags are parsed).
+var bound time.Duration
 
 func (s *dpSystem) config() deviceplugin.Config {
 	cfg := deviceplugin.Config{Node: "n1", Client: s.client, Hardware: s.hw, SocketDir: s.dir, Checkpoint: s.ckpt,
