@@ -529,9 +529,13 @@ func (s *dpSystem) admit(t *rapid.T) {
 // a pod still in the API holds its slot: another pod's record names it,
 // or a record on the node cannot be decided (class refusedHeld; the rule
 // pauses such slots until those pods are gone, which the drain checks),
-// or the refusal is a conflict while destruction is paused by listed
-// pods' records (class refusedUnauthorised, see pausedByListedPods). For
-// a pod of several devices, c is the container whose Allocate was
+// or destruction is paused by listed pods' records (class
+// refusedUnauthorised, see pausedByListedPods) and the refusal is a
+// conflict, or, for a later container, the plugin's refusal to guess
+// which pod it admits (FailedPrecondition): an earlier container's
+// instance, created before a restart that lost the checkpoint, is not
+// taken over while the pause lasts, so its identity stays unconfirmed.
+// For a pod of several devices, c is the container whose Allocate was
 // refused, and one of the pod's slots, of any container, must be held:
 // the plugin decides on the pod as a whole, so a record that holds an
 // earlier container's slot (its identity then unconfirmed after a
@@ -550,7 +554,8 @@ func (s *dpSystem) refusedHonest(t *rapid.T, p *dpPod, c int, err error) {
 			return
 		}
 	}
-	if status.Code(err) == codes.Internal && s.pausedByListedPods(t) {
+	code := status.Code(err)
+	if (code == codes.Internal || c > 0 && code == codes.FailedPrecondition) && s.pausedByListedPods(t) {
 		s.stats.refusedUnauthorised++
 		return
 	}
