@@ -28,9 +28,9 @@ const (
 
 // checkpointVersion is the only version DecodeCheckpoint accepts. The
 // boot ID, the previous-boot mark and the inherited entries are optional
-// fields of it, added later: a file without them (an earlier plugin's) still loads, and an
-// earlier plugin refuses a file with them (unknown fields) rather than
-// guess.
+// fields of it, added later: a file without them (an earlier plugin's)
+// still loads, and an earlier plugin refuses a file with them (unknown
+// fields) rather than guess.
 const checkpointVersion = 1
 
 // Checkpoint is the plugin's durable node-local record of what it observed
@@ -206,7 +206,8 @@ func EncodeCheckpoint(c Checkpoint) ([]byte, error) {
 // fields, trailing data, a version other than 1, an empty or repeated pod
 // UID, a claim kube.ValidClaim refuses, a missing first observation time,
 // inherited entries of a pod not inherited, that do not decode or that
-// name no whole runtime identity, a device without owner, with negative or repeated indexes, whose
+// name no whole runtime identity, a device without owner, with negative
+// or repeated indexes, whose
 // reservation and identity reservation.Validate refuses, or that names a
 // MIG UUID or GPU instance another device of the same boot names, or
 // overlaps another device's placement on its GPU, are each a
@@ -302,7 +303,7 @@ func decodeInheritedEntries(p podJSON) ([]reservation.Allocation, error) {
 			return nil, fmt.Errorf("inherited entry %d names no whole runtime identity", k)
 		}
 	}
-	return slices.Clone(entries), nil
+	return entries, nil
 }
 
 // ReadCheckpoint reads the checkpoint at path. A missing file is reported
